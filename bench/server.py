@@ -1,0 +1,401 @@
+"""Run and talk to a TorchServe: start/stop on loopback ports, token keys, management and metrics calls.
+
+Used by `make serve` / `make stop` (`python -m bench.server start|stop|token`), by the end-to-end tests and by
+`bench/compare.py`. It works around TorchServe 0.12's traps in our code:
+- a taken port makes the launcher exit 0 while an old server answers: ports are checked free before start and
+  the new server's own pid must be alive and answering;
+- `/ping` says Healthy before a model is ready: registration is synchronous and then polled until READY;
+- keys live in `key_file.json` in the server's working directory and expire: they are re-read on every call
+  and renewed through the token API when a call is refused;
+- `torchserve --stop` deletes `key_file.json` in the folder it runs from and leaves workers to the JVM:
+  we run it from the server's folder and then end the whole process group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_PROPERTIES = ROOT / "config" / "config.properties"
+DEFAULT_STORE = ROOT / "model_store"
+SERVE_DIR = ROOT / ".tmp" / "serve"
+
+
+class ServerError(RuntimeError):
+    """TorchServe did not start, stop or answer as expected; the message says what to look at."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    inference: str
+    management: str
+    metrics: str
+
+    @classmethod
+    def from_properties(cls, props: dict[str, str]) -> Endpoints:
+        return cls(props["inference_address"], props["management_address"], props["metrics_address"])
+
+    @classmethod
+    def on_ports(cls, inference: int, management: int, metrics: int, host: str = "127.0.0.1") -> Endpoints:
+        return cls(f"http://{host}:{inference}", f"http://{host}:{management}", f"http://{host}:{metrics}")
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    props = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            props[key.strip()] = value.strip()
+    return props
+
+
+def free_ports(n: int) -> list[int]:
+    """N distinct free loopback ports (bound together, then released)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def port_in_use(url: str) -> bool:
+    parts = urllib.parse.urlsplit(url)
+    with socket.socket() as s:
+        try:
+            s.bind((parts.hostname or "127.0.0.1", parts.port or 80))
+        except OSError:
+            return True
+    return False
+
+
+def request(
+    url: str,
+    method: str = "GET",
+    body: bytes | str | None = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 60.0,
+) -> Reply:
+    """One HTTP call with the standard library; a refused connection raises ConnectionError."""
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        return Reply(resp.status, resp.read(), {k.lower(): v for k, v in resp.getheaders()})
+    finally:
+        conn.close()
+
+
+class KeyFile:
+    """TorchServe's `key_file.json`: inference, management and API keys, re-read when it changes."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._mtime = -1.0
+        self._keys: dict[str, Any] = {}
+
+    def key(self, kind: str) -> str | None:
+        if self.path is None:
+            return None
+        try:
+            mtime = self.path.stat().st_mtime
+        except FileNotFoundError:
+            return None
+        if mtime != self._mtime:
+            self._keys = json.loads(self.path.read_text())
+            self._mtime = mtime
+        entry = self._keys.get(kind) or {}
+        return entry.get("key")
+
+    def headers(self, kind: str) -> dict[str, str]:
+        key = self.key(kind)
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+class Client:
+    """Calls to a running TorchServe's three APIs, with tokens from its key file."""
+
+    def __init__(self, endpoints: Endpoints, key_file: Path | None) -> None:
+        self.endpoints = endpoints
+        self.keys = KeyFile(key_file)
+
+    def call(self, api: str, method: str, path: str, body: bytes | str | None = None, **kw: Any) -> Reply:
+        base = getattr(self.endpoints, api)
+        headers = {**self.keys.headers("management" if api == "management" else "inference"), **kw.pop("headers", {})}
+        reply = request(base + path, method, body, headers, **kw)
+        if reply.status in (400, 401) and b"Token" in reply.body and self.renew(api):
+            headers.update(self.keys.headers("management" if api == "management" else "inference"))
+            reply = request(base + path, method, body, headers, **kw)
+        return reply
+
+    def renew(self, api: str) -> bool:
+        """Ask for a new key with the API key (TorchServe's token API); True if the key file changed."""
+        api_key = self.keys.key("API")
+        if not api_key:
+            return False
+        kind = "management" if api == "management" else "inference"
+        before = self.keys.key(kind)
+        reply = request(
+            f"{self.endpoints.management}/token?type={kind}", "POST", headers={"Authorization": f"Bearer {api_key}"}
+        )
+        if reply.status != 200:
+            return False
+        time.sleep(0.05)
+        self.keys._mtime = -1.0
+        return self.keys.key(kind) != before
+
+    def ping(self) -> bool:
+        try:
+            return self.call("inference", "GET", "/ping", timeout=5).status == 200
+        except OSError:
+            return False
+
+    def register(
+        self,
+        mar: str,
+        name: str,
+        batch_size: int,
+        max_batch_delay: int,
+        workers: int = 2,
+        response_timeout: int = 120,
+        timeout: float = 300.0,
+    ) -> None:
+        """Register an archive from the model store and wait until a worker is READY."""
+        query = urllib.parse.urlencode(
+            {
+                "url": mar,
+                "model_name": name,
+                "batch_size": batch_size,
+                "max_batch_delay": max_batch_delay,
+                "initial_workers": workers,
+                "response_timeout": response_timeout,
+                "synchronous": "true",
+            }
+        )
+        reply = self.call("management", "POST", f"/models?{query}", timeout=timeout)
+        if reply.status != 200:
+            raise ServerError(f"registering {name} from {mar} failed: HTTP {reply.status} {reply.text.strip()}")
+        self.wait_ready(name, workers, timeout)
+
+    def wait_ready(self, name: str, workers: int = 1, timeout: float = 300.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            reply = self.call("management", "GET", f"/models/{name}")
+            if reply.status == 200:
+                ready = [w for w in reply.json()[0].get("workers", []) if w.get("status") == "READY"]
+                if len(ready) >= workers:
+                    return
+            time.sleep(0.25)
+        raise ServerError(f"model {name}: fewer than {workers} workers READY after {timeout:.0f} s")
+
+    def unregister(self, name: str, timeout: float = 120.0) -> None:
+        reply = self.call("management", "DELETE", f"/models/{name}", timeout=timeout)
+        if reply.status not in (200, 404):
+            raise ServerError(f"unregistering {name} failed: HTTP {reply.status} {reply.text.strip()}")
+
+    def models(self) -> list[str]:
+        reply = self.call("management", "GET", "/models")
+        return [m["modelName"] for m in reply.json().get("models", [])] if reply.status == 200 else []
+
+    def metrics(self) -> str:
+        reply = self.call("metrics", "GET", "/metrics")
+        if reply.status != 200:
+            raise ServerError(f"/metrics answered HTTP {reply.status}: {reply.text.strip()[:200]}")
+        return reply.text
+
+    def predict(self, name: str, body: bytes | str, content_type: str | None = "application/json") -> Reply:
+        headers = {"Content-Type": content_type} if content_type else {}
+        return self.call("inference", "POST", f"/predictions/{name}", body, headers=headers)
+
+
+class TorchServe:
+    """One TorchServe process tree, in its own folder (logs, key file, TMPDIR) and process group."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        endpoints: Endpoints | None = None,
+        model_store: Path = DEFAULT_STORE,
+        base_properties: Path = DEFAULT_PROPERTIES,
+        extra_properties: dict[str, str] | None = None,
+    ) -> None:
+        self.workdir = workdir.resolve()
+        props = read_properties(base_properties)
+        if endpoints is not None:
+            props.update(
+                inference_address=endpoints.inference,
+                management_address=endpoints.management,
+                metrics_address=endpoints.metrics,
+            )
+        props["model_store"] = str(model_store.resolve())
+        props.update(extra_properties or {})
+        self.properties = props
+        self.endpoints = Endpoints.from_properties(props)
+        self.tmp = self.workdir / "tmp"
+        auth_off = props.get("disable_token_authorization", "false").lower() == "true"
+        self.client = Client(self.endpoints, None if auth_off else self.workdir / "key_file.json")
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "TMPDIR": str(self.tmp), "TEMP": str(self.tmp)}
+
+    @property
+    def pid_file(self) -> Path:
+        return self.tmp / ".model_server.pid"
+
+    def pid(self) -> int | None:
+        try:
+            pid = int(self.pid_file.read_text().split()[0])
+            os.kill(pid, 0)
+            return pid
+        except (FileNotFoundError, ValueError, IndexError, ProcessLookupError, PermissionError):
+            return None
+
+    def start(self, timeout: float = 120.0) -> TorchServe:
+        if self.pid() is not None:
+            raise ServerError(f"a TorchServe from {self.workdir} is already running (pid {self.pid()})")
+        for url in (self.endpoints.inference, self.endpoints.management, self.endpoints.metrics):
+            if port_in_use(url):
+                raise ServerError(f"{url} is already in use: stop what listens there or choose other ports")
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        (self.workdir / "key_file.json").unlink(missing_ok=True)
+        conf = self.workdir / "config.properties"
+        conf.write_text("".join(f"{k}={v}\n" for k, v in self.properties.items()))
+        launcher = [str(Path(sys.executable).parent / "torchserve"), "--start", "--ncs", "--ts-config", str(conf)]
+        with open(self.workdir / "torchserve.out", "ab") as out:
+            subprocess.run(
+                launcher, cwd=self.workdir, env=self.env, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
+                start_new_session=True, check=True, timeout=60,
+            )  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.pid() is None and time.monotonic() > deadline - timeout + 10:
+                raise ServerError(f"TorchServe exited during start; see {self.workdir / 'logs' / 'ts_log.log'}")
+            if self.client.ping():
+                return self
+            time.sleep(0.25)
+        self.stop()
+        raise ServerError(f"TorchServe did not answer /ping in {timeout:.0f} s; see {self.workdir / 'logs'}")
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Stop the server and every process of its group; safe to call twice."""
+        pid = self.pid()
+        if pid is None:
+            return
+        pgid = os.getpgid(pid)
+        subprocess.run(
+            [str(Path(sys.executable).parent / "torchserve"), "--stop"], cwd=self.workdir, env=self.env,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60, check=False,
+        )  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and _group_alive(pgid):
+            time.sleep(0.2)
+        if _group_alive(pgid):
+            os.killpg(pgid, signal.SIGKILL)
+        self.pid_file.unlink(missing_ok=True)
+
+    def __enter__(self) -> TorchServe:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    # Zombies count as gone: they hold no port or memory and are reaped by their parent.
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                stat = (proc / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                return True
+    return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Start or stop the local TorchServe of `make serve`.")
+    parser.add_argument("command", choices=("start", "stop", "token", "status"))
+    parser.add_argument("--model", default="minilm-bucketed", help="archive (without .mar) registered at start")
+    parser.add_argument("--workdir", type=Path, default=SERVE_DIR)
+    args = parser.parse_args(argv)
+    server = TorchServe(args.workdir)
+    if args.command == "token":
+        key = server.client.keys.key("inference")
+        if not key:
+            where = server.workdir / "key_file.json"
+            print(f"no key file at {where}: is TorchServe running (make serve)?", file=sys.stderr)
+            return 1
+        print(key)
+        return 0
+    if args.command == "stop":
+        running = server.pid()
+        server.stop()
+        print("TorchServe stopped." if running else "TorchServe was not running.")
+        return 0
+    if args.command == "status":
+        print(f"running (pid {server.pid()})" if server.pid() else "not running")
+        return 0
+    if server.pid() is None:
+        server.start()
+    name = args.model
+    if name not in server.client.models():
+        cfg = _model_config(ROOT / "config" / f"{name}.yaml")
+        server.client.register(
+            f"{name}.mar", name, cfg.get("batchSize", 16), cfg.get("maxBatchDelay", 10), cfg.get("minWorkers", 2)
+        )
+    e = server.endpoints
+    print(f"TorchServe is up: inference {e.inference}, management {e.management}, metrics {e.metrics}")
+    print(f"model {name} READY; logs in {server.workdir / 'logs'}; inference token: `make -s token`")
+    return 0
+
+
+def _model_config(path: Path) -> dict[str, Any]:
+    import yaml
+
+    return yaml.safe_load(path.read_text()) if path.exists() else {}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

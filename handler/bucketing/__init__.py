@@ -1,0 +1,1 @@
+"""Length-aware bucketing for transformer text inference under TorchServe."""

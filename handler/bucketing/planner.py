@@ -1,0 +1,152 @@
+"""Pure planning: from token lengths to sub-batches (no torch, no I/O).
+
+Three planners share one output contract, `Plan`:
+
+- `plan_static`: one forward pass, every text padded to `max_length` (TorchServe's stock HF example);
+- `plan_dynamic`: one forward pass padded to the longest text of the delivered batch;
+- `plan_bucketed`: texts sorted by length and cut into contiguous runs, chosen by dynamic programming
+  to minimise the estimated time `sum(cost.forward(rows, padded_len))` under a token budget
+  `rows * padded_len <= max_batch_tokens`. It is optimal for the cost model among plans whose
+  sub-batches are runs of the length-sorted order (any optimal plan can be rearranged into one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Estimated time of one forward pass: overhead + rows * (per_token * L + per_token_sq * L^2), in µs."""
+
+    overhead_us: float = 5000.0
+    per_token_us: float = 230.0
+    per_token_sq_us: float = 0.2
+
+    def forward_us(self, rows: int, padded_len: int) -> float:
+        """Estimated microseconds for a forward pass over `rows` texts padded to `padded_len`."""
+        per_row = self.per_token_us * padded_len + self.per_token_sq_us * padded_len * padded_len
+        return self.overhead_us + rows * per_row
+
+
+@dataclass(frozen=True)
+class SubBatch:
+    """One forward pass: positions into the planned length list, and the length they are padded to."""
+
+    indices: tuple[int, ...]
+    padded_len: int
+    real_tokens: int
+
+    @property
+    def rows(self) -> int:
+        return len(self.indices)
+
+    @property
+    def padded_tokens(self) -> int:
+        return self.rows * self.padded_len
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sub-batches covering every position of the planned length list exactly once."""
+
+    sub_batches: tuple[SubBatch, ...]
+    size: int
+
+    @property
+    def real_tokens(self) -> int:
+        return sum(sb.real_tokens for sb in self.sub_batches)
+
+    @property
+    def padded_tokens(self) -> int:
+        return sum(sb.padded_tokens for sb in self.sub_batches)
+
+    def estimated_us(self, cost: CostModel) -> float:
+        return sum(cost.forward_us(sb.rows, sb.padded_len) for sb in self.sub_batches)
+
+    def restore(self, results: Sequence[Sequence[object]]) -> list[object]:
+        """Put per-sub-batch results (row order of each sub-batch) back in planned-list order."""
+        if len(results) != len(self.sub_batches):
+            raise ValueError(f"expected {len(self.sub_batches)} sub-batch results, got {len(results)}")
+        out: list[object] = [None] * self.size
+        for sb, rows in zip(self.sub_batches, results):
+            if len(rows) != sb.rows:
+                raise ValueError(f"sub-batch of {sb.rows} rows returned {len(rows)} results")
+            for i, r in zip(sb.indices, rows):
+                out[i] = r
+        return out
+
+
+def round_up(n: int, multiple: int) -> int:
+    """Smallest multiple of `multiple` that is >= n."""
+    return -(-n // multiple) * multiple
+
+
+def _check_lengths(lengths: Sequence[int]) -> None:
+    for i, n in enumerate(lengths):
+        if n < 1:
+            raise ValueError(f"lengths[{i}] = {n}: every text has at least one token")
+
+
+def plan_static(lengths: Sequence[int], max_length: int) -> Plan:
+    """One sub-batch, every text padded to `max_length`, in arrival order."""
+    _check_lengths(lengths)
+    if not lengths:
+        return Plan((), 0)
+    if max(lengths) > max_length:
+        raise ValueError(f"a length of {max(lengths)} exceeds max_length={max_length}")
+    sb = SubBatch(tuple(range(len(lengths))), max_length, sum(lengths))
+    return Plan((sb,), len(lengths))
+
+
+def plan_dynamic(lengths: Sequence[int], pad_to_multiple_of: int = 1) -> Plan:
+    """One sub-batch padded to the longest text, in arrival order."""
+    _check_lengths(lengths)
+    if not lengths:
+        return Plan((), 0)
+    sb = SubBatch(tuple(range(len(lengths))), round_up(max(lengths), pad_to_multiple_of), sum(lengths))
+    return Plan((sb,), len(lengths))
+
+
+def plan_bucketed(
+    lengths: Sequence[int],
+    cost: CostModel,
+    max_batch_tokens: int,
+    pad_to_multiple_of: int = 1,
+) -> Plan:
+    """Time-optimal cut of the length-sorted texts into sub-batches under the token budget."""
+    _check_lengths(lengths)
+    n = len(lengths)
+    if n == 0:
+        return Plan((), 0)
+    order = sorted(range(n), key=lengths.__getitem__)
+    padded = [round_up(lengths[i], pad_to_multiple_of) for i in order]
+    if padded[-1] > max_batch_tokens:
+        raise ValueError(f"one text of {padded[-1]} padded tokens exceeds max_batch_tokens={max_batch_tokens}")
+    # best[j]: least estimated time for the j shortest texts; cut[j]: where its last sub-batch starts.
+    best = [0.0] + [float("inf")] * n
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        length = padded[j - 1]
+        per_row = cost.per_token_us * length + cost.per_token_sq_us * length * length
+        lowest = max(0, j - max_batch_tokens // length)
+        # best[i] + overhead + (j - i) * per_row, minimised over i; overhead and j * per_row are common.
+        score, start = min((best[i] - i * per_row, i) for i in range(lowest, j))
+        best[j] = score + cost.overhead_us + j * per_row
+        cut[j] = start
+    bounds = []
+    j = n
+    while j > 0:
+        bounds.append((cut[j], j))
+        j = cut[j]
+    bounds.reverse()
+    sub_batches = tuple(
+        SubBatch(
+            tuple(order[i:j]),
+            padded[j - 1],
+            sum(lengths[k] for k in order[i:j]),
+        )
+        for i, j in bounds
+    )
+    return Plan(sub_batches, n)

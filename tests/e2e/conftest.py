@@ -1,0 +1,48 @@
+"""A real TorchServe on free loopback ports (token auth on), with freshly built archives; stopped at the end."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from bench.server import Endpoints, TorchServe, free_ports
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def processes_under(folder: Path) -> list[int]:
+    """PIDs whose command line names `folder` (TorchServe's JVM and workers carry their TMPDIR in it)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if str(folder) in cmdline and state != "Z":
+                pids.append(int(proc.name))
+    return pids
+
+
+@pytest.fixture(scope="session")
+def model_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from model_store import build
+
+    store = tmp_path_factory.mktemp("model_store")
+    assert build.main(["--out", str(store)]) == 0
+    return store
+
+
+@pytest.fixture(scope="session")
+def torchserve(tmp_path_factory: pytest.TempPathFactory, model_store: Path):
+    workdir = tmp_path_factory.mktemp("torchserve")
+    server = TorchServe(workdir, Endpoints.on_ports(*free_ports(3)), model_store=model_store)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        assert processes_under(server.workdir) == [], "TorchServe left processes behind"

@@ -1,0 +1,147 @@
+"""End to end on a real TorchServe: concurrent mixed-length load, bad requests beside good ones, metrics, auth."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from bench.server import request
+from fakes import FakeContext
+from models import minilm_path
+
+pytestmark = pytest.mark.e2e
+
+WORDS = (
+    "serving transformer models in production means handling short queries and long passages in the same "
+    "traffic while keeping latency low and throughput high on modest hardware with careful batching"
+).split()
+
+
+def texts_for_load(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    lengths = [rng.choice([2, 4, 6, 10, 40, 120, 180]) for _ in range(n)]
+    return [" ".join(rng.choice(WORDS) for _ in range(k)) for k in lengths]
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """Batch-of-one embeddings from the handler in process, on the same model files."""
+    from bucketing_handler import BucketingHandler
+
+    context = FakeContext({"model_path": str(minilm_path()), "strategy": "dynamic", "cost": {"calibrate": False}})
+    handler = BucketingHandler()
+    handler.initialize(context)
+    cache: dict[str, np.ndarray] = {}
+
+    def embed(text: str) -> np.ndarray:
+        if text not in cache:
+            context.with_requests(["application/json"])
+            (body,) = handler.handle([{"body": {"text": text}}], context)
+            cache[text] = np.array(json.loads(body)["embedding"])
+        return cache[text]
+
+    return embed
+
+
+@pytest.fixture(scope="module")
+def models(torchserve):
+    for strategy in ("bucketed", "dynamic"):
+        torchserve.client.register(f"minilm-{strategy}.mar", strategy, batch_size=8, max_batch_delay=50, workers=2)
+    yield torchserve
+    for strategy in ("bucketed", "dynamic"):
+        torchserve.client.unregister(strategy)
+
+
+BAD = [
+    (b"", "application/json", 400, "EmptyBody"),
+    (b'{"text": ""}', "application/json", 400, "EmptyText"),
+    (b'{"text": "unterminated', "application/json", 400, "InvalidJSON"),
+    (b'{"texts": [1, 2]}', "application/json", 400, "InvalidType"),
+    (b"\xff\xfe\xfa", "text/plain", 400, "InvalidEncoding"),
+    (json.dumps({"texts": ["x"] * 33}).encode(), "application/json", 413, "TooManyTexts"),
+    (b"hello world", "application/x-www-form-urlencoded", 415, "UnsupportedMediaType"),  # what curl -d sends
+]
+
+
+MODELS = ("bucketed", "dynamic")
+
+
+def counter(metrics_text: str, name: str, model: str) -> float:
+    match = re.search(rf'^{name}{{ModelName="{model}",[^}}]*}} ([0-9.eE+-]+)$', metrics_text, re.M)
+    return float(match.group(1)) if match else 0.0
+
+
+def test_concurrent_mixed_load_with_bad_requests(models, reference):
+    client = models.client
+    texts = texts_for_load(48, seed=7)
+    jobs = [("text", t) for t in texts[:40]] + [("texts", texts[40:44]), ("texts", texts[44:48])]
+    names = [
+        "bucket_batches_total", "bucket_requests_total", "bucket_real_tokens_total", "bucket_padded_tokens_total",
+    ]  # fmt: skip
+    before = client.metrics()
+    for model in ("bucketed", "dynamic"):
+        calls = [(json.dumps({kind: value}).encode(), "application/json", (kind, value)) for kind, value in jobs]
+        calls += [(body, ctype, (status, kind)) for body, ctype, status, kind in BAD]
+        random.Random(1).shuffle(calls)
+        with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+            replies = list(pool.map(lambda c, m=model: (c, client.predict(m, c[0], c[1])), calls))
+        good = 0
+        for (_, _, expect), reply in replies:
+            if isinstance(expect[0], int):
+                status, kind = expect
+                assert reply.status == status, reply.text
+                assert reply.json()["type"] == kind
+                continue
+            assert reply.status == 200, reply.text
+            kind, value = expect
+            answers = [reply.json()] if kind == "text" else reply.json()
+            sent = [value] if kind == "text" else value
+            assert len(answers) == len(sent)
+            for text, answer in zip(sent, answers, strict=True):
+                assert np.max(np.abs(np.array(answer["embedding"]) - reference(text))) <= 1e-5
+                good += 1
+        assert good == 48
+    after = client.metrics()
+    delta = {
+        (model, name): counter(after, name, model) - counter(before, name, model)
+        for model in ("bucketed", "dynamic")
+        for name in names
+    }
+    for model in ("bucketed", "dynamic"):
+        requests = delta[model, "bucket_requests_total"]
+        assert requests == len(jobs) + len(BAD)
+        assert requests / delta[model, "bucket_batches_total"] > 1, "TorchServe delivered no batch larger than 1"
+    efficiency = {
+        m: delta[m, "bucket_real_tokens_total"] / delta[m, "bucket_padded_tokens_total"]
+        for m in ("bucketed", "dynamic")
+    }
+    print(f"padding efficiency: {efficiency}")
+    assert delta["bucketed", "bucket_real_tokens_total"] == delta["dynamic", "bucket_real_tokens_total"]
+    assert delta["bucketed", "bucket_padded_tokens_total"] < delta["dynamic", "bucket_padded_tokens_total"]
+
+
+def test_token_authorization_is_on(models):
+    url = f"{models.endpoints.inference}/predictions/bucketed"
+    headers = {"Content-Type": "text/plain"}
+    assert request(url, "POST", "hello", headers).status == 400
+    assert request(url, "POST", "hello", {**headers, "Authorization": "Bearer wrong"}).status == 400
+    assert models.client.predict("bucketed", "hello", "text/plain").status == 200
+    assert request(f"{models.endpoints.management}/models").status == 400
+    assert request(f"{models.endpoints.metrics}/metrics").status in (200, 400)
+
+
+def test_static_archive_serves_too(torchserve, reference):
+    client = torchserve.client
+    client.register("minilm-static.mar", "static", batch_size=4, max_batch_delay=20, workers=1)
+    try:
+        reply = client.predict("static", json.dumps({"texts": ["short one", "a somewhat longer text here"]}))
+        assert reply.status == 200
+        for text, answer in zip(["short one", "a somewhat longer text here"], reply.json(), strict=True):
+            assert np.max(np.abs(np.array(answer["embedding"]) - reference(text))) <= 1e-5
+    finally:
+        client.unregister("static")

@@ -1,0 +1,166 @@
+"""The handler behind a fake TorchServe context: outputs independent of batching, per-request errors, metrics."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from bucketing.config import ConfigError
+from bucketing_handler import BucketingHandler
+from fakes import FakeContext
+
+STRATEGIES = ["bucketed", "dynamic", "static"]
+WORDS = "the a model server batch token short long text padding request answer worker queue length".split()
+
+
+def mixed_texts(n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.choice([1, 3, 8, 30, 90]))) for _ in range(n)]
+
+
+def make_handler(model_dir, **section) -> tuple[BucketingHandler, FakeContext]:
+    section = {"model_path": str(model_dir), "cost": {"calibrate": False}, **section}
+    context = FakeContext(section)
+    handler = BucketingHandler()
+    handler.initialize(context)
+    return handler, context
+
+
+def serve(handler, context, rows, content_types=None):
+    context.with_requests(content_types or ["application/json"] * len(rows))
+    bodies = handler.handle(rows, context)
+    assert len(bodies) == len(rows)
+    return [(context.status[i][0], json.loads(b)) for i, b in enumerate(bodies)]
+
+
+def alone(handler, context, text):
+    ((status, body),) = serve(handler, context, [{"body": {"text": text}}])
+    assert status == 200
+    return body
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_tiny_embedding_matches_batch_of_one(tiny_embedder_dir, strategy):
+    handler, context = make_handler(tiny_embedder_dir, strategy=strategy, max_length=128)
+    texts = mixed_texts(12)
+    reference = [np.array(alone(handler, context, t)["embedding"]) for t in texts]
+    rows = [{"body": {"text": t}} for t in texts[:6]] + [{"body": {"texts": texts[6:]}}]
+    answers = serve(handler, context, rows)
+    got = [a["embedding"] for _, a in answers[:6]] + [a["embedding"] for a in answers[6][1]]
+    for ref, emb in zip(reference, got, strict=True):
+        assert np.max(np.abs(ref - np.array(emb))) <= 1e-5
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_minilm_embedding_matches_batch_of_one(minilm_dir, strategy):
+    handler, context = make_handler(minilm_dir, strategy=strategy, max_length=256)
+    texts = mixed_texts(10, seed=1)
+    reference = [np.array(alone(handler, context, t)["embedding"]) for t in texts]
+    answers = serve(handler, context, [{"body": {"text": t}} for t in texts])
+    for ref, (status, answer) in zip(reference, answers, strict=True):
+        assert status == 200
+        assert len(answer["embedding"]) == 384
+        assert np.linalg.norm(answer["embedding"]) == pytest.approx(1.0, abs=1e-5)
+        assert np.max(np.abs(ref - np.array(answer["embedding"]))) <= 1e-5
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_classification_label_matches_batch_of_one(tiny_classifier_dir, strategy):
+    handler, context = make_handler(tiny_classifier_dir, task="classification", strategy=strategy, max_length=128)
+    texts = mixed_texts(10, seed=2)
+    reference = [alone(handler, context, t) for t in texts]
+    answers = serve(handler, context, [{"body": {"texts": texts}}])
+    (status, answer) = answers[0]
+    assert status == 200
+    for ref, got in zip(reference, answer, strict=True):
+        assert got["label"] == ref["label"] and got["label"] in ("negative", "neutral", "positive")
+        assert sum(got["scores"].values()) == pytest.approx(1.0, abs=1e-5)
+        for label, p in ref["scores"].items():
+            assert got["scores"][label] == pytest.approx(p, abs=1e-5)
+
+
+def test_bad_requests_get_their_own_4xx_and_neighbours_succeed(tiny_embedder_dir):
+    handler, context = make_handler(tiny_embedder_dir, max_texts_per_request=3)
+    rows = [
+        {"body": {"text": "good one"}},
+        {"body": b""},
+        {"body": {"text": ""}},
+        {"body": b'{"text": '},
+        {"body": {"text": 42}},
+        {"body": b"\xff\xfe\xfd"},
+        {"body": {"texts": ["a", "b", "c", "d"]}},
+        {"hello world": b""},
+        {"body": b"plain text body"},
+    ]
+    types = ["application/json", None, "application/json", "application/json", "application/json",
+             "text/plain", "application/json", "application/x-www-form-urlencoded", "text/plain"]  # fmt: skip
+    answers = serve(handler, context, rows, types)
+    assert [s for s, _ in answers] == [200, 400, 400, 400, 400, 400, 413, 415, 200]
+    assert [a.get("type") for s, a in answers if s != 200] == [
+        "EmptyBody", "EmptyText", "InvalidJSON", "InvalidType", "InvalidEncoding", "TooManyTexts",
+        "UnsupportedMediaType",
+    ]  # fmt: skip
+    assert all(context.content_types[i] == "application/json" for i in range(len(rows)))
+    assert answers[0][1]["embedding"] == alone(handler, context, "good one")["embedding"]
+
+
+def test_truncate_says_so_and_reject_answers_413(tiny_embedder_dir):
+    long_text = " ".join(["word"] * 100)
+    handler, context = make_handler(tiny_embedder_dir, max_length=16, max_batch_tokens=64)
+    ((status, answer),) = serve(handler, context, [{"body": {"texts": ["short", long_text]}}])
+    assert status == 200
+    assert [a["truncated"] for a in answer] == [False, True] and answer[1]["tokens"] == 16
+
+    handler, context = make_handler(tiny_embedder_dir, max_length=16, max_batch_tokens=64, on_overflow="reject")
+    answers = serve(handler, context, [{"body": {"text": "fine"}}, {"body": {"texts": ["ok", long_text]}}])
+    assert answers[0][0] == 200 and answers[0][1]["truncated"] is False
+    assert answers[1][0] == 413 and answers[1][1]["type"] == "TextTooLong"
+    assert "texts[1]" in answers[1][1]["message"] and "max_length=16" in answers[1][1]["message"]
+
+
+def test_metrics_report_real_and_padded_tokens(tiny_embedder_dir):
+    texts = mixed_texts(16, seed=3)
+    padded = {}
+    for strategy in STRATEGIES:
+        handler, context = make_handler(tiny_embedder_dir, strategy=strategy, max_length=128)
+        serve(handler, context, [{"body": {"text": t}} for t in texts] + [{"body": b""}])
+        totals = context.metrics.totals()
+        assert totals["bucket_batches_total"] == 1
+        assert totals["bucket_requests_total"] == 17 and totals["bucket_rejected_total"] == 1
+        assert totals["bucket_texts_total"] == 16
+        assert totals["bucket_real_tokens_total"] <= totals["bucket_padded_tokens_total"]
+        assert totals["bucket_forward_ms_total"] > 0
+        padded[strategy] = totals["bucket_padded_tokens_total"]
+        if strategy != "bucketed":
+            assert totals["bucket_sub_batches_total"] == 1
+    assert padded["bucketed"] < padded["dynamic"] < padded["static"]
+
+
+def test_a_failing_text_fails_alone(tiny_embedder_dir, monkeypatch):
+    handler, context = make_handler(tiny_embedder_dir)
+    poison = handler.tokenizer.encode(["poison"])[0].ids
+    forward = handler.task.forward
+
+    def flaky(ids, mask):
+        if any(tuple(row[: len(poison)]) == poison for row in ids.tolist()):
+            raise RuntimeError("boom")
+        return forward(ids, mask)
+
+    monkeypatch.setattr(handler.task, "forward", flaky)
+    answers = serve(handler, context, [{"body": {"text": "fine"}}, {"body": {"text": "poison"}}, {"body": b"x"}],
+                    ["application/json", "application/json", "text/plain"])  # fmt: skip
+    assert [s for s, _ in answers] == [200, 500, 200]
+    assert answers[1][1]["type"] == "InternalServerError"
+
+
+def test_max_length_over_the_model_limit_is_refused(tiny_embedder_dir):
+    with pytest.raises(ConfigError, match="max_position_embeddings"):
+        make_handler(tiny_embedder_dir, max_length=1024, max_batch_tokens=4096)
+
+
+def test_calibration_fits_a_cost_model(tiny_embedder_dir):
+    handler, _ = make_handler(tiny_embedder_dir, max_length=64, cost={"calibrate": True})
+    assert handler.cost.per_token_us > 0 or handler.cost.per_token_sq_us > 0
