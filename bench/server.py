@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PROPERTIES = ROOT / "config" / "config.properties"
 DEFAULT_STORE = ROOT / "model_store"
 SERVE_DIR = ROOT / ".tmp" / "serve"
+GRPC_PORTS = {"grpc_inference_port": "7070", "grpc_management_port": "7071"}
 
 
 class ServerError(RuntimeError):
@@ -210,6 +211,14 @@ class Client:
         reply = self.call("management", "POST", f"/models?{query}", timeout=timeout)
         if reply.status != 200:
             raise ServerError(f"registering {name} from {mar} failed: HTTP {reply.status} {reply.text.strip()}")
+        # The archive's minWorkers/maxWorkers win over initial_workers: scale to what was asked.
+        self.scale(name, workers, timeout)
+
+    def scale(self, name: str, workers: int, timeout: float = 300.0) -> None:
+        query = urllib.parse.urlencode({"min_worker": workers, "max_worker": workers, "synchronous": "true"})
+        reply = self.call("management", "PUT", f"/models/{name}?{query}", timeout=timeout)
+        if reply.status not in (200, 202):
+            raise ServerError(f"scaling {name} to {workers} workers failed: HTTP {reply.status} {reply.text.strip()}")
         self.wait_ready(name, workers, timeout)
 
     def wait_ready(self, name: str, workers: int = 1, timeout: float = 300.0) -> None:
@@ -217,8 +226,8 @@ class Client:
         while time.monotonic() < deadline:
             reply = self.call("management", "GET", f"/models/{name}")
             if reply.status == 200:
-                ready = [w for w in reply.json()[0].get("workers", []) if w.get("status") == "READY"]
-                if len(ready) >= workers:
+                states = [w.get("status") for w in reply.json()[0].get("workers", [])]
+                if states.count("READY") == workers == len(states):
                     return
             time.sleep(0.25)
         raise ServerError(f"model {name}: fewer than {workers} workers READY after {timeout:.0f} s")
@@ -257,10 +266,13 @@ class TorchServe:
         self.workdir = workdir.resolve()
         props = read_properties(base_properties)
         if endpoints is not None:
+            grpc = free_ports(2)
             props.update(
                 inference_address=endpoints.inference,
                 management_address=endpoints.management,
                 metrics_address=endpoints.metrics,
+                grpc_inference_port=str(grpc[0]),
+                grpc_management_port=str(grpc[1]),
             )
         props["model_store"] = str(model_store.resolve())
         props.update(extra_properties or {})
@@ -289,7 +301,8 @@ class TorchServe:
     def start(self, timeout: float = 120.0) -> TorchServe:
         if self.pid() is not None:
             raise ServerError(f"a TorchServe from {self.workdir} is already running (pid {self.pid()})")
-        for url in (self.endpoints.inference, self.endpoints.management, self.endpoints.metrics):
+        grpc = [f"http://127.0.0.1:{self.properties.get(k, d)}" for k, d in GRPC_PORTS.items()]
+        for url in (self.endpoints.inference, self.endpoints.management, self.endpoints.metrics, *grpc):
             if port_in_use(url):
                 raise ServerError(f"{url} is already in use: stop what listens there or choose other ports")
         self.tmp.mkdir(parents=True, exist_ok=True)
@@ -304,10 +317,12 @@ class TorchServe:
             )  # fmt: skip
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.pid() is None and time.monotonic() > deadline - timeout + 10:
-                raise ServerError(f"TorchServe exited during start; see {self.workdir / 'logs' / 'ts_log.log'}")
+            if self.pid() is None:
+                raise ServerError(f"TorchServe exited during start; see {self.workdir / 'torchserve.out'}")
             if self.client.ping():
-                return self
+                time.sleep(1.0)  # a late bind failure (gRPC) stops the server just after its first answer
+                if self.pid() is not None and self.client.ping():
+                    return self
             time.sleep(0.25)
         self.stop()
         raise ServerError(f"TorchServe did not answer /ping in {timeout:.0f} s; see {self.workdir / 'logs'}")

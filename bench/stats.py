@@ -1,0 +1,243 @@
+"""Pure summaries: percentiles, handler-metric deltas, one configuration's figures, and comparisons."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+HANDLER_METRICS = (
+    "bucket_batches_total",
+    "bucket_requests_total",
+    "bucket_texts_total",
+    "bucket_real_tokens_total",
+    "bucket_padded_tokens_total",
+    "bucket_sub_batches_total",
+    "bucket_forward_ms_total",
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    """One configuration to measure: what is registered, and how it is loaded."""
+
+    strategy: str
+    batch_size: int
+    max_batch_delay: int = 10
+    workers: int = 2
+    threads: int = 1
+    workload: str = "longtail"
+    short_frac: float = 0.5
+    mode: str = "closed"
+    concurrency: int = 32
+    rate: float | None = None
+    duration: float = 20.0
+
+    @property
+    def name(self) -> str:
+        """A short label, like `bucketed bs16` or `dynamic bs16 d20 @30/s`."""
+        label = f"{self.strategy} bs{self.batch_size}"
+        if self.max_batch_delay != 10:
+            label += f" d{self.max_batch_delay}"
+        if self.workers != 2 or self.threads != 1:
+            label += f" {self.workers}x{self.threads}"
+        if self.mode == "open":
+            label += f" @{self.rate:g}/s"
+        return label
+
+    @property
+    def workload_label(self) -> str:
+        return f"mixed(short_frac={self.short_frac:g})" if self.workload == "mixed" else self.workload
+
+
+@dataclass(frozen=True)
+class HandlerDelta:
+    """What the handler's counters moved by during one measurement."""
+
+    batches: float = 0.0
+    requests: float = 0.0
+    texts: float = 0.0
+    real_tokens: float = 0.0
+    padded_tokens: float = 0.0
+    sub_batches: float = 0.0
+    forward_ms: float = 0.0
+
+    @property
+    def padding_efficiency(self) -> float | None:
+        return self.real_tokens / self.padded_tokens if self.padded_tokens else None
+
+    @property
+    def mean_batch_size(self) -> float | None:
+        return self.requests / self.batches if self.batches else None
+
+    @property
+    def sub_batches_per_batch(self) -> float | None:
+        return self.sub_batches / self.batches if self.batches else None
+
+
+def parse_prometheus(text: str, model: str) -> dict[str, float]:
+    """The handler counters of one model from TorchServe's Prometheus text."""
+    out = {}
+    for name in HANDLER_METRICS:
+        m = re.search(rf'^{name}{{ModelName="{re.escape(model)}",[^}}]*}} ([0-9.eE+-]+)$', text, re.M)
+        out[name] = float(m.group(1)) if m else 0.0
+    return out
+
+
+def handler_delta(before: Mapping[str, float], after: Mapping[str, float]) -> HandlerDelta:
+    d = {name: after.get(name, 0.0) - before.get(name, 0.0) for name in HANDLER_METRICS}
+    return HandlerDelta(*(d[name] for name in HANDLER_METRICS))
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile, q in [0, 100]; NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One configuration's measured figures (one row of results.csv)."""
+
+    config: Config
+    requests: int
+    ok: int
+    wall_s: float
+    rps: float
+    tokens_per_s: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    max_ms: float
+    errors: dict[str, int] = field(default_factory=dict)
+    handler: HandlerDelta = field(default_factory=HandlerDelta)
+    server_cpu_cores: float | None = None
+    client_cpu_cores: float = 0.0
+    bound_tokens_per_s: float | None = None
+
+    @property
+    def bound_fraction(self) -> float | None:
+        return self.tokens_per_s / self.bound_tokens_per_s if self.bound_tokens_per_s else None
+
+    def row(self) -> dict[str, object]:
+        c = self.config
+        h = self.handler
+        return {
+            "config": c.name,
+            "strategy": c.strategy,
+            "batch_size": c.batch_size,
+            "max_batch_delay": c.max_batch_delay,
+            "workers": c.workers,
+            "threads": c.threads,
+            "workload": c.workload_label,
+            "mode": c.mode,
+            "concurrency": c.concurrency if c.mode == "closed" else "",
+            "rate": c.rate if c.rate is not None else "",
+            "requests": self.requests,
+            "rps": round(self.rps, 2),
+            "tokens_per_s": round(self.tokens_per_s, 1),
+            "p50_ms": round(self.p50_ms, 1),
+            "p90_ms": round(self.p90_ms, 1),
+            "p99_ms": round(self.p99_ms, 1),
+            "max_ms": round(self.max_ms, 1),
+            "errors": sum(self.errors.values()),
+            "errors_by_status": " ".join(f"{k}:{v}" for k, v in sorted(self.errors.items())),
+            "padding_efficiency": _round(h.padding_efficiency, 3),
+            "mean_batch_size": _round(h.mean_batch_size, 2),
+            "sub_batches_per_batch": _round(h.sub_batches_per_batch, 2),
+            "real_tokens": int(h.real_tokens),
+            "padded_tokens": int(h.padded_tokens),
+            "server_cpu_cores": _round(self.server_cpu_cores, 2),
+            "client_cpu_cores": round(self.client_cpu_cores, 2),
+            "bound_fraction": _round(self.bound_fraction, 3),
+        }
+
+    def as_json(self) -> dict[str, object]:
+        return {**self.row(), "config_detail": asdict(self.config), "handler": asdict(self.handler)}
+
+
+def _round(value: float | None, digits: int) -> float | str:
+    return "" if value is None else round(value, digits)
+
+
+CSV_COLUMNS = tuple(Summary(Config("x", 1), 0, 0, 1, 0, 0, 0, 0, 0, 0).row())
+
+
+def summarize(
+    config: Config,
+    samples: Sequence[tuple[float, int, int]],
+    wall_s: float,
+    handler: HandlerDelta,
+    client_cpu_s: float,
+    server_cpu_s: float | None = None,
+    bound_tokens_per_s: float | None = None,
+) -> Summary:
+    """Figures from (latency_ms, status, tokens) per request; latency percentiles over successful requests."""
+    ok = [(lat, tok) for lat, status, tok in samples if status == 200]
+    latencies = [lat for lat, _ in ok]
+    errors = Counter(str(status) for _, status, _ in samples if status != 200)
+    return Summary(
+        config=config,
+        requests=len(samples),
+        ok=len(ok),
+        wall_s=wall_s,
+        rps=len(ok) / wall_s if wall_s else 0.0,
+        tokens_per_s=sum(tok for _, tok in ok) / wall_s if wall_s else 0.0,
+        p50_ms=percentile(latencies, 50),
+        p90_ms=percentile(latencies, 90),
+        p99_ms=percentile(latencies, 99),
+        max_ms=max(latencies) if latencies else float("nan"),
+        errors=dict(errors),
+        handler=handler,
+        server_cpu_cores=server_cpu_s / wall_s if server_cpu_s is not None and wall_s else None,
+        client_cpu_cores=client_cpu_s / wall_s if wall_s else 0.0,
+        bound_tokens_per_s=bound_tokens_per_s,
+    )
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """`a` against `b`: throughput and p99 ratios."""
+
+    a: Summary
+    b: Summary
+
+    @property
+    def throughput_ratio(self) -> float:
+        return self.a.rps / self.b.rps if self.b.rps else float("inf")
+
+    @property
+    def p99_ratio(self) -> float:
+        return self.a.p99_ms / self.b.p99_ms if self.b.p99_ms else float("nan")
+
+
+def comparisons(summaries: Sequence[Summary]) -> list[Comparison]:
+    """Each bucketed configuration against the others of its workload, mode and rate that differ in one way.
+
+    Pairs: same batch size with another strategy, and batch size 1 (direct inference) of any strategy.
+    """
+    out = []
+    for a in summaries:
+        if a.config.strategy != "bucketed" or a.config.batch_size == 1:
+            continue
+        for b in summaries:
+            same_load = (b.config.workload_label, b.config.mode, b.config.rate) == (
+                a.config.workload_label,
+                a.config.mode,
+                a.config.rate,
+            )
+            if b is a or not same_load or b.config.max_batch_delay != a.config.max_batch_delay:
+                continue
+            if (
+                b.config.batch_size == a.config.batch_size
+                and b.config.strategy != "bucketed"
+                or b.config.batch_size == 1
+            ):
+                out.append(Comparison(a, b))
+    return out
