@@ -63,10 +63,8 @@ def padding_free_bound(
     shares = balance(chunks, lengths, workers)
     ctx = mp.get_context("spawn")
     barrier, out = ctx.Barrier(workers), ctx.Queue()
-    procs = [
-        ctx.Process(target=_worker, args=(model_dir, threads, [[list(encoded[i].ids) for i in c] for c in share], barrier, out))
-        for share in shares
-    ]  # fmt: skip
+    rows = [[[list(encoded[i].ids) for i in chunk] for chunk in share] for share in shares]
+    procs = [ctx.Process(target=_worker, args=(model_dir, threads, r, barrier, out)) for r in rows]
     for p in procs:
         p.start()
     times = [out.get(timeout=600) for _ in procs]

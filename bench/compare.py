@@ -324,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     header = {
         "date": dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}",
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
         "command": f"`{command.strip()}`",
         "suite": f"{plan.name}: {plan.description}".strip(),
     }
