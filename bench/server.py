@@ -14,6 +14,7 @@ Used by `make serve` / `make stop` (`python -m bench.server start|stop|token`), 
 from __future__ import annotations
 
 import argparse
+import datetime
 import http.client
 import json
 import os
@@ -130,6 +131,9 @@ class KeyFile:
         self._mtime = -1.0
         self._keys: dict[str, Any] = {}
 
+    def reload(self) -> None:
+        self._mtime = -1.0
+
     def key(self, kind: str) -> str | None:
         if self.path is None:
             return None
@@ -142,6 +146,18 @@ class KeyFile:
             self._mtime = mtime
         entry = self._keys.get(kind) or {}
         return entry.get("key")
+
+    def seconds_left(self, kind: str) -> float:
+        """Seconds until the key of `kind` expires (infinite without a key file or an expiry)."""
+        if self.key(kind) is None:
+            return float("inf")
+        stamp = (self._keys.get(kind) or {}).get("expiration time")
+        if not stamp:
+            return float("inf")
+        # TorchServe writes nanoseconds ("2026-11-30T02:07:02.507936428Z"): keep microseconds
+        head, _, frac = stamp.rstrip("Z").partition(".")
+        when = datetime.datetime.fromisoformat(f"{head}.{(frac or '0')[:6]}+00:00")
+        return (when - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
 
     def headers(self, kind: str) -> dict[str, str]:
         key = self.key(kind)
@@ -176,9 +192,13 @@ class Client:
         )
         if reply.status != 200:
             return False
-        time.sleep(0.05)
-        self.keys._mtime = -1.0
+        self.keys.reload()
         return self.keys.key(kind) != before
+
+    def ensure_fresh(self, margin_s: float = 600.0) -> bool:
+        """Renew the inference and management keys if either expires within `margin_s`; True if renewed."""
+        expiring = [kind for kind in ("inference", "management") if self.keys.seconds_left(kind) < margin_s]
+        return all(self.renew(kind) for kind in expiring) and bool(expiring)
 
     def ping(self) -> bool:
         try:

@@ -57,10 +57,10 @@ class BucketingHandler:
         try:
             computed = self.inference(prepared)
             emit(getattr(context, "metrics", None), computed.stats)
-            responses = self.postprocess(prepared, computed)
+            responses = self.postprocess(prepared, computed, getattr(context, "model_name", ""))
         except Exception:  # noqa: BLE001 - isolate a poison request instead of failing its neighbours
             logger.exception("batch of %d failed; retrying its requests one by one", len(data))
-            responses = [self._alone(prepared, i) for i in range(len(data))]
+            responses = [self._alone(prepared, i, getattr(context, "model_name", "")) for i in range(len(data))]
         if len(responses) != len(data):
             raise RuntimeError(f"{len(data)} requests but {len(responses)} responses")
         for idx, response in enumerate(responses):
@@ -75,15 +75,18 @@ class BucketingHandler:
     def inference(self, prepared: pipeline.Prepared) -> pipeline.Computed:
         return pipeline.compute(prepared, self.plan, self.task, self.tokenizer.pad_id)
 
-    def postprocess(self, prepared: pipeline.Prepared, computed: pipeline.Computed) -> list[pipeline.Response]:
-        return pipeline.respond(prepared, computed, self.task)
+    def postprocess(
+        self, prepared: pipeline.Prepared, computed: pipeline.Computed, model_name: str = ""
+    ) -> list[pipeline.Response]:
+        return pipeline.respond(prepared, computed, self.task, model_name)
 
-    def _alone(self, prepared: pipeline.Prepared, idx: int) -> pipeline.Response:
+    def _alone(self, prepared: pipeline.Prepared, idx: int, model_name: str) -> pipeline.Response:
         one = pipeline.Prepared(
             (prepared.parsed[idx],), tuple(pipeline.Item(0, it.encoded) for it in prepared.items if it.request == idx)
         )
         try:
-            return self.postprocess(one, pipeline.compute(one, self.plan, self.task, self.tokenizer.pad_id))[0]
+            computed = pipeline.compute(one, self.plan, self.task, self.tokenizer.pad_id)
+            return self.postprocess(one, computed, model_name)[0]
         except Exception as e:  # noqa: BLE001 - answered as a 500 for this request alone
             logger.exception("request %d failed alone", idx)
             return pipeline.failure(f"inference failed: {type(e).__name__}")

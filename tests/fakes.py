@@ -21,6 +21,7 @@ class FakeMetrics:
 
 class FakeContext:
     def __init__(self, handler_section: dict[str, Any], model_dir: str = ".") -> None:
+        self.model_name = "tiny"
         self.system_properties = {"model_dir": model_dir, "gpu_id": None, "batch_size": 8}
         self.model_yaml_config = {"handler": handler_section}
         self.metrics = FakeMetrics()

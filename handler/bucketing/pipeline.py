@@ -13,7 +13,7 @@ from typing import Any
 from .config import HandlerConfig
 from .metrics import BatchStats
 from .planner import CostModel, Plan, plan_bucketed, plan_dynamic, plan_static
-from .requests import Parsed, RequestError, TextRequest, parse_request
+from .requests import Parsed, RequestError, parse_request
 from .tasks import Encoded, Task, Tokenizer, collate
 
 Planner = Callable[[Sequence[int]], Plan]
@@ -81,8 +81,8 @@ def prepare(
 ) -> Prepared:
     """Parse every request, tokenize all good texts at once, and reject overflow where configured."""
     parsed = [parse_request(row, ct, config.max_texts_per_request) for row, ct in zip(rows, content_types)]
-    owners = [i for i, p in enumerate(parsed) if isinstance(p, TextRequest) for _ in p.texts]
-    texts = [t for p in parsed if isinstance(p, TextRequest) for t in p.texts]
+    owners = [i for i, p in enumerate(parsed) if not isinstance(p, RequestError) for _ in p.texts]
+    texts = [t for p in parsed if not isinstance(p, RequestError) for t in p.texts]
     encoded = tokenizer.encode(texts)
     items = [Item(owner, enc) for owner, enc in zip(owners, encoded)]
     if config.on_overflow == "reject":
@@ -96,13 +96,14 @@ def _reject_overflow(parsed: list[Parsed], items: list[Item], max_length: int) -
     for item in items:
         index = position.get(item.request, 0)
         position[item.request] = index + 1
-        if item.encoded.truncated and not isinstance(parsed[item.request], RequestError):
-            request = parsed[item.request]
-            where = "the text" if request.single else f"texts[{index}]"
+        request = parsed[item.request]
+        if item.encoded.truncated and not isinstance(request, RequestError):
             parsed[item.request] = RequestError(
-                413, "TextTooLong", f"{where} has more than max_length={max_length} tokens (on_overflow: reject)"
+                413,
+                "TextTooLong",
+                f"{request.where(index)} has more than max_length={max_length} tokens (on_overflow: reject)",
             )
-    return [item for item in items if isinstance(parsed[item.request], TextRequest)]
+    return [item for item in items if not isinstance(parsed[item.request], RequestError)]
 
 
 def compute(prepared: Prepared, plan_fn: Planner, task: Task, pad_id: int) -> Computed:
@@ -140,7 +141,7 @@ class Response:
         return HTTPStatus(self.status).phrase
 
 
-def respond(prepared: Prepared, computed: Computed, task: Task) -> list[Response]:
+def respond(prepared: Prepared, computed: Computed, task: Task, model_name: str = "") -> list[Response]:
     """Shape every request's answer, in request order."""
     answers: dict[int, list[Any]] = {}
     for item, output in zip(prepared.items, computed.outputs):
@@ -148,7 +149,7 @@ def respond(prepared: Prepared, computed: Computed, task: Task) -> list[Response
     return [
         Response(p.status, json.dumps(p.body()))
         if isinstance(p, RequestError)
-        else Response(200, json.dumps(p.render(answers.get(i, []))))
+        else Response(200, json.dumps(p.render(answers.get(i, []), model_name)))
         for i, p in enumerate(prepared.parsed)
     ]
 

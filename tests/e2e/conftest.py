@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bench.server import Endpoints, TorchServe, free_ports
+from fakes import FakeContext
+from models import minilm_path
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,3 +50,23 @@ def torchserve(tmp_path_factory: pytest.TempPathFactory, model_store: Path):
     finally:
         server.stop()
         assert processes_under(server.workdir) == [], "TorchServe left processes behind"
+
+
+@pytest.fixture(scope="session")
+def reference():
+    """Batch-of-one embeddings from the handler in process, on the same model files."""
+    from bucketing_handler import BucketingHandler
+
+    context = FakeContext({"model_path": str(minilm_path()), "strategy": "dynamic", "cost": {"calibrate": False}})
+    handler = BucketingHandler()
+    handler.initialize(context)
+    cache: dict[str, np.ndarray] = {}
+
+    def embed(text: str) -> np.ndarray:
+        if text not in cache:
+            context.with_requests(["application/json"])
+            (body,) = handler.handle([{"body": {"text": text}}], context)
+            cache[text] = np.array(json.loads(body)["embedding"])
+        return cache[text]
+
+    return embed

@@ -11,8 +11,6 @@ import numpy as np
 import pytest
 
 from bench.server import request
-from fakes import FakeContext
-from models import minilm_path
 
 pytestmark = pytest.mark.e2e
 
@@ -26,26 +24,6 @@ def texts_for_load(n: int, seed: int) -> list[str]:
     rng = random.Random(seed)
     lengths = [rng.choice([2, 4, 6, 10, 40, 120, 180]) for _ in range(n)]
     return [" ".join(rng.choice(WORDS) for _ in range(k)) for k in lengths]
-
-
-@pytest.fixture(scope="module")
-def reference():
-    """Batch-of-one embeddings from the handler in process, on the same model files."""
-    from bucketing_handler import BucketingHandler
-
-    context = FakeContext({"model_path": str(minilm_path()), "strategy": "dynamic", "cost": {"calibrate": False}})
-    handler = BucketingHandler()
-    handler.initialize(context)
-    cache: dict[str, np.ndarray] = {}
-
-    def embed(text: str) -> np.ndarray:
-        if text not in cache:
-            context.with_requests(["application/json"])
-            (body,) = handler.handle([{"body": {"text": text}}], context)
-            cache[text] = np.array(json.loads(body)["embedding"])
-        return cache[text]
-
-    return embed
 
 
 @pytest.fixture(scope="module")
@@ -145,3 +123,40 @@ def test_static_archive_serves_too(torchserve, reference):
             assert np.max(np.abs(np.array(answer["embedding"]) - reference(text))) <= 1e-5
     finally:
         client.unregister("static")
+
+
+def test_kserve_v2_and_v1_with_batching(models, reference):
+    """v2 at /v2/models/NAME/infer (BYTES inputs of several texts) and v1, concurrently, with batch_size 8."""
+    client = models.client
+    texts = texts_for_load(36, seed=11)
+    groups = [texts[i : i + (1 + i % 3)] for i in range(0, 36, 3)]
+    calls = [("v2", f"r{i}", g) for i, g in enumerate(groups)] + [("v1", None, g) for g in groups[:6]]
+    before = counter(client.metrics(), "bucket_batches_total", "bucketed")
+
+    def send(call):
+        kind, rid, group = call
+        if kind == "v2":
+            body = {"id": rid, "inputs": [{"name": "text", "datatype": "BYTES", "shape": [len(group)], "data": group}]}
+            path = "/v2/models/bucketed/infer"
+        else:
+            body, path = {"instances": group}, "/v1/models/bucketed:predict"
+        return call, client.call(
+            "inference", "POST", path, json.dumps(body), headers={"Content-Type": "application/json"}
+        )
+
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        replies = list(pool.map(send, calls))
+    for (kind, rid, group), reply in replies:
+        assert reply.status == 200, reply.text
+        body = reply.json()
+        if kind == "v2":
+            assert body["id"] == rid and body["model_name"] == "bucketed"
+            emb = next(o for o in body["outputs"] if o["name"] == "embedding")
+            assert emb["datatype"] == "FP32" and emb["shape"] == [len(group), 384]
+            vectors = np.array(emb["data"]).reshape(len(group), 384)
+        else:
+            vectors = np.array([p["embedding"] for p in body["predictions"]])
+        for text, vector in zip(group, vectors, strict=True):
+            assert np.max(np.abs(vector - reference(text))) <= 1e-5
+    batches = counter(client.metrics(), "bucket_batches_total", "bucketed") - before
+    assert batches < len(calls), "TorchServe delivered no batch larger than 1"

@@ -164,3 +164,22 @@ def test_max_length_over_the_model_limit_is_refused(tiny_embedder_dir):
 def test_calibration_fits_a_cost_model(tiny_embedder_dir):
     handler, _ = make_handler(tiny_embedder_dir, max_length=64, cost={"calibrate": True})
     assert handler.cost.per_token_us > 0 or handler.cost.per_token_sq_us > 0
+
+
+def test_kserve_v2_and_v1_in_one_batch_match_batch_of_one(tiny_embedder_dir):
+    handler, context = make_handler(tiny_embedder_dir)
+    texts = mixed_texts(5, seed=4)
+    v2 = {"id": "q1", "inputs": [{"name": "text", "datatype": "BYTES", "shape": [3], "data": texts[:3]}]}
+    rows = [{"body": v2}, {"body": {"instances": texts[3:]}}, {"body": {"text": texts[0]}}]
+    answers = serve(handler, context, rows)
+    assert [s for s, _ in answers] == [200, 200, 200]
+    body = answers[0][1]
+    assert body["id"] == "q1" and body["model_name"] == "tiny"
+    emb = next(o for o in body["outputs"] if o["name"] == "embedding")
+    dim = emb["shape"][1]
+    assert emb["datatype"] == "FP32" and emb["shape"][0] == 3 and len(emb["data"]) == 3 * dim
+    for i, text in enumerate(texts[:3]):
+        ref = np.array(alone(handler, context, text)["embedding"])
+        assert np.max(np.abs(np.array(emb["data"][i * dim : (i + 1) * dim]) - ref)) <= 1e-5
+    predictions = answers[1][1]["predictions"]
+    assert [len(p["embedding"]) for p in predictions] == [dim, dim]

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bucketing.requests import RequestError, TextRequest, parse_request, parse_value
+from bucketing.requests import RequestError, TextRequest, V1Request, V2Request, parse_request, parse_value
 
 JSON = "application/json"
 
@@ -100,3 +100,57 @@ def test_arbitrary_json_never_raises(value):
     if isinstance(result, TextRequest):
         assert all(isinstance(t, str) and t.strip() for t in result.texts)
         assert 1 <= len(result.texts) <= 8
+
+
+def v2(data, shape=None, datatype="BYTES", **extra):
+    tensor = {"name": "text", "datatype": datatype, "shape": shape if shape is not None else [len(data)], "data": data}
+    return {"inputs": [tensor], **extra}
+
+
+def test_kserve_v2_bytes_input_carries_several_texts():
+    parsed = parse_value(v2(["a b", "c"], id="r1"), JSON, 8)
+    assert isinstance(parsed, V2Request) and parsed.texts == ("a b", "c") and parsed.id == "r1"
+    assert parse_value(v2([["a"], ["b"]], shape=[2, 1]), JSON, 8).texts == ("a", "b")
+
+
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        (v2(["a"], datatype="FP32"), 'datatype must be "BYTES"'),
+        (v2(["a", "b"], shape=[3]), "shape [3] holds 3 items but data has 2"),
+        (v2(["a"], shape="1"), "shape must be a list of integers"),
+        (v2(["a", 5]), "inputs[0].data[1] must be a string"),
+        (v2([]), "empty list"),
+        ({"inputs": []}, "exactly one tensor"),
+        ({"inputs": [1]}, "exactly one tensor"),
+        (v2(["a"], id=7), '"id" must be a string'),
+        (v2(["a"], extra=1), "unknown field(s) 'extra'"),
+    ],
+)
+def test_kserve_v2_mistakes(body, words):
+    result = parse_value(body, JSON, 8)
+    assert isinstance(result, RequestError) and result.status == 400 and words in result.message
+
+
+def test_kserve_v2_response_has_one_tensor_per_field():
+    request = V2Request(("a", "b"), "r1")
+    answers = [
+        {"embedding": [0.5, 0.25], "label": "x", "scores": {"x": 0.9, "y": 0.1}, "tokens": 3, "truncated": False},
+        {"embedding": [1.0, 0.0], "label": "y", "scores": {"x": 0.2, "y": 0.8}, "tokens": 4, "truncated": True},
+    ]
+    body = request.render(answers, "minilm")
+    assert body["id"] == "r1" and body["model_name"] == "minilm"
+    out = {o["name"]: o for o in body["outputs"]}
+    assert out["embedding"] == {"name": "embedding", "datatype": "FP32", "shape": [2, 2], "data": [0.5, 0.25, 1.0, 0.0]}
+    assert out["label"]["datatype"] == "BYTES" and out["label"]["data"] == ["x", "y"]
+    assert out["scores"]["shape"] == [2, 2] and out["scores"]["data"] == [0.9, 0.1, 0.2, 0.8]
+    assert out["tokens"]["datatype"] == "INT64" and out["truncated"]["datatype"] == "BOOL"
+    assert "id" not in V2Request(("a",)).render(answers[:1], "m")
+
+
+def test_kserve_v1_instances():
+    parsed = parse_value({"instances": ["a", {"text": "b"}]}, JSON, 8)
+    assert isinstance(parsed, V1Request) and parsed.texts == ("a", "b")
+    assert parsed.render([1, 2]) == {"predictions": [1, 2]}
+    bad = parse_value({"instances": [{"txt": "b"}]}, JSON, 8)
+    assert isinstance(bad, RequestError) and "instances[0] must be a string" in bad.message
