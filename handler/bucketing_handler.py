@@ -28,7 +28,7 @@ class BucketingHandler:
         self.config = HandlerConfig.from_yaml(getattr(context, "model_yaml_config", None))
         torch.set_num_threads(self.config.torch_threads)
         model_dir = os.path.join(context.system_properties.get("model_dir", "."), self.config.model_path)
-        self.task = load_task(self.config.task, model_dir, self.config.normalize)
+        self.task = load_task(self.config.task, model_dir, self.config.normalize, self.config.torchscript)
         if self.config.max_length > self.task.max_positions:
             raise ConfigError(
                 f"handler.max_length: got {self.config.max_length}; allowed: at most the model's "

@@ -40,6 +40,7 @@ class HandlerConfig:
     on_overflow: str = "truncate"
     torch_threads: int = 1
     normalize: bool = True
+    torchscript: bool = True
     cost: CostConfig = field(default_factory=CostConfig)
 
     @classmethod
@@ -63,8 +64,9 @@ class HandlerConfig:
         for key, (low, high) in _INT_RANGES.items():
             if key in section:
                 values[key] = _integer(f"handler.{key}", section[key], low, high)
-        if "normalize" in section:
-            values["normalize"] = _boolean("handler.normalize", section["normalize"])
+        for key in ("normalize", "torchscript"):
+            if key in section:
+                values[key] = _boolean(f"handler.{key}", section[key])
         if "cost" in section:
             values["cost"] = _cost(section["cost"])
         config = cls(**values)

@@ -50,6 +50,54 @@ def collate(rows: Sequence[Sequence[int]], padded_len: int, pad_id: int) -> tupl
     return torch.from_numpy(ids), torch.from_numpy(mask)
 
 
+class Encoder:
+    """The model's first output (hidden states or logits) for ids and mask, traced with TorchScript when asked.
+
+    Tracing removes most of the Python overhead of a forward pass (about 2 ms of 6 for MiniLM on one core), which
+    lets the planner cut finer. The trace is checked against eager outputs on padded inputs at load; on any
+    mismatch or failure it is dropped and the eager model is used.
+    """
+
+    def __init__(self, model: torch.nn.Module, torchscript: bool) -> None:
+        self.model = model
+        self.traced: torch.jit.ScriptModule | None = self._trace() if torchscript else None
+
+    def _eager(self, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        return self.model(input_ids=ids, attention_mask=mask, return_dict=False)[0]
+
+    def _trace(self) -> torch.jit.ScriptModule | None:
+        import logging
+        import warnings
+
+        example = torch.randint(1000, 2000, (3, 24))
+        mask = torch.ones_like(example)
+        mask[1, 9:] = 0
+        mask[2, 17:] = 0
+        try:
+            with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self.model.config.return_dict = False  # a traced module returns tuples
+                traced = torch.jit.trace(
+                    self.model, (example[:2, :16], torch.ones_like(example[:2, :16])), strict=False
+                )
+                check_ids = example.clone()
+                diff = traced(check_ids, mask)[0] - self._eager(check_ids, mask)
+                if diff.dim() == 3:  # hidden states: padded positions are free to differ
+                    diff = diff * mask.unsqueeze(-1)
+            if float(diff.abs().max()) > 1e-5:
+                raise ValueError(f"traced output differs from eager by {float(diff.abs().max()):.2e}")
+            return traced
+        except Exception as e:  # noqa: BLE001 - tracing is an optimisation; eager is always correct
+            reason = f"{type(e).__name__}: {str(e)[:200]}"
+            logging.getLogger(__name__).warning("TorchScript trace unusable (%s); using the eager model", reason)
+            return None
+
+    def __call__(self, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        if self.traced is None:
+            return self._eager(ids, mask)
+        return self.traced(ids, mask if mask is not None else torch.ones_like(ids))[0]
+
+
 class Task(Protocol):
     """What the handler needs from a task: a forward pass per sub-batch, and one answer per text."""
 
@@ -63,16 +111,17 @@ class Task(Protocol):
 class EmbeddingTask:
     """Mean pooling over real tokens, optionally L2-normalised."""
 
-    def __init__(self, model_dir: str, normalize: bool) -> None:
+    def __init__(self, model_dir: str, normalize: bool, torchscript: bool = False) -> None:
         from transformers import AutoModel
 
-        self.model = AutoModel.from_pretrained(model_dir).eval()
-        self.max_positions = int(self.model.config.max_position_embeddings)
+        model = AutoModel.from_pretrained(model_dir).eval()
+        self.max_positions = int(model.config.max_position_embeddings)
+        self.encoder = Encoder(model, torchscript)
         self.normalize = normalize
 
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, mask: torch.Tensor | None) -> np.ndarray:
-        hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+        hidden = self.encoder(ids, mask)
         if mask is None:
             pooled = hidden.mean(dim=1)
         else:
@@ -89,18 +138,19 @@ class EmbeddingTask:
 class ClassificationTask:
     """Sequence classification: softmax scores and the top label from the model's id2label."""
 
-    def __init__(self, model_dir: str) -> None:
+    def __init__(self, model_dir: str, torchscript: bool = False) -> None:
         from transformers import AutoModelForSequenceClassification
 
-        self.model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
-        self.max_positions = int(self.model.config.max_position_embeddings)
-        n = int(self.model.config.num_labels)
-        id2label = self.model.config.id2label or {}
+        model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
+        self.max_positions = int(model.config.max_position_embeddings)
+        n = int(model.config.num_labels)
+        id2label = model.config.id2label or {}
         self.labels = [str(id2label.get(i, f"LABEL_{i}")) for i in range(n)]
+        self.encoder = Encoder(model, torchscript)
 
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, mask: torch.Tensor | None) -> np.ndarray:
-        logits = self.model(input_ids=ids, attention_mask=mask).logits
+        logits = self.encoder(ids, mask)
         return torch.softmax(logits.float(), dim=-1).numpy()
 
     def answer(self, output: np.ndarray, encoded: Encoded) -> dict[str, Any]:
@@ -113,7 +163,7 @@ class ClassificationTask:
         }
 
 
-def load_task(task: str, model_dir: str, normalize: bool = True) -> Task:
+def load_task(task: str, model_dir: str, normalize: bool = True, torchscript: bool = False) -> Task:
     if task == "classification":
-        return ClassificationTask(model_dir)
-    return EmbeddingTask(model_dir, normalize)
+        return ClassificationTask(model_dir, torchscript)
+    return EmbeddingTask(model_dir, normalize, torchscript)

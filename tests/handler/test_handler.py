@@ -183,3 +183,20 @@ def test_kserve_v2_and_v1_in_one_batch_match_batch_of_one(tiny_embedder_dir):
         assert np.max(np.abs(np.array(emb["data"][i * dim : (i + 1) * dim]) - ref)) <= 1e-5
     predictions = answers[1][1]["predictions"]
     assert [len(p["embedding"]) for p in predictions] == [dim, dim]
+
+
+@pytest.mark.parametrize("task", ["embedding", "classification"])
+def test_torchscript_trace_matches_eager(tiny_embedder_dir, tiny_classifier_dir, task):
+    model_dir = tiny_embedder_dir if task == "embedding" else tiny_classifier_dir
+    traced, context = make_handler(model_dir, task=task, torchscript=True)
+    eager, _ = make_handler(model_dir, task=task, torchscript=False)
+    assert traced.task.encoder.traced is not None and eager.task.encoder.traced is None
+    texts = mixed_texts(9, seed=5)
+    rows = [{"body": {"texts": texts}}]
+    ((_, a),) = serve(traced, context, rows)
+    ((_, b),) = serve(eager, context, rows)
+    key = "embedding" if task == "embedding" else "scores"
+    for x, y in zip(a, b, strict=True):
+        left = np.array(x[key] if task == "embedding" else list(x[key].values()))
+        right = np.array(y[key] if task == "embedding" else list(y[key].values()))
+        assert np.max(np.abs(left - right)) <= 1e-5
