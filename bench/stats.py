@@ -7,15 +7,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
-HANDLER_METRICS = (
-    "bucket_batches_total",
-    "bucket_requests_total",
-    "bucket_texts_total",
-    "bucket_real_tokens_total",
-    "bucket_padded_tokens_total",
-    "bucket_sub_batches_total",
-    "bucket_forward_ms_total",
-)
+from bucketing.metrics import METRICS, BatchStats
+
+# The handler's counters, as TorchServe exposes them: metric name -> BatchStats field.
+HANDLER_METRICS = {name: attr for name, (attr, _unit) in METRICS.items()}
 
 
 @dataclass(frozen=True)
@@ -51,29 +46,7 @@ class Config:
         return f"mixed(short_frac={self.short_frac:g})" if self.workload == "mixed" else self.workload
 
 
-@dataclass(frozen=True)
-class HandlerDelta:
-    """What the handler's counters moved by during one measurement."""
-
-    batches: float = 0.0
-    requests: float = 0.0
-    texts: float = 0.0
-    real_tokens: float = 0.0
-    padded_tokens: float = 0.0
-    sub_batches: float = 0.0
-    forward_ms: float = 0.0
-
-    @property
-    def padding_efficiency(self) -> float | None:
-        return self.real_tokens / self.padded_tokens if self.padded_tokens else None
-
-    @property
-    def mean_batch_size(self) -> float | None:
-        return self.requests / self.batches if self.batches else None
-
-    @property
-    def sub_batches_per_batch(self) -> float | None:
-        return self.sub_batches / self.batches if self.batches else None
+HandlerDelta = BatchStats  # what the handler's counters moved by during one measurement
 
 
 def parse_prometheus(text: str, model: str) -> dict[str, float]:
@@ -86,8 +59,7 @@ def parse_prometheus(text: str, model: str) -> dict[str, float]:
 
 
 def handler_delta(before: Mapping[str, float], after: Mapping[str, float]) -> HandlerDelta:
-    d = {name: after.get(name, 0.0) - before.get(name, 0.0) for name in HANDLER_METRICS}
-    return HandlerDelta(*(d[name] for name in HANDLER_METRICS))
+    return BatchStats(**{attr: after.get(name, 0.0) - before.get(name, 0.0) for name, attr in HANDLER_METRICS.items()})
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -116,7 +88,7 @@ class Summary:
     p99_ms: float
     max_ms: float
     errors: dict[str, int] = field(default_factory=dict)
-    handler: HandlerDelta = field(default_factory=HandlerDelta)
+    handler: HandlerDelta = field(default_factory=lambda: BatchStats(batches=0))
     server_cpu_cores: float | None = None
     client_cpu_cores: float = 0.0
     bound_tokens_per_s: float | None = None

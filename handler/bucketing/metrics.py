@@ -30,8 +30,18 @@ class BatchStats:
     forward_ms: float = 0.0
 
     @property
-    def padding_efficiency(self) -> float:
-        return self.real_tokens / self.padded_tokens if self.padded_tokens else 1.0
+    def padding_efficiency(self) -> float | None:
+        """Real / padded tokens (None before any token was run)."""
+        return self.real_tokens / self.padded_tokens if self.padded_tokens else None
+
+    @property
+    def mean_batch_size(self) -> float | None:
+        """Requests per delivered batch."""
+        return self.requests / self.batches if self.batches else None
+
+    @property
+    def sub_batches_per_batch(self) -> float | None:
+        return self.sub_batches / self.batches if self.batches else None
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

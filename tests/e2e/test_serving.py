@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
 from bench.server import request
+from bench.stats import parse_prometheus
 
 pytestmark = pytest.mark.e2e
 
@@ -50,8 +50,7 @@ MODELS = ("bucketed", "dynamic")
 
 
 def counter(metrics_text: str, name: str, model: str) -> float:
-    match = re.search(rf'^{name}{{ModelName="{model}",[^}}]*}} ([0-9.eE+-]+)$', metrics_text, re.M)
-    return float(match.group(1)) if match else 0.0
+    return parse_prometheus(metrics_text, model)[name]
 
 
 def test_concurrent_mixed_load_with_bad_requests(models, reference):
