@@ -141,6 +141,7 @@ class ResultsWriter:
             writer = csv.DictWriter(f, fieldnames=stats.CSV_COLUMNS, extrasaction="ignore")
             writer.writeheader()
             writer.writerows(self.rows)
+        os.chmod(f.name, 0o644)
         os.replace(f.name, self.folder / "results.csv")
 
     def _write(self, name: str, text: str) -> None:
