@@ -366,7 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"starting TorchServe on {server.endpoints.inference} (token auth on)")
         server.start()
         client = server.client
-    bench = Bench(client, server, out, args.seed, not args.no_progress)
+    bench = Bench(client, server, out, args.seed, not args.no_progress and sys.stderr.isatty())
     try:
         if plan.bound:
             w, _, _ = bench.workload(plan.configs[0])
