@@ -87,7 +87,7 @@ def render_markdown(
     comparisons: Sequence[Comparison],
     histograms: Mapping[str, Sequence[tuple[int, int, int]]],
     offline_rows: Sequence[Mapping[str, object]],
-    bound: Mapping[str, object] | None,
+    bounds: Sequence[Mapping[str, object]],
     plots: Sequence[str],
 ) -> str:
     """report.md: what was run where, the results table, comparisons, length histograms and plots."""
@@ -97,15 +97,27 @@ def render_markdown(
         parts += ["", "## Results", "", results_table(summaries)]
     if comparisons:
         parts += ["", "## Comparisons", ""] + [f"- {render_comparison(c)}" for c in comparisons]
-    if bound:
+    if bounds:
         parts += [
             "",
             "## Padding-free bound",
             "",
-            "The same texts run in process, grouped by exact token length (zero padding), "
-            f"{bound.get('workers')} processes x {bound.get('threads')} thread: "
-            f"**{_num(bound.get('tokens_per_s'), '.0f')} real tokens/s** "  # type: ignore[arg-type]
-            f"({bound.get('texts')} texts, {bound.get('forwards')} forward passes).",
+            "The same texts run in process, grouped by exact token length (zero padding), with the workers' threads; "
+            "each configuration's `bound_fraction` is its real tokens/s over this.",
+            "",
+            _table(
+                ["workload", "processes x threads", "real tokens/s", "texts", "forward passes"],
+                [
+                    [
+                        b.get("workload", ""),
+                        f"{b.get('workers')} x {b.get('threads')}",
+                        _num(b.get("tokens_per_s"), ".0f"),  # type: ignore[arg-type]
+                        b.get("texts"),
+                        b.get("forwards"),
+                    ]
+                    for b in bounds
+                ],
+            ),  # fmt: skip
         ]
     for name, hist in histograms.items():
         parts += ["", f"## Token lengths sent: {name}", "", histogram_table(hist)]

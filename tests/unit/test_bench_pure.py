@@ -146,7 +146,7 @@ def test_render_markdown_golden():
                 "saved_vs_arrival": 0.633,
             }
         ],  # fmt: skip
-        {"workers": 2, "threads": 1, "tokens_per_s": 7000.0, "texts": 800, "forwards": 150},
+        [{"workload": "longtail", "workers": 2, "threads": 1, "tokens_per_s": 7000.0, "texts": 800, "forwards": 150}],
         ["batching_comparison.svg"],
     )
     assert md == (GOLDEN / "report.md").read_text()
