@@ -173,6 +173,21 @@ class Bench:
         self.client, self.server, self.out, self.seed, self.progress = client, server, out, seed, progress
         self._workloads: dict[tuple[str, float], tuple[Workload, list[bytes], list[int]]] = {}
         self._tokenizer = None
+        self.bounds: dict[tuple[str, int, int], dict[str, Any]] = {}
+
+    def bound(self, config: stats.Config) -> float:
+        """The padding-free bound of this workload and worker layout (real tokens/s), measured once per run."""
+        key = (config.workload_label, config.workers, config.threads)
+        if key not in self.bounds:
+            from bench.bound import padding_free_bound
+
+            w, _, _ = self.workload(config)
+            print(f"padding-free bound: {w.label}, {config.workers} processes x {config.threads} thread ...")
+            b = padding_free_bound(w.texts[:800], str(minilm_dir()), config.workers, config.threads)
+            self.bounds[key] = {"workload": config.workload_label, **b}
+            print(f"  {b['tokens_per_s']:.0f} real tokens/s")
+            (self.out / "bound.json").write_text(json.dumps(list(self.bounds.values()), indent=1))
+        return self.bounds[key]["tokens_per_s"]
 
     def workload(self, config: stats.Config) -> tuple[Workload, list[bytes], list[int]]:
         key = (config.workload, config.short_frac if config.workload == "mixed" else 0.0)
@@ -318,6 +333,36 @@ def run_offline(plan: Plan, out: Path) -> list[dict[str, object]]:
     return rows
 
 
+def run_header(argv: Sequence[str] | None, plan: Plan) -> dict[str, str]:
+    """What the report says about the run: date, machine, the command that reproduces it, the suite."""
+    command = "python bench/compare.py " + " ".join(
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
+    )
+    return {
+        "date": dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "command": f"`{command.strip()}`",
+        "suite": f"{plan.name}: {plan.description}".strip(),
+    }
+
+
+def open_target(args: argparse.Namespace, plan: Plan, stamp: str) -> tuple[Client, TorchServe | None]:
+    """A client for the server given by URLs, or a TorchServe of our own (started, with fresh archives)."""
+    if args.inference_url:
+        if not (args.management_url and args.metrics_url):
+            raise SystemExit("--inference-url needs --management-url and --metrics-url too")
+        return Client(Endpoints(args.inference_url, args.management_url, args.metrics_url), args.token_file), None
+    store = ROOT / "model_store"
+    missing = [s for s in {c.strategy for c in plan.configs} if archive_stale(store / f"minilm-{s}.mar")]
+    if missing:
+        print(f"building archives (missing or older than their sources): {', '.join(sorted(missing))}")
+        build_archives(store, 1, sorted(missing))
+    server = TorchServe(ROOT / ".tmp" / f"bench-{stamp}", Endpoints.on_ports(*free_ports(3)), model_store=store)
+    print(f"starting TorchServe on {server.endpoints.inference} (token auth on)")
+    server.start()
+    return server.client, server
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.list_suites:
@@ -328,63 +373,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = args.out / stamp
     out.mkdir(parents=True, exist_ok=True)
-    command = "python bench/compare.py " + " ".join(
-        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
-    )
-    header = {
-        "date": dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        "command": f"`{command.strip()}`",
-        "suite": f"{plan.name}: {plan.description}".strip(),
-    }
+    header = run_header(argv, plan)
     print(f"Results: {out}")
     sweep_rows = run_offline(plan, out) if plan.sweep or args.offline else []
     if args.offline:
         print(report.offline_table(sweep_rows))
         made = [p for p in [plots.short_frac_sweep(sweep_rows, out)] if p]
-        (out / "report.md").write_text(
-            report.render_markdown("Offline padding comparison", header, [], [], {}, sweep_rows, [], made)
-        )
+        md = report.render_markdown("Offline padding comparison", header, [], [], {}, sweep_rows, [], made)
+        (out / "report.md").write_text(md)
         return 0
 
     summaries: list[stats.Summary] = []
     histograms: dict[str, list[tuple[int, int, int]]] = {}
-    bounds: dict[tuple[str, int, int], dict[str, Any]] = {}
-
-    def bound_for(config: stats.Config) -> float:
-        """The padding-free bound of this workload and worker layout, measured once per run."""
-        key = (config.workload_label, config.workers, config.threads)
-        if key not in bounds:
-            from bench.bound import padding_free_bound
-
-            w, _, _ = bench.workload(config)
-            print(f"padding-free bound: {w.label}, {config.workers} processes x {config.threads} thread ...")
-            b = padding_free_bound(w.texts[:800], str(minilm_dir()), config.workers, config.threads)
-            bounds[key] = {"workload": config.workload_label, **b}
-            print(f"  {b['tokens_per_s']:.0f} real tokens/s")
-            (out / "bound.json").write_text(json.dumps(list(bounds.values()), indent=1))
-        return bounds[key]["tokens_per_s"]
-
     writer = ResultsWriter(out)
-    server = None
-    if args.inference_url:
-        if not (args.management_url and args.metrics_url):
-            raise SystemExit("--inference-url needs --management-url and --metrics-url too")
-        client = Client(Endpoints(args.inference_url, args.management_url, args.metrics_url), args.token_file)
-    else:
-        store = ROOT / "model_store"
-        missing = [s for s in {c.strategy for c in plan.configs} if archive_stale(store / f"minilm-{s}.mar")]
-        if missing:
-            print(f"building archives (missing or older than their sources): {', '.join(sorted(missing))}")
-            build_archives(store, 1, sorted(missing))
-        server = TorchServe(ROOT / ".tmp" / f"bench-{stamp}", Endpoints.on_ports(*free_ports(3)), model_store=store)
-        print(f"starting TorchServe on {server.endpoints.inference} (token auth on)")
-        server.start()
-        client = server.client
+    client, server = open_target(args, plan, stamp)
     bench = Bench(client, server, out, args.seed, not args.no_progress and sys.stderr.isatty())
     try:
         for i, config in enumerate(plan.configs, 1):
-            bound_tps = bound_for(config) if plan.bound else None
+            bound_tps = bench.bound(config) if plan.bound else None
             print(f"\n[{i}/{len(plan.configs)}] {config.name} on {config.workload_label}")
             summary = bench.measure(config, bound_tps)
             summaries.append(summary)
@@ -397,13 +403,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if server:
             server.stop()
     cmps = stats.comparisons(summaries)
-    if cmps:
-        print()
-        for c in cmps:
-            print(report.render_comparison(c))
+    print("\n" + "\n".join(report.render_comparison(c) for c in cmps) if cmps else "")
     made = plots.all_plots(summaries, sweep_rows, out)
     md = report.render_markdown(
-        "Batching comparison", header, summaries, cmps, histograms, sweep_rows, list(bounds.values()), made
+        "Batching comparison", header, summaries, cmps, histograms, sweep_rows, list(bench.bounds.values()), made
     )
     (out / "report.md").write_text(md)
     print(f"\nreport: {out / 'report.md'}")
