@@ -142,7 +142,10 @@ class KeyFile:
         except FileNotFoundError:
             return None
         if mtime != self._mtime:
-            self._keys = json.loads(self.path.read_text())
+            try:
+                self._keys = json.loads(self.path.read_text())
+            except (json.JSONDecodeError, FileNotFoundError):
+                return None  # TorchServe is still writing it: read again on the next call
             self._mtime = mtime
         entry = self._keys.get(kind) or {}
         return entry.get("key")

@@ -27,6 +27,12 @@ def test_key_file_is_reread_when_it_changes_and_knows_expiry(tmp_path):
     keys.reload()
     assert keys.key("inference") == "renewed"
     assert KeyFile(tmp_path / "missing.json").headers("inference") == {}
+    half_written = tmp_path / "half.json"
+    half_written.write_text("")
+    half = KeyFile(half_written)
+    assert half.key("inference") is None  # TorchServe still writing: no key yet, read again next time
+    half_written.write_text(json.dumps({"inference": {"key": "k"}}))
+    assert half.key("inference") == "k"
     assert KeyFile(None).seconds_left("inference") == float("inf")
 
 
