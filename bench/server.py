@@ -338,6 +338,14 @@ class TorchServe:
                 launcher, cwd=self.workdir, env=self.env, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
                 start_new_session=True, check=True, timeout=60,
             )  # fmt: skip
+        try:
+            self._wait_answering(timeout)
+        except BaseException:
+            self.stop()  # whatever went wrong, leave no process behind
+            raise
+        return self
+
+    def _wait_answering(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.pid() is None:
@@ -345,9 +353,8 @@ class TorchServe:
             if self.client.ping():
                 time.sleep(1.0)  # a late bind failure (gRPC) stops the server just after its first answer
                 if self.pid() is not None and self.client.ping():
-                    return self
+                    return
             time.sleep(0.25)
-        self.stop()
         raise ServerError(f"TorchServe did not answer /ping in {timeout:.0f} s; see {self.workdir / 'logs'}")
 
     def stop(self, timeout: float = 60.0) -> None:
