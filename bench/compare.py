@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:
 import yaml  # noqa: E402
 
 from bench import load, offline, plots, report, stats  # noqa: E402
-from bench.server import Client, Endpoints, TorchServe, free_ports  # noqa: E402
+from bench.server import Client, Endpoints, TorchServe, free_ports, group_cpu_seconds  # noqa: E402
 from bench.workloads import WORKLOADS, Workload, make_workload  # noqa: E402
 
 SUITES = Path(__file__).resolve().parent / "suites.yaml"
@@ -150,22 +150,6 @@ class ResultsWriter:
         os.replace(tmp, self.folder / name)
 
 
-def process_group_cpu(pgid: int) -> float:
-    """CPU seconds (user + system) of every live process in a process group."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            fields_ = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields_[2]) == pgid:
-            total += (int(fields_[11]) + int(fields_[12])) / tick
-    return total
-
-
 class Bench:
     """One run: a TorchServe to talk to, the workloads' bodies and token counts, and the results folder."""
 
@@ -210,7 +194,7 @@ class Bench:
 
     def cpu(self) -> float | None:
         pid = self.server.pid() if self.server else None
-        return process_group_cpu(os.getpgid(pid)) if pid else None
+        return group_cpu_seconds(os.getpgid(pid)) if pid else None
 
     def run_load(
         self, config: stats.Config, url: str, bodies: list[bytes], duration: float, label: str

@@ -167,6 +167,11 @@ class KeyFile:
         return {"Authorization": f"Bearer {key}"} if key else {}
 
 
+def _key_kind(api: str) -> str:
+    """Which key an API takes: the management key for management, the inference key for the rest."""
+    return "management" if api == "management" else "inference"
+
+
 class Client:
     """Calls to a running TorchServe's three APIs, with tokens from its key file."""
 
@@ -176,10 +181,11 @@ class Client:
 
     def call(self, api: str, method: str, path: str, body: bytes | str | None = None, **kw: Any) -> Reply:
         base = getattr(self.endpoints, api)
-        headers = {**self.keys.headers("management" if api == "management" else "inference"), **kw.pop("headers", {})}
+        kind = _key_kind(api)
+        headers = {**self.keys.headers(kind), **kw.pop("headers", {})}
         reply = request(base + path, method, body, headers, **kw)
         if reply.status in (400, 401) and b"Token" in reply.body and self.renew(api):
-            headers.update(self.keys.headers("management" if api == "management" else "inference"))
+            headers.update(self.keys.headers(kind))
             reply = request(base + path, method, body, headers, **kw)
         return reply
 
@@ -188,7 +194,7 @@ class Client:
         api_key = self.keys.key("API")
         if not api_key:
             return False
-        kind = "management" if api == "management" else "inference"
+        kind = _key_kind(api)
         before = self.keys.key(kind)
         reply = request(
             f"{self.endpoints.management}/token?type={kind}", "POST", headers={"Authorization": f"Bearer {api_key}"}
@@ -381,22 +387,33 @@ class TorchServe:
         self.stop()
 
 
+def group_stats(pgid: int) -> list[list[str]]:
+    """The /proc/PID/stat fields (after the command name) of every process in a process group."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid:
+                out.append(fields)
+    return out
+
+
+def group_cpu_seconds(pgid: int) -> float:
+    """CPU seconds (user + system) of every live process in a process group."""
+    tick = os.sysconf("SC_CLK_TCK")
+    return sum((int(f[11]) + int(f[12])) / tick for f in group_stats(pgid))
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     # Zombies count as gone: they hold no port or memory and are reaped by their parent.
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                stat = (proc / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[1].split()
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                return True
-    return False
+    return any(f[0] != "Z" for f in group_stats(pgid))
 
 
 def main(argv: list[str] | None = None) -> int:

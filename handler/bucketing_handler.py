@@ -54,13 +54,14 @@ class BucketingHandler:
 
     def handle(self, data: list[Any], context: Any) -> list[str]:
         prepared = self.preprocess(data, context)
+        model_name = getattr(context, "model_name", "")
         try:
             computed = self.inference(prepared)
             emit(getattr(context, "metrics", None), computed.stats)
-            responses = self.postprocess(prepared, computed, getattr(context, "model_name", ""))
+            responses = self.postprocess(prepared, computed, model_name)
         except Exception:  # noqa: BLE001 - isolate a poison request instead of failing its neighbours
             logger.exception("batch of %d failed; retrying its requests one by one", len(data))
-            responses = [self._alone(prepared, i, getattr(context, "model_name", "")) for i in range(len(data))]
+            responses = [self._alone(prepared, i, model_name) for i in range(len(data))]
         if len(responses) != len(data):
             raise RuntimeError(f"{len(data)} requests but {len(responses)} responses")
         for idx, response in enumerate(responses):
