@@ -1,17 +1,19 @@
-"""TorchServe entry point: a thin adapter over the `bucketing` package (this module defines one class)."""
+"""TorchServe entry point: a thin adapter over the `bucketing` package (one class, and how TorchServe's request
+headers are read)."""
 
 from __future__ import annotations
 
 import logging
 import os
+from http import HTTPStatus
 from typing import Any
 
 import torch
 
-from bucketing import pipeline
 from bucketing.calibrate import fit_cost, measure
-from bucketing.config import ConfigError, HandlerConfig
+from bucketing.config import HandlerConfig
 from bucketing.metrics import emit
+from bucketing.pipeline import Meta, Pipeline, make_planner
 from bucketing.planner import CostModel
 from bucketing.tasks import Tokenizer, load_task
 
@@ -29,14 +31,9 @@ class BucketingHandler:
         torch.set_num_threads(self.config.torch_threads)
         model_dir = os.path.join(context.system_properties.get("model_dir", "."), self.config.model_path)
         self.task = load_task(self.config.task, model_dir, self.config.normalize, self.config.torchscript)
-        if self.config.max_length > self.task.max_positions:
-            raise ConfigError(
-                f"handler.max_length: got {self.config.max_length}; allowed: at most the model's "
-                f"max_position_embeddings ({self.task.max_positions})"
-            )
         self.tokenizer = Tokenizer(model_dir, self.config.max_length)
         self.cost = self._cost_model()
-        self.plan = pipeline.make_planner(self.config, self.cost)
+        self.pipeline = Pipeline(self.config, self.tokenizer, self.task, make_planner(self.config, self.cost))
         logger.info("bucketing handler ready: %s, cost model %s", self.config, self.cost)
         self.initialized = True
 
@@ -53,41 +50,30 @@ class BucketingHandler:
         return fit_cost(measure(forward, self.config.max_length), configured)
 
     def handle(self, data: list[Any], context: Any) -> list[str]:
-        prepared = self.preprocess(data, context)
-        model_name = getattr(context, "model_name", "")
-        try:
-            computed = self.inference(prepared)
-            emit(getattr(context, "metrics", None), computed.stats)
-            responses = self.postprocess(prepared, computed, model_name)
-        except Exception:  # noqa: BLE001 - isolate a poison request instead of failing its neighbours
-            logger.exception("batch of %d failed; retrying its requests one by one", len(data))
-            responses = [self._alone(prepared, i, model_name) for i in range(len(data))]
-        if len(responses) != len(data):
-            raise RuntimeError(f"{len(data)} requests but {len(responses)} responses")
-        for idx, response in enumerate(responses):
-            context.set_response_status(response.status, response.phrase, idx)
+        meta = [request_meta(context, i) for i in range(len(data))]
+        replies, stats = self.pipeline.serve(data, meta, getattr(context, "model_name", ""))
+        emit(getattr(context, "metrics", None), stats)
+        for idx, reply in enumerate(replies):
+            context.set_response_status(reply.status, HTTPStatus(reply.status).phrase, idx)
             context.set_response_content_type(idx, "application/json")
-        return [r.body for r in responses]
+        return [r.body for r in replies]
 
-    def preprocess(self, data: list[Any], context: Any) -> pipeline.Prepared:
-        content_types = [pipeline.content_type(context, i) for i in range(len(data))]
-        return pipeline.prepare(data, content_types, self.config, self.tokenizer)
 
-    def inference(self, prepared: pipeline.Prepared) -> pipeline.Computed:
-        return pipeline.compute(prepared, self.plan, self.task, self.tokenizer.pad_id)
-
-    def postprocess(
-        self, prepared: pipeline.Prepared, computed: pipeline.Computed, model_name: str = ""
-    ) -> list[pipeline.Response]:
-        return pipeline.respond(prepared, computed, self.task, model_name)
-
-    def _alone(self, prepared: pipeline.Prepared, idx: int, model_name: str) -> pipeline.Response:
-        one = pipeline.Prepared(
-            (prepared.parsed[idx],), tuple(pipeline.Item(0, it.encoded) for it in prepared.items if it.request == idx)
-        )
-        try:
-            computed = pipeline.compute(one, self.plan, self.task, self.tokenizer.pad_id)
-            return self.postprocess(one, computed, model_name)[0]
-        except Exception as e:  # noqa: BLE001 - answered as a 500 for this request alone
-            logger.exception("request %d failed alone", idx)
-            return pipeline.failure(f"inference failed: {type(e).__name__}")
+def request_meta(context: Any, idx: int) -> Meta:
+    """The request's Content-Type (per parameter, then per request) and `url_path`, as TorchServe recorded them."""
+    try:
+        headers = context.get_all_request_header(idx) or {}
+    except (AttributeError, IndexError, TypeError):
+        return Meta()
+    content_type = None
+    for name in ("body", "data"):
+        value = headers.get(name)
+        if isinstance(value, dict) and value.get("content-type"):
+            content_type = value["content-type"]
+            break
+    else:
+        for key, value in headers.items():
+            if isinstance(key, str) and key.lower() == "content-type" and isinstance(value, str):
+                content_type = value
+    url_path = headers.get("url_path")
+    return Meta(content_type, url_path if isinstance(url_path, str) else None)

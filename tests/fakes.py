@@ -29,9 +29,13 @@ class FakeContext:
         self.status: dict[int, tuple[int, str]] = {}
         self.content_types: dict[int, str] = {}
 
-    def with_requests(self, content_types: list[str | None]) -> FakeContext:
-        """Record per-request Content-Types the way TorchServe's RequestProcessor holds them."""
-        self.headers = [{"body": {"content-type": ct}} if ct else {} for ct in content_types]
+    def with_requests(self, content_types: list[str | None], url_paths: list[str] | None = None) -> FakeContext:
+        """Record per-request Content-Types and url_paths the way TorchServe's RequestProcessor holds them."""
+        paths = url_paths or [""] * len(content_types)
+        self.headers = [
+            {**({"body": {"content-type": ct}} if ct else {}), "url_path": path}
+            for ct, path in zip(content_types, paths)
+        ]
         self.status.clear()
         self.content_types.clear()
         return self

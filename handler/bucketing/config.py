@@ -37,6 +37,7 @@ class HandlerConfig:
     max_batch_tokens: int = 8192
     pad_to_multiple_of: int = 1
     max_texts_per_request: int = 32
+    max_response_bytes: int = 6553500  # TorchServe's max_response_size (its default); a larger answer is a 413
     on_overflow: str = "truncate"
     torch_threads: int = 1
     normalize: bool = True
@@ -88,6 +89,7 @@ _INT_RANGES = {
     "max_batch_tokens": (1, 1 << 22),
     "pad_to_multiple_of": (1, 512),
     "max_texts_per_request": (1, 4096),
+    "max_response_bytes": (1024, 1 << 31),
     "torch_threads": (1, 256),
 }
 _COST_FLOATS = {

@@ -10,6 +10,7 @@ METRICS = {
     "bucket_batches_total": ("batches", "count"),
     "bucket_requests_total": ("requests", "count"),
     "bucket_rejected_total": ("rejected", "count"),
+    "bucket_failed_total": ("failed", "count"),
     "bucket_texts_total": ("texts", "count"),
     "bucket_real_tokens_total": ("real_tokens", "count"),
     "bucket_padded_tokens_total": ("padded_tokens", "count"),
@@ -20,9 +21,12 @@ METRICS = {
 
 @dataclass(frozen=True)
 class BatchStats:
+    """What delivered batches cost: requests answered 4xx (`rejected`) and 5xx (`failed`), and the passes run."""
+
     batches: int = 1
     requests: int = 0
     rejected: int = 0
+    failed: int = 0
     texts: int = 0
     real_tokens: int = 0
     padded_tokens: int = 0
@@ -42,6 +46,9 @@ class BatchStats:
     @property
     def sub_batches_per_batch(self) -> float | None:
         return self.sub_batches / self.batches if self.batches else None
+
+    def __add__(self, other: BatchStats) -> BatchStats:
+        return BatchStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -1,43 +1,53 @@
-"""The steps of one delivered batch, as plain functions over plain data (the handler only wires them)."""
+"""One delivered batch from request rows to replies, each request isolated: the handler only wires TorchServe to it.
+
+Steps, each over plain frozen data: parse every row in its own wire format (`protocols`), tokenize every input
+once, plan the sub-batches and run them, then render each request's answer in its format. A request that fails
+at any step gets its own error (4xx for its own mistake, 500 for a server fault) while the rest are served: a
+batch whose tokenizing or forward passes fail is redone request by request. The batch's figures (`BatchStats`)
+count every forward pass that ran, the one-by-one retries included.
+"""
 
 from __future__ import annotations
 
-import json
+import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
-from http import HTTPStatus
 from typing import Any
 
-from .config import HandlerConfig
+from . import protocols
+from .config import ConfigError, HandlerConfig
 from .metrics import BatchStats
 from .planner import CostModel, Plan, plan_bucketed, plan_dynamic, plan_static
-from .requests import Parsed, RequestError, parse_request
+from .protocols import Incoming, Reply
+from .protocols.base import Answer, Limits, RequestError
 from .tasks import Encoded, Task, Tokenizer, collate
+
+logger = logging.getLogger(__name__)
 
 Planner = Callable[[Sequence[int]], Plan]
 
 
 @dataclass(frozen=True)
+class Meta:
+    """What TorchServe tells about one request besides its body."""
+
+    content_type: str | None = None
+    url_path: str | None = None
+
+
+@dataclass(frozen=True)
 class Item:
-    """One text to run: the request it belongs to, and its tokens."""
+    """One input to run: the request it belongs to, and its tokens."""
 
     request: int
     encoded: Encoded
 
 
 @dataclass(frozen=True)
-class Prepared:
-    """A delivered batch after parsing and tokenization: per-request outcome, and the texts to run."""
-
-    parsed: tuple[Parsed, ...]
-    items: tuple[Item, ...]
-
-
-@dataclass(frozen=True)
 class Computed:
-    """One output per item, in item order, and what the batch cost."""
+    """One output per item, in item order, and what running them cost."""
 
     outputs: tuple[Any, ...]
     stats: BatchStats
@@ -57,58 +67,9 @@ def make_planner(config: HandlerConfig, cost: CostModel) -> Planner:
     )
 
 
-def content_type(context: Any, idx: int) -> str | None:
-    """The request body's Content-Type as TorchServe recorded it (per parameter, then per request)."""
-    try:
-        headers = context.get_all_request_header(idx) or {}
-    except (AttributeError, IndexError, TypeError):
-        return None
-    for name in ("body", "data"):
-        value = headers.get(name)
-        if isinstance(value, dict) and value.get("content-type"):
-            return value["content-type"]
-    for key, value in headers.items():
-        if isinstance(key, str) and key.lower() == "content-type" and isinstance(value, str):
-            return value
-    return None
-
-
-def prepare(
-    rows: Sequence[Any],
-    content_types: Sequence[str | None],
-    config: HandlerConfig,
-    tokenizer: Tokenizer,
-) -> Prepared:
-    """Parse every request, tokenize all good texts at once, and reject overflow where configured."""
-    parsed = [parse_request(row, ct, config.max_texts_per_request) for row, ct in zip(rows, content_types)]
-    owners = [i for i, p in enumerate(parsed) if not isinstance(p, RequestError) for _ in p.texts]
-    texts = [t for p in parsed if not isinstance(p, RequestError) for t in p.texts]
-    encoded = tokenizer.encode(texts)
-    items = [Item(owner, enc) for owner, enc in zip(owners, encoded)]
-    if config.on_overflow == "reject":
-        items = _reject_overflow(parsed, items, config.max_length)
-    return Prepared(tuple(parsed), tuple(items))
-
-
-def _reject_overflow(parsed: list[Parsed], items: list[Item], max_length: int) -> list[Item]:
-    """Mark requests with a text over max_length as 413 (in place) and drop their items."""
-    position: dict[int, int] = {}
-    for item in items:
-        index = position.get(item.request, 0)
-        position[item.request] = index + 1
-        request = parsed[item.request]
-        if item.encoded.truncated and not isinstance(request, RequestError):
-            parsed[item.request] = RequestError(
-                413,
-                "TextTooLong",
-                f"{request.where(index)} has more than max_length={max_length} tokens (on_overflow: reject)",
-            )
-    return [item for item in items if not isinstance(parsed[item.request], RequestError)]
-
-
-def compute(prepared: Prepared, plan_fn: Planner, task: Task, pad_id: int) -> Computed:
+def compute(items: Sequence[Item], plan_fn: Planner, task: Task, pad_id: int) -> Computed:
     """Plan the sub-batches, run each forward pass, and restore item order."""
-    rows = [item.encoded.ids for item in prepared.items]
+    rows = [item.encoded.ids for item in items]
     plan = plan_fn([len(r) for r in rows])
     start = time.perf_counter()
     results = []
@@ -116,45 +77,158 @@ def compute(prepared: Prepared, plan_fn: Planner, task: Task, pad_id: int) -> Co
         ids, mask = collate([rows[i] for i in sb.indices], sb.padded_len, pad_id)
         results.append(task.forward(ids, mask))
     forward_ms = (time.perf_counter() - start) * 1000.0
-    outputs = plan.restore(results)
     stats = BatchStats(
-        requests=len(prepared.parsed),
-        rejected=sum(isinstance(p, RequestError) for p in prepared.parsed),
+        batches=0,
         texts=len(rows),
         real_tokens=plan.real_tokens,
         padded_tokens=plan.padded_tokens,
         sub_batches=len(plan.sub_batches),
         forward_ms=round(forward_ms, 3),
     )
-    return Computed(tuple(outputs), stats)
+    return Computed(tuple(plan.restore(results)), stats)
 
 
-@dataclass(frozen=True)
-class Response:
-    """One request's answer: HTTP status and JSON body."""
+class Pipeline:
+    """Serves delivered batches with one tokenizer, task and planner (built once per worker)."""
 
-    status: int
-    body: str
+    def __init__(self, config: HandlerConfig, tokenizer: Tokenizer, task: Task, plan: Planner) -> None:
+        self.config = config
+        self.tokenizer = tokenizer
+        self.task = task
+        self.plan = plan
+        self.limits = Limits(
+            max_texts=config.max_texts_per_request,
+            max_length=config.max_length,
+            vocab_size=tokenizer.vocab_size,
+            task=task.name,
+            dimensions=task.dimensions,
+        )
+        self._check_fits()
 
-    @property
-    def phrase(self) -> str:
-        return HTTPStatus(self.status).phrase
+    def _check_fits(self) -> None:
+        """Start-up checks that need the loaded model: its positions, and the largest answer against the cap."""
+        config = self.config
+        if config.max_length > self.task.max_positions:
+            raise ConfigError(
+                f"handler.max_length: got {config.max_length}; allowed: at most the model's "
+                f"max_position_embeddings ({self.task.max_positions})"
+            )
+        largest = protocols.largest_answer(self.limits, getattr(self.task, "labels", None))
+        if largest > config.max_response_bytes:
+            per_text = largest // config.max_texts_per_request
+            raise ConfigError(
+                f"handler.max_texts_per_request: got {config.max_texts_per_request}; allowed: at most "
+                f"{config.max_response_bytes // per_text} for this model, so that an answer (up to {per_text} bytes "
+                f"a text) fits handler.max_response_bytes ({config.max_response_bytes}, TorchServe's "
+                "max_response_size)"
+            )
+
+    def serve(self, rows: Sequence[Any], meta: Sequence[Meta], model_name: str) -> tuple[list[Reply], BatchStats]:
+        """One reply per row, in row order, and the batch's figures."""
+        incoming = [protocols.parse(row, m.content_type, m.url_path, self.limits) for row, m in zip(rows, meta)]
+        incoming, items = self._tokenize(incoming)
+        incoming, outputs, stats = self._run(incoming, items)
+        answers: dict[int, list[Answer]] = {}
+        for item, output in zip(items, outputs):
+            if output is not None:
+                answers.setdefault(item.request, []).append(self.task.answer(output, item.encoded))
+        replies = [self._reply(inc, answers.get(i, []), model_name) for i, inc in enumerate(incoming)]
+        if len(replies) != len(rows):
+            raise RuntimeError(f"{len(rows)} requests but {len(replies)} replies")
+        stats = replace(
+            stats,
+            batches=1,
+            requests=len(rows),
+            rejected=sum(400 <= r.status < 500 for r in replies),
+            failed=sum(r.status >= 500 for r in replies),
+        )
+        return replies, stats
+
+    def _reply(self, incoming: Incoming, answers: list[Answer], model_name: str) -> Reply:
+        try:
+            return incoming.reply(answers, model_name, self.config.max_response_bytes)
+        except Exception as e:  # noqa: BLE001 - a rendering fault fails this request alone
+            logger.exception("rendering an answer failed")
+            return incoming.fail(server_error(f"answering failed: {type(e).__name__}")).reply([], model_name, 0)
+
+    def encode(self, request: Any) -> list[Encoded]:
+        """The tokens of one request's inputs: texts tokenized, token ids wrapped in the special tokens."""
+        texts = [x for x in request.inputs if isinstance(x, str)]
+        encoded = iter(self.tokenizer.encode(texts))
+        return [next(encoded) if isinstance(x, str) else self.tokenizer.wrap(x) for x in request.inputs]
+
+    def _tokenize(self, incoming: list[Incoming]) -> tuple[list[Incoming], list[Item]]:
+        """Every input's tokens, one tokenizer call for the batch (redone per request if it fails)."""
+        live = [i for i, inc in enumerate(incoming) if inc.request is not None]
+        try:
+            merged = _Merged([incoming[i].request for i in live])
+            per_request = merged.split(self.encode(merged))
+        except Exception:  # noqa: BLE001 - find the request at fault
+            logger.exception("tokenizing a batch of %d requests failed; redoing it request by request", len(live))
+            per_request = [self._encode_alone(incoming[i].request) for i in live]
+        out, items = list(incoming), []
+        for i, encoded in zip(live, per_request):
+            error = encoded if isinstance(encoded, RequestError) else self._check(incoming[i].request, encoded)
+            if error is not None:
+                out[i] = incoming[i].fail(error)
+            else:
+                items.extend(Item(i, e) for e in encoded)
+        return out, items
+
+    def _encode_alone(self, request: Any) -> list[Encoded] | RequestError:
+        try:
+            return self.encode(request)
+        except Exception as e:  # noqa: BLE001 - answered as a 500 for this request alone
+            logger.exception("tokenizing a request failed")
+            return server_error(f"tokenizing failed: {type(e).__name__}")
+
+    def _check(self, request: Any, encoded: list[Encoded]) -> RequestError | None:
+        """An input that normalised to nothing is a 400; one over max_length is a 413 under `on_overflow: reject`."""
+        for index, e in enumerate(encoded):
+            if self.tokenizer.empty(e):
+                return RequestError(400, "EmptyText", f"{request.where(index)} has no tokens once normalised "
+                                    "(only invisible, control or zero-width characters)", "input")  # fmt: skip
+            if e.truncated and self.config.on_overflow == "reject":
+                return RequestError(413, "TextTooLong", f"{request.where(index)} has more than max_length="
+                                    f"{self.config.max_length} tokens (on_overflow: reject)", "input")  # fmt: skip
+        return None
+
+    def _run(self, incoming: list[Incoming], items: list[Item]) -> tuple[list[Incoming], list[Any], BatchStats]:
+        """Outputs for every item (None where its request failed), in item order; redone per request on failure."""
+        try:
+            computed = compute(items, self.plan, self.task, self.tokenizer.pad_id)
+            return incoming, list(computed.outputs), computed.stats
+        except Exception:  # noqa: BLE001 - isolate a poison request instead of failing its neighbours
+            logger.exception("a batch of %d inputs failed; redoing it request by request", len(items))
+        out, outputs, stats = list(incoming), [None] * len(items), BatchStats(batches=0)
+        for owner in sorted({item.request for item in items}):
+            positions = [k for k, item in enumerate(items) if item.request == owner]
+            try:
+                computed = compute([items[k] for k in positions], self.plan, self.task, self.tokenizer.pad_id)
+            except Exception as e:  # noqa: BLE001 - answered as a 500 for this request alone
+                logger.exception("request %d failed alone", owner)
+                out[owner] = incoming[owner].fail(server_error(f"inference failed: {type(e).__name__}"))
+                continue
+            stats = stats + computed.stats
+            for k, output in zip(positions, computed.outputs):
+                outputs[k] = output
+        return out, outputs, stats
 
 
-def respond(prepared: Prepared, computed: Computed, task: Task, model_name: str = "") -> list[Response]:
-    """Shape every request's answer, in request order."""
-    answers: dict[int, list[Any]] = {}
-    for item, output in zip(prepared.items, computed.outputs):
-        answers.setdefault(item.request, []).append(task.answer(output, item.encoded))
-    return [
-        Response(p.status, json.dumps(p.body()))
-        if isinstance(p, RequestError)
-        else Response(200, json.dumps(p.render(answers.get(i, []), model_name)))
-        for i, p in enumerate(prepared.parsed)
-    ]
+class _Merged:
+    """Several requests' inputs as one, so the batch is tokenized in one call; `split` gives each its share."""
+
+    def __init__(self, requests: Sequence[Any]) -> None:
+        self.counts = [len(r.inputs) for r in requests]
+        self.inputs = tuple(x for r in requests for x in r.inputs)
+
+    def split(self, encoded: list[Encoded]) -> list[list[Encoded]]:
+        out, start = [], 0
+        for n in self.counts:
+            out.append(encoded[start : start + n])
+            start += n
+        return out
 
 
-def failure(message: str) -> Response:
-    """The answer for a request whose processing failed on the server side."""
-    body = RequestError(500, "InternalServerError", message).body()
-    return Response(500, json.dumps(body))
+def server_error(message: str) -> RequestError:
+    return RequestError(500, "InternalServerError", message)

@@ -200,3 +200,74 @@ def test_torchscript_trace_matches_eager(tiny_embedder_dir, tiny_classifier_dir,
         left = np.array(x[key] if task == "embedding" else list(x[key].values()))
         right = np.array(y[key] if task == "embedding" else list(y[key].values()))
         assert np.max(np.abs(left - right)) <= 1e-5
+
+
+def test_openai_kserve_and_native_requests_in_one_batch(tiny_embedder_dir):
+    handler, context = make_handler(tiny_embedder_dir)
+    texts = mixed_texts(4, seed=6)
+    ids = list(handler.tokenizer.encode([texts[3]])[0].ids[1:-1])
+    rows = [
+        {"body": {"input": texts[:2], "model": "m", "encoding_format": "float"}},
+        {"body": {"text": texts[2]}},
+        {"body": {"input": [ids], "dimensions": 8}},
+        {"body": b""},
+        {"body": {"inputs": [{"name": "t", "datatype": "BYTES", "shape": [1], "data": [texts[3]]}]}},
+    ]
+    paths = ["v1/embeddings", "", "v1/embeddings", "v1/models", ""]
+    context.with_requests(["application/json", "application/json", "application/json", None, "application/json"],
+                          paths)  # fmt: skip
+    bodies = [json.loads(b) for b in handler.handle(rows, context)]
+    assert [context.status[i][0] for i in range(5)] == [200] * 5
+    ref = {t: np.array(alone(handler, context, t)["embedding"]) for t in texts}
+    assert [d["index"] for d in bodies[0]["data"]] == [0, 1] and bodies[0]["model"] == "m"
+    for text, item in zip(texts[:2], bodies[0]["data"], strict=True):
+        assert np.max(np.abs(np.array(item["embedding"]) - ref[text])) <= 1e-5
+    assert np.max(np.abs(np.array(bodies[1]["embedding"]) - ref[texts[2]])) <= 1e-5
+    short = ref[texts[3]][:8] / np.linalg.norm(ref[texts[3]][:8])
+    assert np.max(np.abs(np.array(bodies[2]["data"][0]["embedding"]) - short)) <= 1e-5
+    assert bodies[3]["data"][0]["id"] == "tiny"
+    assert np.max(np.abs(np.array(bodies[4]["outputs"][0]["data"]) - ref[texts[3]])) <= 1e-5
+
+
+def test_a_tokenizer_fault_fails_its_request_alone_and_is_counted(tiny_embedder_dir, monkeypatch):
+    handler, context = make_handler(tiny_embedder_dir)
+    encode = handler.tokenizer.encode
+
+    def flaky(texts):
+        if any("poison" in t for t in texts):
+            raise RuntimeError("tokenizer fault")
+        return encode(texts)
+
+    monkeypatch.setattr(handler.tokenizer, "encode", flaky)
+    answers = serve(handler, context, [{"body": {"text": "fine"}}, {"body": {"text": "poison"}}, {"body": b""}])
+    assert [s for s, _ in answers] == [200, 500, 400]
+    totals = context.metrics.totals()
+    assert totals["bucket_requests_total"] == 3 and totals["bucket_failed_total"] == 1
+    assert totals["bucket_rejected_total"] == 1 and totals["bucket_texts_total"] == 1
+
+
+def test_one_by_one_retries_are_counted(tiny_embedder_dir, monkeypatch):
+    handler, context = make_handler(tiny_embedder_dir)
+    forward = handler.task.forward
+    monkeypatch.setattr(handler.task, "forward", lambda ids, mask: (_ for _ in ()).throw(RuntimeError("x"))
+                        if ids.shape[0] > 1 else forward(ids, mask))  # fmt: skip
+    answers = serve(handler, context, [{"body": {"text": "one"}}, {"body": {"texts": ["two", "three words here"]}}])
+    assert [s for s, _ in answers] == [200, 500]
+    totals = context.metrics.totals()
+    assert totals["bucket_texts_total"] == 1 and totals["bucket_sub_batches_total"] == 1
+    assert totals["bucket_failed_total"] == 1 and totals["bucket_batches_total"] == 1
+
+
+def test_invisible_text_is_empty(tiny_embedder_dir):
+    handler, context = make_handler(tiny_embedder_dir)
+    answers = serve(handler, context, [{"body": {"texts": ["ok", "\u200b\u200b\x00"]}}, {"body": {"text": "fine"}}])
+    assert answers[0][0] == 400 and answers[0][1]["type"] == "EmptyText" and "texts[1]" in answers[0][1]["message"]
+    assert answers[1][0] == 200
+
+
+def test_max_texts_per_request_must_fit_the_response_cap(tiny_embedder_dir, minilm_dir):
+    make_handler(tiny_embedder_dir, max_texts_per_request=4096)  # 32 dimensions: 4096 answers fit
+    with pytest.raises(ConfigError, match="max_response_bytes"):
+        make_handler(minilm_dir, max_texts_per_request=4096)
+    with pytest.raises(ConfigError, match=r"at most \d+ for this model"):
+        make_handler(tiny_embedder_dir, max_texts_per_request=64, max_response_bytes=65536)

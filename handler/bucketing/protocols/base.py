@@ -1,0 +1,209 @@
+"""What every wire format shares: client errors, limits, one input's answer, body decoding and safe quoting.
+
+Pure: no torch, no I/O. A wire format (native, KServe v1/v2, OpenAI) is a module that offers `NAME`,
+`parse(body, limits) -> Request | RequestError` and `error_body(error)`; see `protocols/__init__.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+BODY_KEYS = ("body", "data")
+QUOTE_CHARS = 100  # at most this much of anything a client sent is quoted back in an error message
+NAMES_SHOWN = 5  # at most this many unknown keys are named in one message
+
+# One input: a text, or token ids without special tokens (the model's special tokens are added around them).
+Input = str | tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RequestError:
+    """A request that gets no result: `status`, an error `type`, a message, and the parameter at fault."""
+
+    status: int
+    type: str
+    message: str
+    param: str | None = None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask of the loaded model (from the config and the model itself)."""
+
+    max_texts: int
+    max_length: int
+    vocab_size: int
+    task: str = "embedding"
+    dimensions: int = 0  # embedding size (embedding task) or number of labels (classification)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The result for one input: the model's vector (pooled embedding, or class probabilities) and its tokens."""
+
+    values: Any  # a 1-D float32 numpy array
+    tokens: int
+    truncated: bool
+    labels: tuple[str, ...] | None = None  # class names (classification); None for embeddings
+
+    def fields(self) -> dict[str, Any]:
+        """Our native answer object: `embedding`, or `label` and `scores`; then `tokens` and `truncated`."""
+        if self.labels is None:
+            head: dict[str, Any] = {"embedding": self.values.tolist()}
+        else:
+            scores = [float(p) for p in self.values]
+            best = max(range(len(scores)), key=scores.__getitem__)
+            head = {"label": self.labels[best], "scores": dict(zip(self.labels, scores))}
+        return {**head, "tokens": self.tokens, "truncated": self.truncated}
+
+
+class Request(Protocol):
+    """A parsed request: its inputs in order, and how to answer them."""
+
+    inputs: tuple[Input, ...]
+
+    def where(self, index: int) -> str:
+        """Names input `index` in an error message, in the request's own terms."""
+        ...
+
+    def render(self, answers: Sequence[Answer], model_name: str) -> Any:
+        """The JSON answer body for one answer per input."""
+        ...
+
+
+def check_count(request: Request, answers: Sequence[Answer]) -> None:
+    if len(answers) != len(request.inputs):
+        raise ValueError(f"{len(request.inputs)} inputs but {len(answers)} answers")
+
+
+def error_body(error: RequestError) -> dict[str, Any]:
+    """The error body of our own protocol and of KServe v1/v2: `{"code", "type", "message"}`."""
+    return {"code": error.status, "type": error.type, "message": error.message}
+
+
+def bad(kind: str, message: str, param: str | None = None) -> RequestError:
+    return RequestError(400, kind, message, param)
+
+
+def quote(value: Any, limit: int = QUOTE_CHARS) -> str:
+    """repr() of something a client sent, cut to `limit` characters (the rest only counted)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
+
+
+def names(keys: Sequence[Any]) -> str:
+    """A few of the client's keys, quoted and cut, for a message."""
+    shown = ", ".join(quote(str(k), 40) for k in list(keys)[:NAMES_SHOWN])
+    return shown + (f" and {len(keys) - NAMES_SHOWN} more" if len(keys) > NAMES_SHOWN else "")
+
+
+def json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    if isinstance(value, Mapping):
+        return "object"
+    return type(value).__name__
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_text(text: str, where: str) -> RequestError | None:
+    """A text must hold something besides white space, and be encodable as UTF-8."""
+    if not text.strip():
+        return bad("EmptyText", f"{where} is empty")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return bad("InvalidEncoding", f"{where} holds a lone surrogate at character {e.start}")
+    return None
+
+
+def texts(value: Any, where: str, max_texts: int) -> tuple[str, ...] | RequestError:
+    """A non-empty list of at most max_texts texts; errors name `where` and the index."""
+    if not isinstance(value, list):
+        return bad("InvalidType", f'"{where}" must be a list of strings, got {json_type(value)}', where)
+    if not value:
+        return bad("EmptyText", f'"{where}" is an empty list', where)
+    if len(value) > max_texts:
+        return too_many(len(value), where, max_texts)
+    for i, t in enumerate(value):
+        if not isinstance(t, str):
+            return bad("InvalidType", f"{where}[{i}] must be a string, got {json_type(t)}", where)
+        error = check_text(t, f"{where}[{i}]")
+        if error:
+            return error
+    return tuple(value)
+
+
+def too_many(count: int, where: str, max_texts: int) -> RequestError:
+    return RequestError(413, "TooManyTexts", f'"{where}" has {count} items; at most {max_texts} per request', where)
+
+
+def decode(row: Any, content_type: str | None) -> Any:
+    """A request row's body as text or JSON (None when empty), or the error that stops it.
+
+    The rule for JSON: a JSON Content-Type is parsed as JSON; `text/*` is always one text; a body sent with no
+    Content-Type at all (Python `requests` with `data=`, httpx with `content=`) is parsed as JSON when it starts
+    with `{`, and is one text otherwise. A JSON envelope is never embedded as text.
+    """
+    if not isinstance(row, Mapping):
+        return bad("InvalidRequest", f"unexpected request shape {type(row).__name__}")
+    key = next((k for k in BODY_KEYS if k in row), None)
+    if key is None:
+        if row or "form" in (content_type or "").lower():
+            return RequestError(
+                415,
+                "UnsupportedMediaType",
+                "the body arrived as form fields (curl without -H 'Content-Type: ...' sends "
+                "application/x-www-form-urlencoded); send it as text/plain or application/json",
+            )
+        return None
+    value = row[key]
+    if not isinstance(value, (bytes, bytearray)):
+        return value
+    if not value:
+        return None
+    try:
+        text = bytes(value).decode("utf-8")
+    except UnicodeDecodeError as e:
+        return bad("InvalidEncoding", f"the body is not valid UTF-8 (byte {e.start}: {e.reason})")
+    ctype = (content_type or "").strip().lower()
+    sniffed = not ctype and text.lstrip()[:1] == "{"
+    if not ("json" in ctype or sniffed):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError as e:  # JSONDecodeError, or an integer too long to convert
+        if not isinstance(e, json.JSONDecodeError):
+            return bad("InvalidJSON", f"the body is not valid JSON: {str(e)[:QUOTE_CHARS]}")
+        hint = (
+            " (no Content-Type was sent and the body starts with '{', so it was read as JSON; "
+            "send Content-Type: text/plain to embed it as text)"
+            if sniffed
+            else ""
+        )
+        return bad("InvalidJSON", f"the body is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}{hint}")
+
+
+_SNAKE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+
+def snake(name: str) -> str:
+    """`TooManyTexts` -> `too_many_texts`, `InvalidJSON` -> `invalid_json`."""
+    return _SNAKE.sub("_", name).lower()

@@ -1,0 +1,43 @@
+"""KServe v1 at `/v1/models/NAME:predict`: `{"instances": ["...", {"text": "..."}]}`, answered `{"predictions"}`.
+
+Other top-level fields are tolerated (KServe clients may add some), as in KServe v2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .base import Answer, Limits, RequestError, bad, check_count, json_type, texts
+from .base import error_body as error_body
+
+NAME = "kserve-v1"
+
+
+@dataclass(frozen=True)
+class V1Request:
+    inputs: tuple[str, ...]
+
+    def where(self, index: int) -> str:
+        return f"instances[{index}]"
+
+    def render(self, answers: Sequence[Answer], model_name: str = "") -> Any:
+        check_count(self, answers)
+        return {"predictions": [a.fields() for a in answers]}
+
+
+def claims(body: Any) -> bool:
+    """Whether a body at the plain predictions path is a v1 request."""
+    return isinstance(body, Mapping) and "instances" in body
+
+
+def parse(body: Any, limits: Limits) -> V1Request | RequestError:
+    if not isinstance(body, Mapping) or "instances" not in body:
+        return bad("InvalidRequest", f'expected a JSON object with "instances", got a JSON {json_type(body)}')
+    instances = body["instances"]
+    if not isinstance(instances, list):
+        return bad("InvalidType", f'"instances" must be a list, got {json_type(instances)}', "instances")
+    unwrapped = [i["text"] if isinstance(i, Mapping) and set(i) == {"text"} else i for i in instances]
+    parsed = texts(unwrapped, "instances", limits.max_texts)
+    return parsed if isinstance(parsed, RequestError) else V1Request(parsed)

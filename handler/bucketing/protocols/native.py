@@ -1,0 +1,63 @@
+"""Our own protocol at `/predictions/NAME`: a text/plain body, `{"text": ...}` or `{"texts": [...]}`.
+
+A single text is answered with one object, a `texts` list with a list in the same order. Unknown fields are
+refused (a typo is a 400 naming it, never a silently different request).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .base import Answer, Limits, RequestError, bad, check_count, check_text, json_type, names, texts
+from .base import error_body as error_body
+
+NAME = "native"
+
+
+@dataclass(frozen=True)
+class TextRequest:
+    """One text (answered with one object) or a `texts` list (answered with a list)."""
+
+    inputs: tuple[str, ...]
+    single: bool
+
+    def where(self, index: int) -> str:
+        return "the text" if self.single else f"texts[{index}]"
+
+    def render(self, answers: Sequence[Answer], model_name: str = "") -> Any:
+        check_count(self, answers)
+        fields = [a.fields() for a in answers]
+        return fields[0] if self.single else fields
+
+
+def parse(body: Any, limits: Limits) -> TextRequest | RequestError:
+    """A decoded body (text, or JSON) to texts, or the client's mistake."""
+    if body is None:
+        return bad("EmptyBody", 'the request has no body; send a text or JSON {"text": ...}')
+    if isinstance(body, str):
+        return _single(body, "the body")
+    if not isinstance(body, Mapping):
+        return bad(
+            "InvalidRequest",
+            f'expected a JSON object {{"text": ...}} or {{"texts": [...]}}, got a JSON {json_type(body)}',
+        )
+    keys = set(body)
+    if keys == {"text"}:
+        if not isinstance(body["text"], str):
+            return bad("InvalidType", f'"text" must be a string, got {json_type(body["text"])}', "text")
+        return _single(body["text"], '"text"')
+    if keys == {"texts"}:
+        many = texts(body["texts"], "texts", limits.max_texts)
+        return many if isinstance(many, RequestError) else TextRequest(many, single=False)
+    if not keys:
+        return bad("InvalidRequest", 'the JSON object is empty; expected {"text": ...} or {"texts": [...]}')
+    unknown = sorted(str(k) for k in keys - {"text", "texts"})
+    if unknown:
+        return bad("InvalidRequest", f'unknown field(s) {names(unknown)}; expected "text" or "texts"')
+    return bad("InvalidRequest", 'send either "text" or "texts", not both')
+
+
+def _single(text: str, where: str) -> TextRequest | RequestError:
+    return check_text(text, where) or TextRequest((text,), single=True)

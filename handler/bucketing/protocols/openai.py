@@ -1,0 +1,186 @@
+"""OpenAI's embeddings API at `/predictions/NAME/VERSION/v1/embeddings`, and `v1/models`.
+
+Request: `{"input": str | [str] | [int] | [[int]], "model"?, "encoding_format"?: "float" | "base64",
+"dimensions"?, "user"?}`; other fields are tolerated (as Text Embeddings Inference and infinity do).
+Token ids are the text's tokens without special tokens (what OpenAI's tiktoken ids are, or
+`tokenizer(text, add_special_tokens=False)`); the model's special tokens are added around them.
+Answer: `{"object": "list", "data": [{"object": "embedding", "index", "embedding"}], "model", "usage"}`, the
+embedding as floats or as base64 of little-endian float32 (OpenAI's encoding). `dimensions` keeps the first
+components and re-normalises them (Matryoshka style). Errors: `{"error": {"message", "type", "param", "code"}}`.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .base import (
+    Answer,
+    Input,
+    Limits,
+    RequestError,
+    bad,
+    check_count,
+    check_text,
+    is_int,
+    json_type,
+    quote,
+    snake,
+    too_many,
+)
+
+NAME = "openai"
+EMBEDDINGS = "v1/embeddings"
+MODELS = "v1/models"
+MAX_MODEL_CHARS = 256
+ENCODINGS = ("float", "base64")
+
+
+def error_body(error: RequestError) -> dict[str, Any]:
+    kind = "server_error" if error.status >= 500 else "invalid_request_error"
+    return {"error": {"message": error.message, "type": kind, "param": error.param, "code": snake(error.type)}}
+
+
+@dataclass(frozen=True)
+class EmbeddingsRequest:
+    inputs: tuple[Input, ...]
+    model: str | None = None
+    encoding_format: str = "float"
+    dimensions: int | None = None
+
+    def where(self, index: int) -> str:
+        return f"input[{index}]"
+
+    def render(self, answers: Sequence[Answer], model_name: str) -> Any:
+        check_count(self, answers)
+        data = [{"object": "embedding", "index": i, "embedding": self._encode(a.values)} for i, a in enumerate(answers)]
+        tokens = sum(a.tokens for a in answers)
+        return {
+            "object": "list",
+            "data": data,
+            "model": self.model if self.model is not None else model_name,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+
+    def _encode(self, values: Any) -> Any:
+        vector = np.asarray(values, dtype=np.float32)
+        if self.dimensions is not None:
+            vector = vector[: self.dimensions]
+            norm = float(np.linalg.norm(vector))
+            if norm > 0.0:
+                vector = vector / np.float32(norm)
+        if self.encoding_format == "base64":
+            return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
+        return vector.tolist()
+
+
+@dataclass(frozen=True)
+class ModelsRequest:
+    """`GET .../v1/models`: lists this model."""
+
+    inputs: tuple[Input, ...] = ()
+
+    def where(self, index: int) -> str:
+        return f"input[{index}]"
+
+    def render(self, answers: Sequence[Answer], model_name: str) -> Any:
+        check_count(self, answers)
+        model = {"id": model_name, "object": "model", "created": 0, "owned_by": "torchserve"}
+        return {"object": "list", "data": [model]}
+
+
+def parse_models(body: Any, limits: Limits) -> ModelsRequest:
+    """`v1/models` takes no body (a GET); whatever came is ignored."""
+    return ModelsRequest()
+
+
+def parse(body: Any, limits: Limits) -> EmbeddingsRequest | RequestError:
+    """An embeddings request, or the client's mistake with the parameter at fault."""
+    if limits.task != "embedding":
+        return RequestError(
+            404,
+            "NotFound",
+            f"this model is a {limits.task} model: it serves POST /predictions/NAME (native JSON, text/plain, "
+            f"KServe v1/v2 bodies), not {EMBEDDINGS}",
+        )
+    if body is None:
+        return bad("EmptyBody", 'the request has no body; send JSON {"input": ..., "model": ...}')
+    if not isinstance(body, Mapping):
+        return bad("InvalidRequest", f"expected a JSON object, got a JSON {json_type(body)}")
+    if "input" not in body:
+        return bad("InvalidRequest", "'input' is a required property", "input")
+    inputs = _inputs(body["input"], limits)
+    if isinstance(inputs, RequestError):
+        return inputs
+    options = _options(body, limits)
+    if isinstance(options, RequestError):
+        return options
+    return EmbeddingsRequest(inputs, **options)
+
+
+def _options(body: Mapping[str, Any], limits: Limits) -> dict[str, Any] | RequestError:
+    model = body.get("model")
+    if model is not None and (not isinstance(model, str) or len(model) > MAX_MODEL_CHARS):
+        return bad("InvalidType", f"'model' must be a string of at most {MAX_MODEL_CHARS} characters", "model")
+    user = body.get("user")
+    if user is not None and not isinstance(user, str):
+        return bad("InvalidType", f"'user' must be a string, got {json_type(user)}", "user")
+    encoding = body.get("encoding_format")
+    if encoding is None:
+        encoding = "float"
+    if encoding not in ENCODINGS:
+        return bad("InvalidRequest", f"'encoding_format' must be 'float' or 'base64', got {quote(encoding, 40)}",
+                   "encoding_format")  # fmt: skip
+    dimensions = body.get("dimensions")
+    if dimensions is not None and (not is_int(dimensions) or not 1 <= dimensions <= limits.dimensions):
+        return bad("InvalidRequest", f"'dimensions' must be an integer from 1 to {limits.dimensions} (this model's "
+                   f"embedding size), got {quote(dimensions, 40)}", "dimensions")  # fmt: skip
+    return {"model": model, "encoding_format": encoding, "dimensions": dimensions}
+
+
+def _inputs(value: Any, limits: Limits) -> tuple[Input, ...] | RequestError:
+    """A string, a list of strings, a list of token ids, or a list of lists of token ids."""
+    if isinstance(value, str):
+        error = check_text(value, "'input'")
+        return (value,) if error is None else _param(error)
+    if not isinstance(value, list):
+        return bad("InvalidType", f"'input' must be a string or an array, got {json_type(value)}", "input")
+    if not value:
+        return bad("EmptyText", "'input' is an empty array", "input")
+    if all(is_int(x) for x in value):
+        ids = _ids(value, "input", limits)
+        return ids if isinstance(ids, RequestError) else (ids,)
+    if len(value) > limits.max_texts:
+        return _param(too_many(len(value), "input", limits.max_texts))
+    kind = str if isinstance(value[0], str) else list
+    out: list[Input] = []
+    for i, item in enumerate(value):
+        if not isinstance(item, kind) or (kind is list and not item):
+            expected = "a string" if kind is str else "a non-empty array of token ids"
+            return bad("InvalidType", f"input[{i}] must be {expected} like input[0], got {json_type(item)}"
+                       f"{' (empty)' if isinstance(item, list) else ''}", "input")  # fmt: skip
+        parsed = (check_text(item, f"input[{i}]") or item) if kind is str else _ids(item, f"input[{i}]", limits)
+        if isinstance(parsed, RequestError):
+            return _param(parsed)
+        out.append(parsed)
+    return tuple(out)
+
+
+def _ids(value: list[Any], where: str, limits: Limits) -> tuple[int, ...] | RequestError:
+    """Token ids, each in the vocabulary; how many fit is max_length's business (truncate or 413)."""
+    for j, token in enumerate(value):
+        if not is_int(token):
+            return bad("InvalidType", f"{where}[{j}] must be a token id (an integer), got {json_type(token)}", "input")
+        if not 0 <= token < limits.vocab_size:
+            shown = token if abs(token) < 10**12 else "a larger number"
+            return bad("InvalidRequest", f"{where}[{j}] = {shown} is not a token id of this model's vocabulary "
+                       f"(0 to {limits.vocab_size - 1})", "input")  # fmt: skip
+    return tuple(value)
+
+
+def _param(error: RequestError) -> RequestError:
+    return error if error.param else RequestError(error.status, error.type, error.message, "input")

@@ -1,0 +1,154 @@
+"""The OpenAI embeddings API on a real TorchServe (batching on), called with the real `openai` client."""
+
+from __future__ import annotations
+
+import json
+import random
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import openai
+import pytest
+
+from bench.stats import parse_prometheus
+from models import minilm_path
+
+pytestmark = pytest.mark.e2e
+
+NAME = "oa"
+WORDS = "embeddings for retrieval need short queries and long documents served together on one machine".split()
+
+
+def mixed(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.choice([1, 3, 9, 40, 120, 200]))) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def served(torchserve):
+    torchserve.client.register("minilm-bucketed.mar", NAME, batch_size=8, max_batch_delay=100, workers=1)
+    yield torchserve
+    torchserve.client.unregister(NAME)
+
+
+@pytest.fixture(scope="module")
+def client(served) -> openai.OpenAI:
+    """What a user writes: the inference key as api_key, `.../predictions/NAME/1.0/v1` as base_url."""
+    return openai.OpenAI(
+        base_url=f"{served.endpoints.inference}/predictions/{NAME}/1.0/v1",
+        api_key=served.client.keys.key("inference"),
+        timeout=60,
+        max_retries=0,
+    )
+
+
+@pytest.fixture(scope="module")
+def hf_tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(minilm_path()))
+
+
+def close(vector, expected) -> bool:
+    return float(np.max(np.abs(np.asarray(vector) - expected))) <= 1e-5
+
+
+def test_default_base64_and_float(client, reference):
+    text = "how do I serve embeddings with TorchServe?"
+    default = client.embeddings.create(model="minilm", input=text)  # the SDK asks for base64 when numpy is there
+    assert default.model == "minilm" and default.object == "list" and len(default.data) == 1
+    assert close(default.data[0].embedding, reference(text))
+    assert default.usage.prompt_tokens == default.usage.total_tokens > 2
+    floats = client.embeddings.create(model="minilm", input=text, encoding_format="float")
+    assert close(floats.data[0].embedding, reference(text))
+
+
+def test_dimensions_keep_the_first_components_renormalised(client, reference):
+    text = "matryoshka embeddings keep their first components"
+    reply = client.embeddings.create(model="minilm", input=text, dimensions=64)
+    vector = np.asarray(reply.data[0].embedding)
+    expected = reference(text)[:64] / np.linalg.norm(reference(text)[:64])
+    assert vector.shape == (64,) and close(vector, expected)
+
+
+def test_twenty_mixed_length_texts_in_order(client, reference):
+    texts = mixed(20, seed=3)
+    reply = client.embeddings.create(model="minilm", input=texts)
+    assert [d.index for d in reply.data] == list(range(20))
+    for text, item in zip(texts, reply.data, strict=True):
+        assert close(item.embedding, reference(text))
+
+
+def test_token_ids(client, reference, hf_tokenizer):
+    texts = ["token ids from a tokenizer", "and a second, longer text given as ids too"]
+    ids = [hf_tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    one = client.embeddings.create(model="minilm", input=ids[0])
+    many = client.embeddings.create(model="minilm", input=ids)
+    assert close(one.data[0].embedding, reference(texts[0]))
+    for text, item in zip(texts, many.data, strict=True):
+        assert close(item.embedding, reference(text))
+
+
+def test_models_list(client):
+    assert [m.id for m in client.models.list().data] == [NAME]
+
+
+def test_openai_native_and_v2_requests_share_batches(served, client, reference):
+    texts = mixed(24, seed=5)
+    before = parse_prometheus(served.client.metrics(), NAME)
+
+    def call(i: int):
+        text = texts[i]
+        if i % 3 == 0:
+            return text, np.asarray(client.embeddings.create(model="m", input=text).data[0].embedding)
+        if i % 3 == 1:
+            reply = served.client.predict(NAME, json.dumps({"text": text}))
+            assert reply.status == 200, reply.text
+            return text, np.asarray(reply.json()["embedding"])
+        body = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": [text]}]}
+        reply = served.client.call("inference", "POST", f"/v2/models/{NAME}/infer", json.dumps(body),
+                                   headers={"Content-Type": "application/json"})  # fmt: skip
+        assert reply.status == 200, reply.text
+        return text, np.asarray(reply.json()["outputs"][0]["data"])
+
+    with ThreadPoolExecutor(max_workers=len(texts)) as pool:
+        results = list(pool.map(call, range(len(texts))))
+    for text, vector in results:
+        assert close(vector, reference(text))
+    after = parse_prometheus(served.client.metrics(), NAME)
+    batches = after["bucket_batches_total"] - before["bucket_batches_total"]
+    assert after["bucket_requests_total"] - before["bucket_requests_total"] == len(texts)
+    assert batches < len(texts), "TorchServe delivered no batch larger than 1"
+
+
+@pytest.mark.parametrize(
+    "kwargs, param",
+    [
+        ({"input": ""}, "input"),
+        ({"input": [[1, 2], [999999]]}, "input"),
+        ({"input": "x", "dimensions": 385}, "dimensions"),
+        ({"input": "x", "encoding_format": "hex"}, "encoding_format"),
+    ],
+)
+def test_bad_requests_raise_the_clients_own_errors(client, kwargs, param):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.embeddings.create(model="minilm", **kwargs)
+    error = caught.value.body
+    assert error["param"] == param and error["type"] == "invalid_request_error" and error["message"]
+
+
+def test_too_many_inputs_and_unknown_paths(client):
+    with pytest.raises(openai.APIStatusError) as caught:
+        client.embeddings.create(model="minilm", input=["x"] * 33)
+    assert caught.value.status_code == 413 and caught.value.body["code"] == "too_many_texts"
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.completions.create(model="minilm", prompt="hello")
+    assert "v1/embeddings" in missing.value.body["message"]
+
+
+def test_json_without_content_type_and_huge_keys(served, reference):
+    reply = served.client.predict(NAME, json.dumps({"text": "no content type"}), content_type=None)
+    assert reply.status == 200 and close(reply.json()["embedding"], reference("no content type"))
+    huge = json.dumps({"\u00e9" * 1_100_000: 1}, ensure_ascii=False).encode()  # 2.2 MB, under max_request_size
+    reply = served.client.predict(NAME, huge)
+    assert reply.status == 400 and len(reply.body) < 1000

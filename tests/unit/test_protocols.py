@@ -1,0 +1,319 @@
+"""Wire formats: every accepted shape, a clear 4xx naming the problem for each client mistake, hostile bodies."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bucketing import protocols
+from bucketing.protocols import kserve_v1, kserve_v2, native, openai
+from bucketing.protocols.base import Answer, Limits, RequestError, quote, snake
+from bucketing.protocols.kserve_v1 import V1Request
+from bucketing.protocols.kserve_v2 import V2Request
+from bucketing.protocols.native import TextRequest
+from bucketing.protocols.openai import EmbeddingsRequest, ModelsRequest
+
+JSON = "application/json"
+LIMITS = Limits(max_texts=4, max_length=16, vocab_size=1000, task="embedding", dimensions=4)
+
+
+def incoming(body, content_type=None, url_path=None, limits=LIMITS, row=None):
+    return protocols.parse(row if row is not None else {"body": body}, content_type, url_path, limits)
+
+
+def parse(body, content_type=None, max_texts=4):
+    return incoming(body, content_type, limits=Limits(max_texts, 16, 1000, "embedding", 4)).outcome
+
+
+def answer(values, tokens=3, truncated=False, labels=None):
+    return Answer(np.asarray(values, dtype=np.float32), tokens, truncated, labels)
+
+
+@pytest.mark.parametrize(
+    "body, content_type, texts, single",
+    [
+        (b"hello world", "text/plain", ("hello world",), True),
+        ("already decoded", "text/plain", ("already decoded",), True),
+        ({"text": "one"}, JSON, ("one",), True),
+        ({"texts": ["a", "b"]}, JSON, ("a", "b"), False),
+        (b'{"texts": ["a"]}', "application/json; charset=utf-8", ("a",), False),
+        (b'{"text": "caf\\u00e9"}', "application/json", ("caf\u00e9",), True),
+        ("caf\u00e9 \u6f22\u5b57 \U0001f600".encode(), "text/plain", ("caf\u00e9 \u6f22\u5b57 \U0001f600",), True),
+        # The JSON rule: no Content-Type and a body starting with "{" is JSON; text/plain is always one text.
+        (b'{"text": "x"}', None, ("x",), True),
+        (b'  {"texts": ["x", "y"]}', "", ("x", "y"), False),
+        (b'{"text": "x"}', "text/plain", ('{"text": "x"}',), True),
+        (b"[1] a numbered line", None, ("[1] a numbered line",), True),
+    ],
+)
+def test_accepted_shapes(body, content_type, texts, single):
+    assert parse(body, content_type) == TextRequest(texts, single)
+
+
+def test_data_key_is_accepted_like_body():
+    assert incoming(None, row={"data": b"hi"}).outcome == TextRequest(("hi",), True)
+
+
+@pytest.mark.parametrize(
+    "row, content_type, status, kind, words",
+    [
+        ({"body": b""}, None, 400, "EmptyBody", "no body"),
+        ({}, None, 400, "EmptyBody", "no body"),
+        ({"hello world": b""}, "application/x-www-form-urlencoded", 415, "UnsupportedMediaType", "form"),
+        ({}, "application/x-www-form-urlencoded", 415, "UnsupportedMediaType", "Content-Type"),
+        ({"body": b"   \n"}, "text/plain", 400, "EmptyText", "the body is empty"),
+        ({"body": {"text": ""}}, JSON, 400, "EmptyText", '"text" is empty'),
+        ({"body": b'{"text": '}, JSON, 400, "InvalidJSON", "line 1 column 10"),
+        ({"body": b'{"text": '}, None, 400, "InvalidJSON", "Content-Type: text/plain"),
+        ({"body": b"\xff\xfe"}, "text/plain", 400, "InvalidEncoding", "UTF-8"),
+        ({"body": {"text": 5}}, JSON, 400, "InvalidType", "got number"),
+        ({"body": {"texts": "abc"}}, JSON, 400, "InvalidType", "list of strings, got string"),
+        ({"body": {"texts": ["a", None]}}, JSON, 400, "InvalidType", "texts[1] must be a string, got null"),
+        ({"body": {"texts": ["a", " "]}}, JSON, 400, "EmptyText", "texts[1] is empty"),
+        ({"body": {"texts": []}}, JSON, 400, "EmptyText", "empty list"),
+        ({"body": {"texts": ["a"] * 5}}, JSON, 413, "TooManyTexts", "at most 4"),
+        ({"body": {"text": "a", "texts": ["b"]}}, JSON, 400, "InvalidRequest", "not both"),
+        ({"body": {"txt": "a"}}, JSON, 400, "InvalidRequest", "unknown field(s) 'txt'"),
+        ({"body": {}}, JSON, 400, "InvalidRequest", "empty"),
+        ({"body": [1, 2]}, JSON, 400, "InvalidRequest", "got a JSON array"),
+        ({"body": 7}, JSON, 400, "InvalidRequest", "got a JSON number"),
+        ({"body": {"text": "\ud800"}}, JSON, 400, "InvalidEncoding", "surrogate"),
+        ({"body": b'{"text": ' + b"1" * 5000 + b"}"}, JSON, 400, "InvalidJSON", "not valid JSON"),
+    ],
+)
+def test_client_mistakes(row, content_type, status, kind, words):
+    result = incoming(None, content_type, row=row)
+    assert isinstance(result.outcome, RequestError)
+    assert (result.outcome.status, result.outcome.type) == (status, kind)
+    assert words in result.outcome.message
+    reply = result.reply([], "m", 10**6)
+    assert reply.status == status
+    assert json.loads(reply.body) == {"code": status, "type": kind, "message": result.outcome.message}
+
+
+def test_render_shapes_single_and_list():
+    one, two = answer([1.0, 0.0]), answer([0.0, 1.0])
+    assert TextRequest(("a",), True).render([one]) == {"embedding": [1.0, 0.0], "tokens": 3, "truncated": False}
+    assert [a["embedding"] for a in TextRequest(("a", "b"), False).render([one, two])] == [[1.0, 0.0], [0.0, 1.0]]
+    with pytest.raises(ValueError):
+        TextRequest(("a", "b"), False).render([one])
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4),
+    max_leaves=12,
+)
+PATHS = [None, "", "v1/embeddings", "v1/models", "v1/nope", "other"]
+
+
+@given(st.binary(max_size=300), st.sampled_from([None, "text/plain", JSON, "application/octet-stream"]),
+       st.sampled_from(PATHS))  # fmt: skip
+def test_arbitrary_bytes_never_raise(body, content_type, url_path):
+    result = incoming(body, content_type, url_path)
+    if isinstance(result.outcome, RequestError):
+        assert 400 <= result.outcome.status < 500
+    json.loads(result.reply([], "m", 10**6).body) if isinstance(result.outcome, RequestError) else None
+
+
+@given(json_values, st.sampled_from(PATHS))
+def test_arbitrary_json_never_raises(value, url_path):
+    result = incoming(value, JSON, url_path)
+    outcome = result.outcome
+    if isinstance(outcome, RequestError):
+        assert 400 <= outcome.status < 500
+    else:
+        assert all(isinstance(t, (str, tuple)) for t in outcome.inputs)
+        assert len(outcome.inputs) <= 4
+
+
+def v2(data, shape=None, datatype="BYTES", **extra):
+    tensor = {"name": "text", "datatype": datatype, "shape": shape if shape is not None else [len(data)], "data": data}
+    return {"inputs": [tensor], **extra}
+
+
+def test_kserve_v2_bytes_input_carries_several_texts():
+    result = incoming(v2(["a b", "c"], id="r1"), JSON)
+    assert result.wire is kserve_v2
+    assert result.outcome == V2Request(("a b", "c"), "r1")
+    assert parse(v2([["a"], ["b"]], shape=[2, 1]), JSON).inputs == ("a", "b")
+    # fields the Open Inference Protocol's clients add are tolerated
+    assert parse(v2(["a"], model_name="m", model_version="1", parameters={}), JSON).inputs == ("a",)
+
+
+@pytest.mark.parametrize(
+    "body, status, words",
+    [
+        (v2(["a"], datatype="FP32"), 400, 'datatype must be "BYTES"'),
+        (v2(["a", "b"], shape=[3]), 400, "shape [3] holds 3 items but data has 2"),
+        (v2(["a"], shape="1"), 400, "shape must be a list of 1 or 2 integers"),
+        (v2(["a"], shape=[1, 1, 1]), 400, "3 dimensions"),
+        (v2(["a"], shape=[1, 2]), 400, "one text per row"),
+        (v2(["a"], shape=[-1]), 400, "non-negative integer"),
+        (v2(["a"] * 5), 413, "at most 4"),
+        (v2(["a", 5]), 400, "inputs[0].data[1] must be a string"),
+        (v2([]), 400, "empty list"),
+        ({"inputs": []}, 400, "exactly one tensor"),
+        ({"inputs": [1]}, 400, "exactly one tensor"),
+        (v2(["a"], id=7), 400, '"id" must be a string'),
+    ],
+)
+def test_kserve_v2_mistakes(body, status, words):
+    result = parse(body, JSON)
+    assert isinstance(result, RequestError) and result.status == status and words in result.message
+
+
+def test_kserve_v2_huge_shape_is_refused_before_any_arithmetic():
+    result = parse(v2(["a"], shape=[2**62] * 40000), JSON)
+    assert isinstance(result, RequestError) and result.status == 400 and "40000 dimensions" in result.message
+    result = parse(v2(["a"], shape=[2**62]), JSON)
+    assert isinstance(result, RequestError) and result.status == 413
+
+
+def test_kserve_v2_response_has_one_tensor_per_field():
+    request = V2Request(("a", "b"), "r1")
+    labels = ("x", "y")
+    body = request.render([answer([0.9, 0.1], 3, False, labels), answer([0.2, 0.8], 4, True, labels)], "minilm")
+    assert body["id"] == "r1" and body["model_name"] == "minilm"
+    out = {o["name"]: o for o in body["outputs"]}
+    assert out["label"]["datatype"] == "BYTES" and out["label"]["data"] == ["x", "y"]
+    assert out["scores"]["shape"] == [2, 2] and out["scores"]["parameters"] == {"labels": ["x", "y"]}
+    assert np.allclose(out["scores"]["data"], [0.9, 0.1, 0.2, 0.8])
+    assert out["tokens"] == {"name": "tokens", "datatype": "INT64", "shape": [2], "data": [3, 4]}
+    assert out["truncated"]["datatype"] == "BOOL"
+    emb = V2Request(("a",)).render([answer([0.5, 0.25])], "m")
+    assert "id" not in emb and emb["outputs"][0] == {"name": "embedding", "datatype": "FP32", "shape": [1, 2],
+                                                     "data": [0.5, 0.25]}  # fmt: skip
+
+
+def test_kserve_v2_outputs_refuse_a_field_they_cannot_type():
+    with pytest.raises(TypeError, match="no v2 datatype"):
+        kserve_v2.outputs([{"weird": 1.5}])
+
+
+def test_kserve_v1_instances():
+    result = incoming({"instances": ["a", {"text": "b"}], "parameters": {}}, JSON)
+    assert result.wire is kserve_v1 and result.outcome == V1Request(("a", "b"))
+    assert result.outcome.render([answer([1.0]), answer([0.0])])["predictions"][1]["embedding"] == [0.0]
+    bad = parse({"instances": [{"txt": "b"}]}, JSON)
+    assert isinstance(bad, RequestError) and "instances[0] must be a string" in bad.message
+
+
+def test_error_messages_quote_little_of_what_the_client_sent():
+    huge = "\u00e9" * 1_100_000
+    for body in ({huge: 1}, {"txt": huge, "tx": 1, "t": 2, "a": 3, "b": 4, "c": 5, "d": 6}, v2(["a"], datatype=huge)):
+        result = incoming(body, JSON)
+        assert isinstance(result.outcome, RequestError)
+        assert len(result.reply([], "m", 10**6).body) < 1000  # ~100 characters quoted, JSON-escaped
+    result = incoming({"input": "x", "encoding_format": huge}, JSON, "v1/embeddings")
+    assert len(result.reply([], "m", 10**6).body) < 1000  # ~100 characters quoted, JSON-escaped
+    assert quote("abc") == "'abc'" and quote("x" * 500).endswith("(502 characters)")
+
+
+@pytest.mark.parametrize(
+    "body, inputs",
+    [
+        ({"input": "hello"}, ("hello",)),
+        ({"input": ["a", "b"], "model": "m", "user": "u"}, ("a", "b")),
+        ({"input": [1, 2, 3]}, ((1, 2, 3),)),
+        ({"input": [[1, 2], [3]]}, ((1, 2), (3,))),
+        ({"input": "x", "extra_option": True}, ("x",)),
+    ],
+)
+def test_openai_inputs(body, inputs):
+    result = incoming(body, JSON, "v1/embeddings")
+    assert result.wire is openai and result.outcome.inputs == inputs
+
+
+@pytest.mark.parametrize(
+    "body, param, words",
+    [
+        ({}, "input", "'input' is a required property"),
+        ({"input": ""}, "input", "'input' is empty"),
+        ({"input": []}, "input", "empty array"),
+        ({"input": 5}, "input", "a string or an array"),
+        ({"input": ["a", 1]}, "input", "input[1] must be a string"),
+        ({"input": [[1], "a"]}, "input", "input[1] must be a non-empty array of token ids"),
+        ({"input": [[1], []]}, "input", "(empty)"),
+        ({"input": [1, 1000]}, "input", "input[1] = 1000 is not a token id"),
+        ({"input": [[1], [-1]]}, "input", "input[1][0] = -1"),
+        ({"input": [[1, True]]}, "input", "must be a token id"),
+        ({"input": ["a"] * 5}, "input", "at most 4"),
+        ({"input": "a", "encoding_format": "hex"}, "encoding_format", "'float' or 'base64'"),
+        ({"input": "a", "dimensions": 0}, "dimensions", "from 1 to 4"),
+        ({"input": "a", "dimensions": 5}, "dimensions", "from 1 to 4"),
+        ({"input": "a", "model": 3}, "model", "'model' must be a string"),
+    ],
+)
+def test_openai_mistakes_name_the_parameter(body, param, words):
+    result = incoming(body, JSON, "v1/embeddings")
+    error = result.outcome
+    assert isinstance(error, RequestError) and 400 <= error.status < 500 and words in error.message
+    reply = json.loads(result.reply([], "m", 10**6).body)
+    assert reply["error"]["param"] == param and reply["error"]["message"] == error.message
+    assert reply["error"]["type"] == "invalid_request_error" and reply["error"]["code"] == snake(error.type)
+
+
+def test_openai_render_float_base64_and_dimensions():
+    answers = [answer([0.6, 0.8, 0.0, 0.0], tokens=4), answer([0.0, 0.0, 3.0, 4.0], tokens=5)]
+    body = EmbeddingsRequest(("a", "b"), model="asked").render(answers, "served")
+    assert body["object"] == "list" and body["model"] == "asked"
+    assert body["usage"] == {"prompt_tokens": 9, "total_tokens": 9}
+    assert [d["index"] for d in body["data"]] == [0, 1] and body["data"][0]["object"] == "embedding"
+    assert np.allclose(body["data"][1]["embedding"], [0.0, 0.0, 3.0, 4.0])
+    encoded = EmbeddingsRequest(("a", "b"), encoding_format="base64").render(answers, "served")
+    assert encoded["model"] == "served"
+    decoded = np.frombuffer(base64.b64decode(encoded["data"][0]["embedding"]), dtype="<f4")
+    assert np.array_equal(decoded, np.array([0.6, 0.8, 0.0, 0.0], dtype=np.float32))
+    short = EmbeddingsRequest(("a", "b"), dimensions=2).render(answers, "m")
+    assert np.allclose(short["data"][0]["embedding"], [0.6, 0.8]) and short["data"][1]["embedding"] == [0.0, 0.0]
+    three = EmbeddingsRequest(("b",), dimensions=3).render(answers[1:], "m")["data"][0]["embedding"]
+    assert np.allclose(three, [0.0, 0.0, 1.0])
+
+
+def test_openai_models_and_unknown_paths():
+    listing = incoming(b"", None, "v1/models")
+    assert isinstance(listing.outcome, ModelsRequest)
+    assert json.loads(listing.reply([], "minilm", 10**6).body)["data"][0]["id"] == "minilm"
+    lost = incoming({"input": "x"}, JSON, "v1/chat/completions")
+    assert lost.outcome.status == 404 and "v1/embeddings" in lost.outcome.message
+    assert json.loads(lost.reply([], "m", 10**6).body)["error"]["code"] == "not_found"
+    other = incoming({"text": "x"}, JSON, "/somewhere/")
+    assert other.wire is native and json.loads(other.reply([], "m", 10**6).body)["code"] == 404
+
+
+def test_openai_embeddings_on_a_classifier_is_a_404_saying_what_is_served():
+    classifier = Limits(4, 16, 1000, "classification", 3)
+    result = incoming({"input": "x"}, JSON, "v1/embeddings", limits=classifier)
+    assert result.outcome.status == 404 and "classification model" in result.outcome.message
+
+
+def test_an_answer_over_the_response_cap_is_a_413():
+    request = TextRequest(("a", "b"), False)
+    reply = protocols.Incoming(native, request).reply([answer([0.5] * 100)] * 2, "m", 1024)
+    assert reply.status == 413 and json.loads(reply.body)["type"] == "ResponseTooLarge"
+
+
+@pytest.mark.parametrize("labels", [None, ("negative", "neutral", "positive")])
+def test_largest_answer_bounds_every_wire_format(labels):
+    rng = np.random.default_rng(0)
+    dims = 8 if labels is None else len(labels)
+    limits = Limits(max_texts=5, max_length=16, vocab_size=1000, task="embedding", dimensions=dims)
+    values = [(-rng.random(dims) * 1e-5).astype(np.float32) for _ in range(5)]  # long reprs: -1.2345678e-06
+    answers = [Answer(v, 512, True, labels) for v in values]
+    requests = [TextRequest(("x",) * 5, False), V1Request(("x",) * 5), V2Request(("x",) * 5, "id"),
+                EmbeddingsRequest(("x",) * 5, model="m" * 256)]  # fmt: skip
+    bound = protocols.largest_answer(limits, labels)
+    for request in requests if labels is None else requests[:3]:
+        assert len(json.dumps(request.render(answers, "model-name"))) <= bound
+
+
+def test_snake_case_codes():
+    assert [snake(t) for t in ("TooManyTexts", "InvalidJSON", "EmptyText", "NotFound")] == [
+        "too_many_texts", "invalid_json", "empty_text", "not_found",
+    ]  # fmt: skip
