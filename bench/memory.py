@@ -1,6 +1,6 @@
 """Peak worker memory for the worst delivered batch, per strategy: `python -m bench.memory`.
 
-Each case runs in a fresh process (the handler behind a fake TorchServe context, as a worker runs it) and reports
+Each case runs in a fresh process (the handler behind `tsctl.inprocess.LocalContext`, as a worker runs it) and reports
 the growth of peak RSS over the loaded model: what one delivered batch costs in memory.
 """
 
@@ -11,21 +11,17 @@ import json
 import resource
 import subprocess
 import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _case(strategy: str, requests: int, texts_per_request: int, max_length: int, max_batch_tokens: int) -> dict:
-    sys.path[:0] = [str(ROOT / "handler"), str(ROOT / "tests"), str(ROOT)]
     from bucketing_handler import BucketingHandler
-    from fakes import FakeContext
-    from models import minilm_path
+    from model_store.archives import minilm_dir
+    from tsctl.inprocess import LocalContext
 
-    section = {"model_path": str(minilm_path()), "strategy": strategy, "max_length": max_length,
+    section = {"model_path": str(minilm_dir()), "strategy": strategy, "max_length": max_length,
                "max_batch_tokens": max_batch_tokens, "max_texts_per_request": max(texts_per_request, 1),
                "cost": {"calibrate": False}}  # fmt: skip
-    context = FakeContext(section)
+    context = LocalContext(section)
     handler = BucketingHandler()
     handler.initialize(context)
     text = " ".join(["word"] * (2 * max_length))  # truncated to max_length tokens
@@ -66,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             cmd = [sys.executable, "-m", "bench.memory", "--case", f"{strategy}:{tpr}",
                    "--batch-size", str(args.batch_size), "--max-length", str(args.max_length),
                    "--max-batch-tokens", str(args.max_batch_tokens)]  # fmt: skip
-            out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip().splitlines()
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()
             r = json.loads(out[-1])
             print(f"{r['strategy']:10} {r['texts']:6d} {r['sub_batches']:11d} {r['model_rss_mb']:9d} "
                   f"{r['batch_peak_growth_mb']:9d} {r['peak_rss_mb']:8d}")  # fmt: skip

@@ -13,8 +13,9 @@ import torch
 from bucketing.calibrate import fit_cost, measure
 from bucketing.config import HandlerConfig
 from bucketing.metrics import emit
-from bucketing.pipeline import Meta, Pipeline, make_planner
+from bucketing.pipeline import Pipeline, make_planner
 from bucketing.planner import CostModel
+from bucketing.protocols.base import Meta
 from bucketing.tasks import Tokenizer, load_task
 
 logger = logging.getLogger(__name__)
@@ -55,12 +56,15 @@ class BucketingHandler:
         emit(getattr(context, "metrics", None), stats)
         for idx, reply in enumerate(replies):
             context.set_response_status(reply.status, HTTPStatus(reply.status).phrase, idx)
-            context.set_response_content_type(idx, "application/json")
+            context.set_response_content_type(idx, reply.content_type)
+            for name, value in reply.headers:
+                context.set_response_header(idx, name, value)
         return [r.body for r in replies]
 
 
 def request_meta(context: Any, idx: int) -> Meta:
-    """The request's Content-Type (per parameter, then per request) and `url_path`, as TorchServe recorded them."""
+    """The request's Content-Type (per parameter, then per request), `url_path` and headers, as TorchServe
+    recorded them."""
     try:
         headers = context.get_all_request_header(idx) or {}
     except (AttributeError, IndexError, TypeError):
@@ -76,4 +80,5 @@ def request_meta(context: Any, idx: int) -> Meta:
             if isinstance(key, str) and key.lower() == "content-type" and isinstance(value, str):
                 content_type = value
     url_path = headers.get("url_path")
-    return Meta(content_type, url_path if isinstance(url_path, str) else None)
+    plain = {k.lower(): v for k, v in headers.items() if isinstance(k, str) and isinstance(v, str)}
+    return Meta(content_type, url_path if isinstance(url_path, str) else None, plain)

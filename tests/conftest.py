@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
 
-from models import build_tiny_bert, minilm_path
+from model_store.archives import minilm_dir as bundled_minilm
+from tests.models import build_tiny_bert
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGTERM (a CI timeout, `kill`) ends the run like Ctrl-C: pytest then tears fixtures down, servers included."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
-    return minilm_path()
+    return bundled_minilm()
 
 
 @pytest.fixture(scope="session")

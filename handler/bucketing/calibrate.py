@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .planner import CostModel
+from .planner import CostModel, row_features
 
 # (rows, padded length) pairs timed at worker start: a spread of shapes, about 2k tokens in all.
 SHAPES = ((1, 8), (1, 32), (1, 128), (8, 16), (8, 64), (4, 128), (16, 32), (2, 256))
@@ -45,7 +45,8 @@ def fit_cost(samples: Sequence[Sample], fallback: CostModel) -> CostModel:
     t = np.array([s[2] for s in samples], dtype=float)
     if np.any(t <= 0):
         return fallback
-    columns = np.stack([np.ones_like(t), rows * length, rows * length * length], axis=1)
+    per_row = np.array([row_features(int(n)) for n in length], dtype=float)
+    columns = np.concatenate([np.ones((len(t), 1)), rows[:, None] * per_row], axis=1)
     active = [0, 1, 2]
     coef = np.zeros(3)
     while active:

@@ -1,7 +1,13 @@
-"""Typed handler configuration, read once from model-config.yaml's `handler:` section."""
+"""Typed handler configuration, read once from model-config.yaml's `handler:` section.
+
+One declaration per key: the dataclass field carries its default, its allowed values and its documentation;
+the validator and the README's table (`python -m bucketing.config`) are both built from it.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -18,59 +24,78 @@ class ConfigError(ValueError):
     """A bad value in the `handler:` section; the message names the key, the value and what is allowed."""
 
 
+def option(
+    default: Any,
+    doc: str,
+    *,
+    choices: tuple[str, ...] | None = None,
+    low: float | None = None,
+    high: float | None = None,
+) -> Any:
+    """A config key: its default, what is allowed (choices, or a range for numbers) and its documentation."""
+    metadata = {"doc": doc, "choices": choices, "low": low, "high": high}
+    if dataclasses.is_dataclass(default):
+        return field(default_factory=type(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
 @dataclass(frozen=True)
 class CostConfig:
     """The planner's cost model: calibrated at worker start, or taken from these constants."""
 
-    calibrate: bool = True
-    forward_overhead_us: float = 5000.0
-    per_token_us: float = 230.0
-    per_token_sq_us: float = 0.2
+    calibrate: bool = option(True, "time a few forward passes at worker start (about 2 s) and fit the cost model")
+    forward_overhead_us: float = option(5000.0, "cost model: microseconds per forward pass, when not calibrated "
+                                        "(or if calibration fails)", low=0.0, high=1e7)  # fmt: skip
+    per_token_us: float = option(230.0, "cost model: microseconds per padded token", low=0.0, high=1e6)
+    per_token_sq_us: float = option(0.2, "cost model: microseconds per padded token x length (attention)",
+                                    low=0.0, high=1e6)  # fmt: skip
 
 
 @dataclass(frozen=True)
 class HandlerConfig:
-    task: str = "embedding"
-    strategy: str = "bucketed"
-    model_path: str = "model"
-    max_length: int = 256
-    max_batch_tokens: int = 8192
-    pad_to_multiple_of: int = 1
-    max_texts_per_request: int = 32
-    max_response_bytes: int = 6553500  # TorchServe's max_response_size (its default); a larger answer is a 413
-    on_overflow: str = "truncate"
-    torch_threads: int = 1
-    normalize: bool = True
-    torchscript: bool = True
-    cost: CostConfig = field(default_factory=CostConfig)
+    task: str = option("embedding", "`embedding` (mean pooling) or `classification` (softmax over id2label)",
+                       choices=TASKS)  # fmt: skip
+    strategy: str = option("bucketed", "`bucketed` (sorted sub-batches under a token budget), `dynamic` (one pass "
+                           "padded to the longest text) or `static` (padded to max_length)",
+                           choices=STRATEGIES)  # fmt: skip
+    model_path: str = option("model", "folder of the model inside the archive (or an absolute path)")
+    max_length: int = option(256, "tokens per text, special tokens included (at most the model's positions)",
+                             low=1, high=MAX_LENGTH_CAP)  # fmt: skip
+    on_overflow: str = option("truncate", "`truncate` (the answer says `truncated: true`) or `reject` (413)",
+                              choices=OVERFLOW)  # fmt: skip
+    max_texts_per_request: int = option(32, "texts of one request (`texts`, `instances`, v2 `data`, OpenAI "
+                                        "`input`); checked at start-up against `max_response_bytes`",
+                                        low=1, high=4096)  # fmt: skip
+    max_response_bytes: int = option(6553500, "largest answer: TorchServe's `max_response_size` (keep them "
+                                     "equal); a larger answer is a 413", low=1024, high=1 << 31)  # fmt: skip
+    max_batch_tokens: int = option(8192, "rows x padded length of one forward pass (`bucketed` only)",
+                                   low=1, high=1 << 22)  # fmt: skip
+    pad_to_multiple_of: int = option(1, "round each pass's padded length up to this (checked against the "
+                                     "model's positions)", low=1, high=512)  # fmt: skip
+    torch_threads: int = option(1, "torch threads per worker: 2 workers x 1 thread measured best on 2 cores",
+                                low=1, high=256)  # fmt: skip
+    normalize: bool = option(True, "L2-normalise embeddings")
+    torchscript: bool = option(True, "trace the model with TorchScript at load (about 1 ms less per pass); the "
+                               "trace is checked against the eager model and dropped on any mismatch")  # fmt: skip
+    cost: CostConfig = option(CostConfig(), "the planner's cost model")
 
     @classmethod
-    def from_yaml(cls, model_yaml_config: Mapping[str, Any] | None) -> HandlerConfig:
+    def from_yaml(cls, model_yaml_config: Any) -> HandlerConfig:
         """Build from the whole model-config.yaml mapping (TorchServe's `context.model_yaml_config`)."""
-        section = (model_yaml_config or {}).get("handler") or {}
+        if model_yaml_config is None:
+            return cls()
+        if not isinstance(model_yaml_config, Mapping):
+            raise ConfigError(f"model-config: expected a mapping, got {type(model_yaml_config).__name__}")
+        section = model_yaml_config.get("handler")
+        if section is None:  # no `handler:` key, or one with nothing under it: every default
+            return cls()
         if not isinstance(section, Mapping):
-            raise ConfigError(f"handler: expected a mapping, got {type(section).__name__}")
+            raise ConfigError(f"handler: expected a mapping of keys, got {type(section).__name__} {section!r:.40}")
         return cls.from_mapping(section)
 
     @classmethod
     def from_mapping(cls, section: Mapping[str, Any]) -> HandlerConfig:
-        known = {f.name for f in fields(cls)}
-        _reject_unknown("handler", section, known)
-        values: dict[str, Any] = {}
-        for key in ("task", "strategy", "on_overflow"):
-            if key in section:
-                values[key] = _choice(f"handler.{key}", section[key], _CHOICES[key])
-        if "model_path" in section:
-            values["model_path"] = _string("handler.model_path", section["model_path"])
-        for key, (low, high) in _INT_RANGES.items():
-            if key in section:
-                values[key] = _integer(f"handler.{key}", section[key], low, high)
-        for key in ("normalize", "torchscript"):
-            if key in section:
-                values[key] = _boolean(f"handler.{key}", section[key])
-        if "cost" in section:
-            values["cost"] = _cost(section["cost"])
-        config = cls(**values)
+        config = _build(cls, section, "handler")
         config._check_budget()
         return config
 
@@ -83,66 +108,68 @@ class HandlerConfig:
             )
 
 
-_CHOICES = {"task": TASKS, "strategy": STRATEGIES, "on_overflow": OVERFLOW}
-_INT_RANGES = {
-    "max_length": (1, MAX_LENGTH_CAP),
-    "max_batch_tokens": (1, 1 << 22),
-    "pad_to_multiple_of": (1, 512),
-    "max_texts_per_request": (1, 4096),
-    "max_response_bytes": (1024, 1 << 31),
-    "torch_threads": (1, 256),
-}
-_COST_FLOATS = {
-    "forward_overhead_us": (0.0, 1e7),
-    "per_token_us": (0.0, 1e6),
-    "per_token_sq_us": (0.0, 1e6),
-}
-
-
-def _reject_unknown(where: str, section: Mapping[str, Any], known: set[str]) -> None:
+def _build(cls: type, section: Mapping[str, Any], where: str) -> Any:
+    """A config dataclass from a mapping, each value checked against its field's declaration."""
+    known = {f.name: f for f in fields(cls)}
     unknown = sorted(str(k) for k in section if k not in known)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known))}")
+    return cls(**{name: _value(known[name], value, f"{where}.{name}") for name, value in section.items()})
 
 
-def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise ConfigError(f"{key}: got {value!r}; allowed: {' | '.join(allowed)}")
-    return value
-
-
-def _string(key: str, value: Any) -> str:
+def _value(f: dataclasses.Field, value: Any, key: str) -> Any:
+    meta = f.metadata
+    default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+    if dataclasses.is_dataclass(default):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{key}: got {value!r}; allowed: a mapping")
+        return _build(type(default), value, key)
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: got {value!r}; allowed: true | false")
+        return value
+    if isinstance(default, (int, float)):
+        kind = int if isinstance(default, int) else (int, float)
+        low, high = meta["low"], meta["high"]
+        if isinstance(value, bool) or not isinstance(value, kind) or not low <= value <= high:
+            what = f"an integer from {low} to {high}" if kind is int else f"a number from {low:g} to {high:g}"
+            raise ConfigError(f"{key}: got {value!r}; allowed: {what}")
+        return value if kind is int else float(value)
+    if meta["choices"]:
+        if value not in meta["choices"]:
+            raise ConfigError(f"{key}: got {value!r}; allowed: {' | '.join(meta['choices'])}")
+        return value
     if not isinstance(value, str) or not value:
-        raise ConfigError(f"{key}: got {value!r}; allowed: a non-empty path string")
+        raise ConfigError(f"{key}: got {value!r}; allowed: a non-empty string")
     return value
 
 
-def _integer(key: str, value: Any, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ConfigError(f"{key}: got {value!r}; allowed: an integer from {low} to {high}")
-    return value
+def markdown_table() -> str:
+    """The README's table of `handler:` keys, built from the declarations."""
+    lines = ["| key | default | meaning |", "|---|---|---|"]
+    for name, f, default in _leaves(HandlerConfig):
+        lines.append(f"| `{name}` | {_shown(default)} | {f.metadata['doc']} |")
+    return "\n".join(lines) + "\n"
 
 
-def _number(key: str, value: Any, low: float, high: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise ConfigError(f"{key}: got {value!r}; allowed: a number from {low:g} to {high:g}")
-    return float(value)
+def _shown(default: Any) -> str:
+    if isinstance(default, bool):
+        return str(default).lower()
+    if isinstance(default, str):
+        return f"`{default}`"
+    return f"{default:g}" if isinstance(default, float) else str(default)
 
 
-def _boolean(key: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{key}: got {value!r}; allowed: true | false")
-    return value
+def _leaves(cls: type, prefix: str = "") -> list[tuple[str, dataclasses.Field, Any]]:
+    out = []
+    for f in fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        if dataclasses.is_dataclass(default):
+            out.extend(_leaves(type(default), f"{prefix}{f.name}."))
+        else:
+            out.append((f"{prefix}{f.name}", f, default))
+    return out
 
 
-def _cost(section: Any) -> CostConfig:
-    if not isinstance(section, Mapping):
-        raise ConfigError(f"handler.cost: got {section!r}; allowed: a mapping")
-    _reject_unknown("handler.cost", section, {f.name for f in fields(CostConfig)})
-    values: dict[str, Any] = {}
-    if "calibrate" in section:
-        values["calibrate"] = _boolean("handler.cost.calibrate", section["calibrate"])
-    for key, (low, high) in _COST_FLOATS.items():
-        if key in section:
-            values[key] = _number(f"handler.cost.{key}", section[key], low, high)
-    return CostConfig(**values)
+if __name__ == "__main__":
+    sys.stdout.write(markdown_table())

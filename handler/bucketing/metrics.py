@@ -1,7 +1,16 @@
-"""What one delivered batch cost and saved, and its emission as TorchServe custom metrics."""
+"""What one delivered batch cost and saved, and its emission as TorchServe custom metrics.
+
+Counters (`COUNTERS`) are summed by TorchServe's Prometheus endpoint. Histograms (`HISTOGRAMS`) are emitted as
+Prometheus' own series: cumulative `<name>_bucket{le=...}` counters plus `<name>_sum` and `<name>_count`, so
+`histogram_quantile` works on them. They are counters rather than TorchServe histograms because TorchServe
+0.12's Prometheus histograms use the client's default buckets (0.005 to 10), which fit none of these figures.
+Failures are counted by error type in `bucket_errors_total{type, status}`.
+"""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -17,11 +26,23 @@ METRICS = {
     "bucket_sub_batches_total": ("sub_batches", "count"),
     "bucket_forward_ms_total": ("forward_ms", "ms"),
 }
+ERRORS = "bucket_errors_total"  # requests answered with an error, by `type` and `status`
+
+# Histogram name -> (unit, bucket upper bounds; +Inf is added), and what it observes.
+HISTOGRAMS = {
+    "bucket_batch_size": ("requests", (1, 2, 4, 8, 16, 32, 64, 128)),  # requests per delivered batch
+    "bucket_pass_texts": ("texts", (1, 2, 4, 8, 16, 32, 64, 128, 256)),  # texts per forward pass
+    "bucket_pass_padded_tokens": ("tokens", (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536)),
+    "bucket_request_ms": ("ms", (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)),  # handler time
+}
 
 
 @dataclass(frozen=True)
 class BatchStats:
-    """What delivered batches cost: requests answered 4xx (`rejected`) and 5xx (`failed`), and the passes run."""
+    """What delivered batches cost: requests answered 4xx (`rejected`) and 5xx (`failed`), and the passes run.
+
+    `passes` holds (texts, padded tokens) of each forward pass and `errors` the type and status of each error
+    answer; `handler_ms` is the batch's time in the handler (what each of its requests waited there)."""
 
     batches: int = 1
     requests: int = 0
@@ -32,6 +53,9 @@ class BatchStats:
     padded_tokens: int = 0
     sub_batches: int = 0
     forward_ms: float = 0.0
+    passes: tuple[tuple[int, int], ...] = ()
+    errors: tuple[tuple[str, int], ...] = ()
+    handler_ms: float = 0.0
 
     @property
     def padding_efficiency(self) -> float | None:
@@ -53,13 +77,46 @@ class BatchStats:
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    def observations(self) -> dict[str, list[tuple[float, int]]]:
+        """(value, weight) pairs per histogram for one delivered batch."""
+        return {
+            "bucket_batch_size": [(self.requests, 1)],
+            "bucket_pass_texts": [(rows, 1) for rows, _ in self.passes],
+            "bucket_pass_padded_tokens": [(padded, 1) for _, padded in self.passes],
+            "bucket_request_ms": [(self.handler_ms, self.requests)],
+        }
+
+
+def cumulative(observations: Sequence[tuple[float, int]], bounds: Sequence[float]) -> list[tuple[str, int]]:
+    """Prometheus buckets: for each upper bound (then +Inf), the weight of observations at or below it."""
+    out = [(f"{b:g}", sum(w for v, w in observations if v <= b)) for b in bounds]
+    return [*out, ("+Inf", sum(w for _, w in observations))]
+
 
 def emit(metrics: Any, stats: BatchStats) -> None:
     """Add one batch's figures to TorchServe's metric cache (`context.metrics`), if there is one."""
     if metrics is None:
         return
+    from ts.metrics.dimension import Dimension
     from ts.metrics.metric_type_enum import MetricTypes
 
-    for name, (attr, unit) in METRICS.items():
+    def add(name: str, value: float, unit: str, dims: Sequence[tuple[str, str]] = ()) -> None:
         # A fresh dimensions list each call: TorchServe appends its default dimensions to the one it gets.
-        metrics.add_metric(name, getattr(stats, attr), unit, None, [], MetricTypes.COUNTER)
+        metrics.add_metric(name, value, unit, None, [Dimension(k, v) for k, v in dims], MetricTypes.COUNTER)
+
+    for name, (attr, unit) in METRICS.items():
+        add(name, getattr(stats, attr), unit)
+    for name, observed in stats.observations().items():
+        unit, bounds = HISTOGRAMS[name]
+        for le, count in cumulative(observed, bounds):
+            add(f"{name}_bucket", count, unit, [("le", le)])
+        add(f"{name}_sum", sum(v * w for v, w in observed), unit)
+        add(f"{name}_count", sum(w for _, w in observed), "count")
+    for (kind, status), count in Counter(stats.errors).items():
+        add(ERRORS, count, "count", [("type", kind), ("status", str(status))])
+
+
+def series_names() -> set[str]:
+    """Every metric name the handler emits, as Prometheus shows it."""
+    names = set(METRICS) | {ERRORS}
+    return names | {f"{h}_{part}" for h in HISTOGRAMS for part in ("bucket", "sum", "count")}

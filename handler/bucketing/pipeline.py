@@ -19,22 +19,14 @@ from typing import Any
 from . import protocols
 from .config import ConfigError, HandlerConfig
 from .metrics import BatchStats
-from .planner import CostModel, Plan, plan_bucketed, plan_dynamic, plan_static
+from .planner import CostModel, Plan, plan_bucketed, plan_dynamic, plan_static, round_up
 from .protocols import Incoming, Reply
-from .protocols.base import Answer, Limits, RequestError
+from .protocols.base import Answer, Limits, Meta, RequestError
 from .tasks import Encoded, Task, Tokenizer, collate
 
 logger = logging.getLogger(__name__)
 
 Planner = Callable[[Sequence[int]], Plan]
-
-
-@dataclass(frozen=True)
-class Meta:
-    """What TorchServe tells about one request besides its body."""
-
-    content_type: str | None = None
-    url_path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +76,7 @@ def compute(items: Sequence[Item], plan_fn: Planner, task: Task, pad_id: int) ->
         padded_tokens=plan.padded_tokens,
         sub_batches=len(plan.sub_batches),
         forward_ms=round(forward_ms, 3),
+        passes=tuple((sb.rows, sb.padded_tokens) for sb in plan.sub_batches),
     )
     return Computed(tuple(plan.restore(results)), stats)
 
@@ -113,6 +106,14 @@ class Pipeline:
                 f"handler.max_length: got {config.max_length}; allowed: at most the model's "
                 f"max_position_embeddings ({self.task.max_positions})"
             )
+        padded = round_up(config.max_length, config.pad_to_multiple_of)
+        if config.strategy != "static" and padded > self.task.max_positions:
+            raise ConfigError(
+                f"handler.pad_to_multiple_of: got {config.pad_to_multiple_of} with handler.max_length "
+                f"{config.max_length}: a text of {config.max_length} tokens would be padded to {padded}, past the "
+                f"model's {self.task.max_positions} positions; allowed: a multiple that rounds max_length to at "
+                f"most {self.task.max_positions} (or a smaller max_length)"
+            )
         largest = protocols.largest_answer(self.limits, getattr(self.task, "labels", None))
         if largest > config.max_response_bytes:
             per_text = largest // config.max_texts_per_request
@@ -125,7 +126,8 @@ class Pipeline:
 
     def serve(self, rows: Sequence[Any], meta: Sequence[Meta], model_name: str) -> tuple[list[Reply], BatchStats]:
         """One reply per row, in row order, and the batch's figures."""
-        incoming = [protocols.parse(row, m.content_type, m.url_path, self.limits) for row, m in zip(rows, meta)]
+        start = time.perf_counter()
+        incoming = [protocols.parse(row, m, self.limits) for row, m in zip(rows, meta)]
         incoming, items = self._tokenize(incoming)
         incoming, outputs, stats = self._run(incoming, items)
         answers: dict[int, list[Answer]] = {}
@@ -141,6 +143,8 @@ class Pipeline:
             requests=len(rows),
             rejected=sum(400 <= r.status < 500 for r in replies),
             failed=sum(r.status >= 500 for r in replies),
+            errors=tuple((r.error, r.status) for r in replies if r.error),
+            handler_ms=round((time.perf_counter() - start) * 1000.0, 3),
         )
         return replies, stats
 

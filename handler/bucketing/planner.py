@@ -16,18 +16,30 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 
+def row_features(padded_len: int) -> tuple[int, int]:
+    """What one row of a forward pass costs in, beyond the pass's fixed overhead: tokens, and tokens x length."""
+    return padded_len, padded_len * padded_len
+
+
 @dataclass(frozen=True)
 class CostModel:
-    """Estimated time of one forward pass: overhead + rows * (per_token * L + per_token_sq * L^2), in µs."""
+    """Estimated time of one forward pass: overhead + rows * (per_token * L + per_token_sq * L^2), in µs.
+
+    The per-row terms are `row_features`; calibration fits these same features (`calibrate.fit_cost`).
+    """
 
     overhead_us: float = 5000.0
     per_token_us: float = 230.0
     per_token_sq_us: float = 0.2
 
+    def row_us(self, padded_len: int) -> float:
+        """Estimated microseconds one row padded to `padded_len` adds to a pass."""
+        tokens, tokens_sq = row_features(padded_len)
+        return self.per_token_us * tokens + self.per_token_sq_us * tokens_sq
+
     def forward_us(self, rows: int, padded_len: int) -> float:
         """Estimated microseconds for a forward pass over `rows` texts padded to `padded_len`."""
-        per_row = self.per_token_us * padded_len + self.per_token_sq_us * padded_len * padded_len
-        return self.overhead_us + rows * per_row
+        return self.overhead_us + rows * self.row_us(padded_len)
 
 
 @dataclass(frozen=True)
@@ -129,7 +141,7 @@ def plan_bucketed(
     cut = [0] * (n + 1)
     for j in range(1, n + 1):
         length = padded[j - 1]
-        per_row = cost.per_token_us * length + cost.per_token_sq_us * length * length
+        per_row = cost.row_us(length)
         lowest = max(0, j - max_batch_tokens // length)
         # best[i] + overhead + (j - i) * per_row, minimised over i; overhead and j * per_row are common.
         score, start = min((best[i] - i * per_row, i) for i in range(lowest, j))

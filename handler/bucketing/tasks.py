@@ -183,7 +183,7 @@ class EmbeddingTask:
 
     name = "embedding"
 
-    def __init__(self, model_dir: str, normalize: bool, torchscript: bool = False) -> None:
+    def __init__(self, model_dir: str, normalize: bool, torchscript: bool) -> None:
         from transformers import AutoModel
 
         model = AutoModel.from_pretrained(model_dir).eval()
@@ -213,7 +213,7 @@ class ClassificationTask:
 
     name = "classification"
 
-    def __init__(self, model_dir: str, torchscript: bool = False) -> None:
+    def __init__(self, model_dir: str, torchscript: bool) -> None:
         from transformers import AutoModelForSequenceClassification
 
         model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
@@ -233,7 +233,7 @@ class ClassificationTask:
         return Answer(output, len(encoded.ids), encoded.truncated, self.labels)
 
 
-def load_task(task: str, model_dir: str, normalize: bool = True, torchscript: bool = False) -> Task:
+def load_task(task: str, model_dir: str, normalize: bool, torchscript: bool) -> Task:
     if task == "classification":
         return ClassificationTask(model_dir, torchscript)
     return EmbeddingTask(model_dir, normalize, torchscript)

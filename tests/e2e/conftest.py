@@ -9,11 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.server import Endpoints, TorchServe, free_ports
-from fakes import FakeContext
-from models import minilm_path
-
-ROOT = Path(__file__).resolve().parents[2]
+from model_store.archives import minilm_dir
+from tsctl import Endpoints, TorchServe, free_ports
+from tsctl.inprocess import LocalContext
 
 
 def processes_under(folder: Path) -> list[int]:
@@ -57,7 +55,7 @@ def reference():
     """Batch-of-one embeddings from the handler in process, on the same model files."""
     from bucketing_handler import BucketingHandler
 
-    context = FakeContext({"model_path": str(minilm_path()), "strategy": "dynamic", "cost": {"calibrate": False}})
+    context = LocalContext({"model_path": str(minilm_dir()), "strategy": "dynamic", "cost": {"calibrate": False}})
     handler = BucketingHandler()
     handler.initialize(context)
     cache: dict[str, np.ndarray] = {}

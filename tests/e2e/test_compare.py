@@ -8,7 +8,8 @@ import json
 import pytest
 
 from bench import compare
-from conftest import ROOT, processes_under
+from model_store.archives import ROOT
+from tests.e2e.conftest import processes_under
 
 pytestmark = pytest.mark.e2e
 

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from bench.stats import parse_prometheus
-from models import minilm_path
+from model_store.archives import minilm_dir
 
 pytestmark = pytest.mark.e2e
 
@@ -46,7 +46,7 @@ def client(served) -> openai.OpenAI:
 def hf_tokenizer():
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(minilm_path()))
+    return AutoTokenizer.from_pretrained(str(minilm_dir()))
 
 
 def close(vector, expected) -> bool:

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import yaml
 
-from bench.server import Endpoints, TorchServe, free_ports, request
-from conftest import ROOT
+from model_store.archives import ROOT
+from tsctl import Endpoints, TorchServe, free_ports, request
 
 pytestmark = pytest.mark.e2e
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import random
+import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
-from bench.server import request
 from bench.stats import parse_prometheus
+from tsctl import request
 
 pytestmark = pytest.mark.e2e
 
@@ -159,3 +161,21 @@ def test_kserve_v2_and_v1_with_batching(models, reference):
             assert np.max(np.abs(vector - reference(text))) <= 1e-5
     batches = counter(client.metrics(), "bucket_batches_total", "bucketed") - before
     assert batches < len(calls), "TorchServe delivered no batch larger than 1"
+
+
+def test_histograms_and_errors_by_type_reach_prometheus(models):
+    client = models.client
+    for body, ctype in [(b'{"text": "histogram probe"}', "application/json"), (b"", "application/json")]:
+        client.predict("bucketed", body, ctype)
+    errors = r'^bucket_errors_total{type="EmptyBody",status="400",ModelName="bucketed",'
+    deadline = time.monotonic() + 10  # the frontend reads the workers' metric lines asynchronously
+    while not re.search(errors, text := client.metrics(), re.M) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for name in ("bucket_batch_size", "bucket_pass_texts", "bucket_pass_padded_tokens", "bucket_request_ms"):
+        assert re.search(rf'^{name}_bucket{{le="\+Inf",ModelName="bucketed",', text, re.M), name
+        assert re.search(rf'^{name}_count{{ModelName="bucketed",', text, re.M), name
+    count = float(re.search(r'^bucket_batch_size_count{ModelName="bucketed",[^}]*} (\S+)$', text, re.M).group(1))
+    inf = float(re.search(r'^bucket_batch_size_bucket{le="\+Inf",ModelName="bucketed",[^}]*} (\S+)$', text,
+                          re.M).group(1))  # fmt: skip
+    assert count == inf > 0
+    assert re.search(errors, text, re.M)

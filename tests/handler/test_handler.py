@@ -10,7 +10,7 @@ import pytest
 
 from bucketing.config import ConfigError
 from bucketing_handler import BucketingHandler
-from fakes import FakeContext
+from tsctl.inprocess import LocalContext
 
 STRATEGIES = ["bucketed", "dynamic", "static"]
 WORDS = "the a model server batch token short long text padding request answer worker queue length".split()
@@ -21,9 +21,9 @@ def mixed_texts(n: int, seed: int = 0) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(rng.choice([1, 3, 8, 30, 90]))) for _ in range(n)]
 
 
-def make_handler(model_dir, **section) -> tuple[BucketingHandler, FakeContext]:
+def make_handler(model_dir, **section) -> tuple[BucketingHandler, LocalContext]:
     section = {"model_path": str(model_dir), "cost": {"calibrate": False}, **section}
-    context = FakeContext(section)
+    context = LocalContext(section, model_name="tiny")
     handler = BucketingHandler()
     handler.initialize(context)
     return handler, context
@@ -271,3 +271,10 @@ def test_max_texts_per_request_must_fit_the_response_cap(tiny_embedder_dir, mini
         make_handler(minilm_dir, max_texts_per_request=4096)
     with pytest.raises(ConfigError, match=r"at most \d+ for this model"):
         make_handler(tiny_embedder_dir, max_texts_per_request=64, max_response_bytes=65536)
+
+
+def test_padding_rounded_past_the_model_positions_is_refused(tiny_embedder_dir):
+    with pytest.raises(ConfigError, match=r"pad_to_multiple_of: got 384 with handler.max_length 512.*768"):
+        make_handler(tiny_embedder_dir, max_length=512, pad_to_multiple_of=384, max_batch_tokens=8192)
+    make_handler(tiny_embedder_dir, max_length=512, pad_to_multiple_of=384, max_batch_tokens=8192, strategy="static")
+    make_handler(tiny_embedder_dir, max_length=512, pad_to_multiple_of=64, max_batch_tokens=8192)

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bucketing.config import ConfigError, CostConfig, HandlerConfig
-
-ROOT = Path(__file__).resolve().parents[2]
+from bucketing.config import STRATEGIES, ConfigError, CostConfig, HandlerConfig, markdown_table
+from model_store import archives
+from model_store.archives import ROOT
 
 
 def test_defaults():
@@ -18,12 +18,40 @@ def test_defaults():
     assert config.cost == CostConfig()
 
 
-@pytest.mark.parametrize("strategy", ["bucketed", "dynamic", "static"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
 def test_shipped_model_configs_are_valid(strategy):
-    raw = yaml.safe_load((ROOT / "config" / f"minilm-{strategy}.yaml").read_text())
+    raw = archives.model_config(strategy)
     config = HandlerConfig.from_yaml(raw)
     assert config.strategy == strategy
     assert raw["batchSize"] >= 1 and raw["minWorkers"] >= 1
+    assert archives.model_config(strategy, threads=2)["handler"]["torch_threads"] == 2
+    assert yaml.safe_load(archives.TEMPLATE.read_text())["handler"]["strategy"] == "bucketed"
+
+
+def test_readme_config_table_is_the_generated_one():
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("<!-- config-table")
+    table = readme[readme.index("\n", start) + 1 : readme.index("<!-- /config-table -->")]
+    assert table == markdown_table(), "README's handler: table drifted: regenerate it with python -m bucketing.config"
+
+
+def test_every_field_is_documented_and_validated():
+    for name in ("task", "max_response_bytes", "torchscript", "cost"):
+        with pytest.raises(ConfigError, match=f"handler.{name}"):
+            HandlerConfig.from_mapping({name: object()})
+    assert HandlerConfig().torchscript is True
+
+
+@pytest.mark.parametrize("section", [[], "", 0, ["strategy"], "strategy: dynamic"])
+def test_a_handler_section_that_is_not_a_mapping_is_refused(section):
+    with pytest.raises(ConfigError, match="handler: expected a mapping"):
+        HandlerConfig.from_yaml({"handler": section})
+
+
+def test_absent_or_empty_handler_section_means_defaults():
+    assert HandlerConfig.from_yaml({"batchSize": 4}) == HandlerConfig.from_yaml({"handler": None}) == HandlerConfig()
+    with pytest.raises(ConfigError, match="model-config: expected a mapping"):
+        HandlerConfig.from_yaml(["handler"])
 
 
 def test_values_are_read():
@@ -65,13 +93,8 @@ def test_errors_name_key_value_and_range(section, words):
         assert w in str(err.value)
 
 
-def test_handler_section_must_be_a_mapping():
-    with pytest.raises(ConfigError, match="handler: expected a mapping"):
-        HandlerConfig.from_yaml({"handler": ["strategy"]})
-
-
 def properties(path: Path) -> dict[str, str]:
-    from bench.server import read_properties
+    from tsctl import read_properties
 
     return read_properties(path)
 
@@ -86,9 +109,15 @@ def test_local_serving_config_is_loopback_with_auth_and_store_only_registration(
     assert int(props["job_queue_size"]) > 0 and props["install_py_dep_per_model"] == "false"
 
 
-def test_kserve_config_keeps_management_and_metrics_on_loopback():
+def test_kserve_config_listens_on_loopback_only_because_its_auth_is_off():
     props = properties(ROOT / "config" / "kserve" / "config.properties")
-    assert props["management_address"].startswith("http://127.0.0.1:")
-    assert props["metrics_address"].startswith("http://127.0.0.1:")
-    assert props.get("disable_token_authorization", "false") == "false" and props["enable_model_api"] == "false"
+    for key in ("inference_address", "management_address", "metrics_address"):
+        assert props[key].startswith("http://127.0.0.1:"), key
+    # kserve_wrapper (TorchServe 0.12) reads these two and calls them without a token
+    assert props["inference_address"].endswith(":8085") and props["disable_token_authorization"] == "true"
+    assert props["enable_model_api"] == "false"
     assert "service_envelope" not in props  # the handler speaks v2 itself, with batching on
+    docs = list(yaml.safe_load_all((ROOT / "config" / "kserve" / "inferenceservice.yaml").read_text()))
+    policy = next(d for d in docs if d["kind"] == "NetworkPolicy")
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert [p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]] == [8080]

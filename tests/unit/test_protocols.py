@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import struct
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 
 from bucketing import protocols
 from bucketing.protocols import kserve_v1, kserve_v2, native, openai
-from bucketing.protocols.base import Answer, Limits, RequestError, quote, snake
+from bucketing.protocols.base import Answer, Binary, Limits, Meta, RequestError, answer_fields, quote, snake
 from bucketing.protocols.kserve_v1 import V1Request
 from bucketing.protocols.kserve_v2 import V2Request
 from bucketing.protocols.native import TextRequest
@@ -22,8 +23,9 @@ JSON = "application/json"
 LIMITS = Limits(max_texts=4, max_length=16, vocab_size=1000, task="embedding", dimensions=4)
 
 
-def incoming(body, content_type=None, url_path=None, limits=LIMITS, row=None):
-    return protocols.parse(row if row is not None else {"body": body}, content_type, url_path, limits)
+def incoming(body, content_type=None, url_path=None, limits=LIMITS, row=None, headers=None):
+    meta = Meta(content_type, url_path, headers or {})
+    return protocols.parse(row if row is not None else {"body": body}, meta, limits)
 
 
 def parse(body, content_type=None, max_texts=4):
@@ -317,3 +319,71 @@ def test_snake_case_codes():
     assert [snake(t) for t in ("TooManyTexts", "InvalidJSON", "EmptyText", "NotFound")] == [
         "too_many_texts", "invalid_json", "empty_text", "not_found",
     ]  # fmt: skip
+
+
+def v2_binary(texts, extra=None, header=None):
+    """A body as KServe's and Triton's clients send it with binary_data=True."""
+    raw = b"".join(struct.pack("<I", len(t.encode())) + t.encode() for t in texts)
+    tensor = {"name": "text", "datatype": "BYTES", "shape": [len(texts)], "parameters": {"binary_data_size": len(raw)}}
+    head = json.dumps(header or {"id": "b1", "model_name": "m", "inputs": [tensor], **(extra or {})}).encode()
+    return head + raw, {"inference-header-content-length": str(len(head))}
+
+
+def test_kserve_v2_binary_inputs():
+    body, headers = v2_binary(["caf\u00e9", "a b", "c"])
+    result = incoming(body, "application/octet-stream", headers=headers)
+    assert result.wire is kserve_v2 and result.outcome == V2Request(("caf\u00e9", "a b", "c"), "b1")
+
+
+@pytest.mark.parametrize(
+    "mutate, status, words",
+    [
+        (lambda b, h: (b, {"inference-header-content-length": "x"}), 400, "must be a length"),
+        (lambda b, h: (b, {"inference-header-content-length": str(len(b) + 1)}), 400, "must be a length"),
+        (lambda b, h: (b[:-1], h), 400, "5 bytes follow"),
+        (lambda b, h: (b[: int(h["inference-header-content-length"])], h), 400, "0 bytes follow"),
+        (lambda b, h: (b"{" + b[1:], {"inference-header-content-length": "3"}), 400, "not a JSON object"),
+    ],
+)
+def test_kserve_v2_binary_mistakes(mutate, status, words):
+    body, headers = mutate(*v2_binary(["ab"]))
+    result = incoming(body, "application/octet-stream", headers=headers)
+    assert isinstance(result.outcome, RequestError) and result.outcome.status == status, result.outcome
+    assert words in result.outcome.message
+
+
+def test_kserve_v2_binary_elements_are_checked():
+    raw = struct.pack("<I", 10) + b"short"
+    head = json.dumps({"inputs": [{"name": "t", "datatype": "BYTES", "shape": [1],
+                                   "parameters": {"binary_data_size": len(raw)}}]}).encode()  # fmt: skip
+    result = incoming(head + raw, None, headers={"inference-header-content-length": str(len(head))})
+    assert result.outcome.status == 400 and "claims 10 bytes" in result.outcome.message
+    assert kserve_v2.decode_bytes(b"".join(struct.pack("<I", 1) + b"x" for _ in range(5)), 4).status == 413
+    assert kserve_v2.decode_bytes(struct.pack("<I", 2) + b"\xff\xfe", 4).type == "InvalidEncoding"
+
+
+def test_kserve_v2_outputs_selected_and_binary():
+    answers = [answer([0.5, 0.25], 3), answer([1.0, 0.0], 4, True)]
+    request = parse(
+        v2(["a", "b"], outputs=[{"name": "tokens"}, {"name": "embedding", "parameters": {"binary_data": True}}]), JSON
+    )
+    assert request.outputs == ("tokens", "embedding") and request.binary == frozenset({"embedding"})
+    rendered = request.render(answers, "m")
+    assert isinstance(rendered, Binary) and [t["name"] for t in rendered.header["outputs"]] == ["tokens", "embedding"]
+    tokens, embedding = rendered.header["outputs"]
+    assert tokens["data"] == [3, 4] and "data" not in embedding and embedding["parameters"]["binary_data_size"] == 16
+    assert np.array_equal(np.frombuffer(rendered.chunks[0], "<f4"), np.array([0.5, 0.25, 1.0, 0.0], "<f4"))
+    everything = parse(v2(["a", "b"], parameters={"binary_data_output": True}), JSON).render(answers, "m")
+    assert [t["parameters"]["binary_data_size"] for t in everything.header["outputs"]] == [16, 16, 2]
+    assert everything.chunks[2] == b"\x00\x01"
+    reply = protocols.Incoming(kserve_v2, parse(v2(["a", "b"], parameters={"binary_data_output": True}), JSON))
+    sent = reply.reply(answers, "m", 10**6)
+    length = int(dict(sent.headers)["Inference-Header-Content-Length"])
+    assert sent.content_type == "application/octet-stream" and json.loads(sent.body[:length])["model_name"] == "m"
+    unknown = parse(v2(["a"], outputs=[{"name": "logits"}]), JSON)
+    assert unknown.status == 400 and "unknown output(s) 'logits'" in unknown.message
+
+
+def test_answer_fields_name_what_answers_hold():
+    assert tuple(answer([1.0]).fields()) == answer_fields("embedding")
+    assert tuple(answer([0.4, 0.6], labels=("a", "b")).fields()) == answer_fields("classification")

@@ -1,4 +1,4 @@
-"""bench/server.py pieces that need no server: properties, key file reading and expiry, free ports."""
+"""tsctl pieces that need no server: properties, key file reading and expiry, free ports."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import datetime as dt
 import json
 import socket
 
-from bench.server import Endpoints, KeyFile, free_ports, port_in_use, read_properties
+from tsctl import Endpoints, KeyFile, free_ports, port_in_use, read_properties
 
 
 def test_read_properties_skips_comments_and_keeps_equals_in_values(tmp_path):

@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from . import kserve_v1, kserve_v2, native, openai
-from .base import Answer, Limits, Request, RequestError, decode, quote
+from .base import Answer, Binary, Limits, Meta, Request, RequestError, decode, quote
 
 WIRES: tuple[ModuleType, ...] = (native, kserve_v1, kserve_v2, openai)
 Parser = Callable[[Any, Limits], Any]
@@ -34,10 +34,13 @@ SERVED = (
 
 @dataclass(frozen=True)
 class Reply:
-    """One request's HTTP answer: status and JSON body."""
+    """One request's HTTP answer: status, body, its content type and extra headers (and the error type, if any)."""
 
     status: int
-    body: str
+    body: str | bytes
+    error: str | None = None
+    content_type: str = "application/json"
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,8 @@ class Incoming:
         """Render the answer (or the error) in this request's own format; an answer over max_bytes is a 413."""
         if isinstance(self.outcome, RequestError):
             return self._error(self.outcome)
-        body = json.dumps(self.outcome.render(answers, model_name))
+        rendered = self.outcome.render(answers, model_name)
+        body, reply = (json.dumps(rendered), Reply(200, "")) if not isinstance(rendered, Binary) else _binary(rendered)
         if len(body) > max_bytes:
             return self._error(
                 RequestError(
@@ -68,20 +72,30 @@ class Incoming:
                     "(handler.max_response_bytes, TorchServe's max_response_size); send fewer texts per request",
                 )
             )
-        return Reply(200, body)
+        return replace(reply, body=body)
 
     def _error(self, error: RequestError) -> Reply:
-        return Reply(error.status, json.dumps(self.wire.error_body(error)))
+        return Reply(error.status, json.dumps(self.wire.error_body(error)), error.type)
 
 
-def parse(row: Any, content_type: str | None, url_path: str | None, limits: Limits) -> Incoming:
+def _binary(rendered: Binary) -> tuple[bytes, Reply]:
+    header = json.dumps(rendered.header).encode()
+    headers = (("Inference-Header-Content-Length", str(len(header))),)
+    return header + b"".join(rendered.chunks), Reply(200, b"", content_type="application/octet-stream", headers=headers)
+
+
+def parse(row: Any, meta: Meta, limits: Limits) -> Incoming:
     """One TorchServe request row to its wire format and outcome; never raises."""
-    path = (url_path or "").strip("/")
+    content_type = meta.content_type
+    path = (meta.url_path or "").strip("/")
     if path and path not in ROUTES:
         wire = openai if path.startswith("v1/") else native
         return Incoming(wire, RequestError(404, "NotFound", f"no endpoint {quote(path, 60)} here; served: {SERVED}"))
     wire, parser = ROUTES.get(path, (native, native.parse))
     try:
+        header_length = meta.header(kserve_v2.HEADER_LENGTH)
+        if not path and header_length is not None and isinstance(row, dict):
+            return _binary_request(row, header_length, limits)
         body = decode(row, content_type)
         if isinstance(body, RequestError):
             return Incoming(wire, body)
@@ -93,6 +107,17 @@ def parse(row: Any, content_type: str | None, url_path: str | None, limits: Limi
     except Exception as e:  # noqa: BLE001 - whatever a client sends is answered, never raised
         error = RequestError(400, "InvalidRequest", f"the request could not be read ({type(e).__name__})")
         return Incoming(wire, error)
+
+
+def _binary_request(row: dict[str, Any], header_length: str, limits: Limits) -> Incoming:
+    """A v2 request in the binary data extension: JSON, then raw tensor bytes."""
+    value = next((row[k] for k in ("body", "data") if k in row), None)
+    if not isinstance(value, (bytes, bytearray)):  # TorchServe decoded it: plain JSON, no binary part
+        return Incoming(kserve_v2, kserve_v2.parse(value, limits))
+    split = kserve_v2.split_binary(bytes(value), header_length)
+    if isinstance(split, RequestError):
+        return Incoming(kserve_v2, split)
+    return Incoming(kserve_v2, kserve_v2.parse(split[0], limits, split[1]))
 
 
 def _by_body(body: Any) -> tuple[ModuleType, Parser]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 BODY_KEYS = ("body", "data")
@@ -28,6 +28,26 @@ class RequestError:
     type: str
     message: str
     param: str | None = None
+
+
+@dataclass(frozen=True)
+class Meta:
+    """What TorchServe tells about one request besides its body: Content-Type, `url_path`, request headers."""
+
+    content_type: str | None = None
+    url_path: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)  # names in lower case
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name.lower())
+
+
+@dataclass(frozen=True)
+class Binary:
+    """An answer of JSON followed by raw bytes (KServe v2's binary data extension)."""
+
+    header: Any
+    chunks: tuple[bytes, ...]
 
 
 @dataclass(frozen=True)
@@ -51,7 +71,8 @@ class Answer:
     labels: tuple[str, ...] | None = None  # class names (classification); None for embeddings
 
     def fields(self) -> dict[str, Any]:
-        """Our native answer object: `embedding`, or `label` and `scores`; then `tokens` and `truncated`."""
+        """Our native answer object: `embedding`, or `label` and `scores`; then `tokens` and `truncated`
+        (`answer_fields` names them)."""
         if self.labels is None:
             head: dict[str, Any] = {"embedding": self.values.tolist()}
         else:
@@ -59,6 +80,12 @@ class Answer:
             best = max(range(len(scores)), key=scores.__getitem__)
             head = {"label": self.labels[best], "scores": dict(zip(self.labels, scores))}
         return {**head, "tokens": self.tokens, "truncated": self.truncated}
+
+
+def answer_fields(task: str) -> tuple[str, ...]:
+    """The fields of an answer of this task, in order (what `Answer.fields` gives)."""
+    head = ("embedding",) if task == "embedding" else ("label", "scores")
+    return (*head, "tokens", "truncated")
 
 
 class Request(Protocol):

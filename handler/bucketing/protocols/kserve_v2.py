@@ -1,37 +1,81 @@
 """KServe v2 (Open Inference Protocol) at `/v2/models/NAME/infer`: one BYTES input tensor of texts.
 
 Request: `{"id"?, "parameters"?, "inputs": [{"name", "datatype": "BYTES", "shape": [n] or [n, 1], "data"}],
-"outputs"?}`; other top-level fields (`model_name`, `model_version`, ...) are tolerated. The shape is checked
-(rank, then each dimension against max_texts_per_request) before any arithmetic on it.
+"outputs"?}`; other fields (`model_name`, `model_version`, input `parameters`, ...) are tolerated. The shape is
+checked (rank, then each dimension against max_texts_per_request) before any arithmetic on it.
 Answer: `{"id"?, "model_name", "outputs": [...]}`, one tensor per answer field: `embedding` FP32 [n, dim];
 classification `label` BYTES [n] and `scores` FP32 [n, labels]; `tokens` INT64 [n]; `truncated` BOOL [n].
+`outputs` in the request selects among them.
+
+The binary tensor data extension, as KServe's and Triton's clients send it: the request's JSON is the first
+`Inference-Header-Content-Length` bytes of the body, and an input with `parameters.binary_data_size` carries its
+data after it (BYTES: each element a little-endian uint32 length, then its bytes). Outputs come back binary when
+asked (`parameters.binary_data_output`, or an output's `parameters.binary_data`): their `data` is replaced by
+`parameters.binary_data_size` and their bytes follow the JSON, whose length is then the response's
+`Inference-Header-Content-Length`.
 """
 
 from __future__ import annotations
 
+import json
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Answer, Limits, RequestError, bad, check_count, is_int, json_type, quote, texts, too_many
+import numpy as np
+
+from .base import (
+    Answer,
+    Binary,
+    Limits,
+    RequestError,
+    answer_fields,
+    bad,
+    check_count,
+    is_int,
+    json_type,
+    names,
+    quote,
+    texts,
+    too_many,
+)
 from .base import error_body as error_body
 
 NAME = "kserve-v2"
 MAX_RANK = 2  # [n] or [n, 1]
+HEADER_LENGTH = "inference-header-content-length"
+BINARY_TYPES = {"FP32": "<f4", "INT64": "<i8", "BOOL": "?"}
 
 
 @dataclass(frozen=True)
 class V2Request:
     inputs: tuple[str, ...]
     id: str | None = None
+    outputs: tuple[str, ...] | None = None  # the outputs asked for, in the request's order (None: all)
+    binary: frozenset[str] = frozenset()  # outputs to send as binary data
 
     def where(self, index: int) -> str:
         return f"inputs[0].data[{index}]"
 
     def render(self, answers: Sequence[Answer], model_name: str = "") -> Any:
         check_count(self, answers)
-        body: dict[str, Any] = {"model_name": model_name, "outputs": outputs([a.fields() for a in answers])}
-        return body if self.id is None else {"id": self.id, **body}
+        tensors = outputs([a.fields() for a in answers])
+        if self.outputs is not None:
+            by_name = {t["name"]: t for t in tensors}
+            tensors = [by_name[name] for name in self.outputs]
+        body: dict[str, Any] = {"model_name": model_name, "outputs": tensors}
+        if self.id is not None:
+            body = {"id": self.id, **body}
+        if not self.binary & {t["name"] for t in tensors}:
+            return body
+        chunks = []
+        for tensor in tensors:
+            if tensor["name"] in self.binary:
+                chunk = encode(tensor["datatype"], tensor.pop("data"))
+                tensor["parameters"] = {**tensor.get("parameters", {}), "binary_data_size": len(chunk)}
+                chunks.append(chunk)
+        return Binary(body, tuple(chunks))
 
 
 def claims(body: Any) -> bool:
@@ -64,7 +108,50 @@ def outputs(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return tensors
 
 
-def parse(body: Any, limits: Limits) -> V2Request | RequestError:
+def encode(datatype: str, data: list[Any]) -> bytes:
+    """A tensor's data in the binary extension's layout (little-endian; BYTES length-prefixed)."""
+    if datatype == "BYTES":
+        items = [str(x).encode("utf-8") for x in data]
+        return b"".join(struct.pack("<I", len(b)) + b for b in items)
+    return np.asarray(data, dtype=BINARY_TYPES[datatype]).tobytes()
+
+
+def decode_bytes(raw: bytes, max_items: int) -> list[str] | RequestError:
+    """BYTES elements from binary data: a uint32 length, then that many bytes of UTF-8, each."""
+    items, offset = [], 0
+    while offset < len(raw):
+        if len(items) >= max_items:
+            return too_many(len(items) + 1, "inputs[0].data", max_items)
+        if offset + 4 > len(raw):
+            return bad("InvalidRequest", f"inputs[0] binary data ends inside the length of element {len(items)}")
+        (length,) = struct.unpack_from("<I", raw, offset)
+        offset += 4
+        if offset + length > len(raw):
+            return bad("InvalidRequest", f"inputs[0] binary element {len(items)} claims {length} bytes; "
+                       f"{len(raw) - offset} are left")  # fmt: skip
+        try:
+            items.append(raw[offset : offset + length].decode("utf-8"))
+        except UnicodeDecodeError as e:
+            return bad("InvalidEncoding", f"inputs[0] binary element {len(items)} is not UTF-8 (byte {e.start})")
+        offset += length
+    return items
+
+
+def split_binary(body: bytes, header_length: str) -> tuple[Any, bytes] | RequestError:
+    """The binary extension's body: its JSON header (decoded) and the binary data after it."""
+    if not header_length.strip().isdigit() or not 0 < int(header_length) <= len(body):
+        return bad("InvalidRequest", f"Inference-Header-Content-Length {quote(header_length, 40)} must be a "
+                   f"length from 1 to the body's {len(body)} bytes")  # fmt: skip
+    n = int(header_length)
+    try:
+        return json.loads(body[:n].decode("utf-8")), body[n:]
+    except (UnicodeDecodeError, ValueError) as e:
+        return bad("InvalidJSON", f"the first {n} bytes (Inference-Header-Content-Length) are not a JSON "
+                   f"object ({type(e).__name__})")  # fmt: skip
+
+
+def parse(body: Any, limits: Limits, binary: bytes | None = None) -> V2Request | RequestError:
+    """A v2 request from its JSON (and, with the binary extension, the bytes after it)."""
     if not isinstance(body, Mapping) or "inputs" not in body:
         return bad("InvalidRequest", f'expected a JSON object with "inputs", got a JSON {json_type(body)}')
     request_id = body.get("id")
@@ -79,14 +166,58 @@ def parse(body: Any, limits: Limits) -> V2Request | RequestError:
     shape = _shape(tensor.get("shape"), limits.max_texts)
     if isinstance(shape, RequestError):
         return shape
-    data = tensor.get("data")
-    if isinstance(data, list) and data and all(isinstance(row, list) for row in data):
-        data = [x for row in data for x in row]  # a [n, 1] tensor given row by row
+    data = _data(tensor, binary, limits.max_texts)
+    if isinstance(data, RequestError):
+        return data
     items = shape[0] * (shape[1] if len(shape) == 2 else 1)
     if isinstance(data, list) and items != len(data):
         return bad("InvalidRequest", f"inputs[0].shape {shape} holds {items} items but data has {len(data)}")
     parsed = texts(data, "inputs[0].data", limits.max_texts)
-    return parsed if isinstance(parsed, RequestError) else V2Request(parsed, request_id)
+    if isinstance(parsed, RequestError):
+        return parsed
+    selection = _outputs(body, limits.task)
+    if isinstance(selection, RequestError):
+        return selection
+    return V2Request(parsed, request_id, *selection)
+
+
+def _data(tensor: Mapping[str, Any], binary: bytes | None, max_texts: int) -> Any:
+    parameters = tensor.get("parameters")
+    size = parameters.get("binary_data_size") if isinstance(parameters, Mapping) else None
+    if size is None:
+        data = tensor.get("data")
+        if isinstance(data, list) and data and all(isinstance(row, list) for row in data):
+            data = [x for row in data for x in row]  # a [n, 1] tensor given row by row
+        return data
+    if binary is None:
+        return bad("InvalidRequest", "inputs[0] has binary_data_size but the request has no binary data "
+                   "(send the Inference-Header-Content-Length header)")  # fmt: skip
+    if not is_int(size) or size != len(binary):
+        return bad("InvalidRequest", f"inputs[0].parameters.binary_data_size is {quote(size, 40)} but "
+                   f"{len(binary)} bytes follow the JSON")  # fmt: skip
+    return decode_bytes(binary, max_texts)
+
+
+def _outputs(body: Mapping[str, Any], task: str) -> tuple[tuple[str, ...] | None, frozenset[str]] | RequestError:
+    """Which outputs to send (the request's `outputs`, else all) and which of them as binary data."""
+    known = answer_fields(task)
+    parameters = body.get("parameters")
+    all_binary = isinstance(parameters, Mapping) and parameters.get("binary_data_output") is True
+    requested = body.get("outputs")
+    if requested is None:
+        return None, frozenset(known if all_binary else ())
+    if not isinstance(requested, list) or not all(isinstance(o, Mapping) and "name" in o for o in requested):
+        return bad("InvalidRequest", '"outputs" must be a list of objects with a "name"', "outputs")
+    unknown = [str(o["name"]) for o in requested if o["name"] not in known]
+    if unknown:
+        return bad("InvalidRequest", f"unknown output(s) {names(unknown)}; this model has {', '.join(known)}",
+                   "outputs")  # fmt: skip
+    binary = set()
+    for o in requested:
+        flag = o.get("parameters", {}).get("binary_data") if isinstance(o.get("parameters"), Mapping) else None
+        if flag is True or (flag is None and all_binary):
+            binary.add(o["name"])
+    return tuple(o["name"] for o in requested), frozenset(binary)
 
 
 def _shape(shape: Any, max_texts: int) -> list[int] | RequestError:

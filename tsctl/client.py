@@ -1,38 +1,22 @@
-"""Run and talk to a TorchServe: start/stop on loopback ports, token keys, management and metrics calls.
+"""Talk to a running TorchServe: its three APIs, with keys read from its key file and renewed before they expire.
 
-Used by `make serve` / `make stop` (`python -m bench.server start|stop|token`), by the end-to-end tests and by
-`bench/compare.py`. It works around TorchServe 0.12's traps in our code:
-- a taken port makes the launcher exit 0 while an old server answers: ports are checked free before start and
-  the new server's own pid must be alive and answering;
-- `/ping` says Healthy before a model is ready: registration is synchronous and then polled until READY;
-- keys live in `key_file.json` in the server's working directory and expire: they are re-read on every call
-  and renewed through the token API when a call is refused;
-- `torchserve --stop` deletes `key_file.json` in the folder it runs from and leaves workers to the JVM:
-  we run it from the server's folder and then end the whole process group.
+TorchServe 0.12's traps handled here: keys live in `key_file.json` in the server's working directory, are
+written non-atomically and expire after 60 minutes: they are re-read on every call and renewed through the
+token API (with the API key) before expiry or when a call is refused; `/ping` says Healthy before a model is
+ready: registration is synchronous, then polled until every worker is READY.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import http.client
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
 import time
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_PROPERTIES = ROOT / "config" / "config.properties"
-DEFAULT_STORE = ROOT / "model_store"
-SERVE_DIR = ROOT / ".tmp" / "serve"
-GRPC_PORTS = {"grpc_inference_port": "7070", "grpc_management_port": "7071"}
 
 
 class ServerError(RuntimeError):
@@ -279,185 +263,3 @@ class Client:
     def predict(self, name: str, body: bytes | str, content_type: str | None = "application/json") -> Reply:
         headers = {"Content-Type": content_type} if content_type else {}
         return self.call("inference", "POST", f"/predictions/{name}", body, headers=headers)
-
-
-class TorchServe:
-    """One TorchServe process tree, in its own folder (logs, key file, TMPDIR) and process group."""
-
-    def __init__(
-        self,
-        workdir: Path,
-        endpoints: Endpoints | None = None,
-        model_store: Path = DEFAULT_STORE,
-        base_properties: Path = DEFAULT_PROPERTIES,
-        extra_properties: dict[str, str] | None = None,
-    ) -> None:
-        self.workdir = workdir.resolve()
-        props = read_properties(base_properties)
-        if endpoints is not None:
-            grpc = free_ports(2)
-            props.update(
-                inference_address=endpoints.inference,
-                management_address=endpoints.management,
-                metrics_address=endpoints.metrics,
-                grpc_inference_port=str(grpc[0]),
-                grpc_management_port=str(grpc[1]),
-            )
-        props["model_store"] = str(model_store.resolve())
-        props.update(extra_properties or {})
-        self.properties = props
-        self.endpoints = Endpoints.from_properties(props)
-        self.tmp = self.workdir / "tmp"
-        auth_off = props.get("disable_token_authorization", "false").lower() == "true"
-        self.client = Client(self.endpoints, None if auth_off else self.workdir / "key_file.json")
-
-    @property
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "TMPDIR": str(self.tmp), "TEMP": str(self.tmp)}
-
-    @property
-    def pid_file(self) -> Path:
-        return self.tmp / ".model_server.pid"
-
-    def pid(self) -> int | None:
-        try:
-            pid = int(self.pid_file.read_text().split()[0])
-            os.kill(pid, 0)
-            return pid
-        except (FileNotFoundError, ValueError, IndexError, ProcessLookupError, PermissionError):
-            return None
-
-    def start(self, timeout: float = 120.0) -> TorchServe:
-        if self.pid() is not None:
-            raise ServerError(f"a TorchServe from {self.workdir} is already running (pid {self.pid()})")
-        grpc = [f"http://127.0.0.1:{self.properties.get(k, d)}" for k, d in GRPC_PORTS.items()]
-        for url in (self.endpoints.inference, self.endpoints.management, self.endpoints.metrics, *grpc):
-            if port_in_use(url):
-                raise ServerError(f"{url} is already in use: stop what listens there or choose other ports")
-        self.tmp.mkdir(parents=True, exist_ok=True)
-        (self.workdir / "key_file.json").unlink(missing_ok=True)
-        conf = self.workdir / "config.properties"
-        conf.write_text("".join(f"{k}={v}\n" for k, v in self.properties.items()))
-        launcher = [str(Path(sys.executable).parent / "torchserve"), "--start", "--ncs", "--ts-config", str(conf)]
-        with open(self.workdir / "torchserve.out", "ab") as out:
-            subprocess.run(
-                launcher, cwd=self.workdir, env=self.env, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
-                start_new_session=True, check=True, timeout=60,
-            )  # fmt: skip
-        try:
-            self._wait_answering(timeout)
-        except BaseException:
-            self.stop()  # whatever went wrong, leave no process behind
-            raise
-        return self
-
-    def _wait_answering(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.pid() is None:
-                raise ServerError(f"TorchServe exited during start; see {self.workdir / 'torchserve.out'}")
-            if self.client.ping():
-                time.sleep(1.0)  # a late bind failure (gRPC) stops the server just after its first answer
-                if self.pid() is not None and self.client.ping():
-                    return
-            time.sleep(0.25)
-        raise ServerError(f"TorchServe did not answer /ping in {timeout:.0f} s; see {self.workdir / 'logs'}")
-
-    def stop(self, timeout: float = 60.0) -> None:
-        """Stop the server and every process of its group; safe to call twice."""
-        pid = self.pid()
-        if pid is None:
-            return
-        pgid = os.getpgid(pid)
-        subprocess.run(
-            [str(Path(sys.executable).parent / "torchserve"), "--stop"], cwd=self.workdir, env=self.env,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60, check=False,
-        )  # fmt: skip
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and _group_alive(pgid):
-            time.sleep(0.2)
-        if _group_alive(pgid):
-            os.killpg(pgid, signal.SIGKILL)
-        self.pid_file.unlink(missing_ok=True)
-
-    def __enter__(self) -> TorchServe:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def group_stats(pgid: int) -> list[list[str]]:
-    """The /proc/PID/stat fields (after the command name) of every process in a process group."""
-    out = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid:
-                out.append(fields)
-    return out
-
-
-def group_cpu_seconds(pgid: int) -> float:
-    """CPU seconds (user + system) of every live process in a process group."""
-    tick = os.sysconf("SC_CLK_TCK")
-    return sum((int(f[11]) + int(f[12])) / tick for f in group_stats(pgid))
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    # Zombies count as gone: they hold no port or memory and are reaped by their parent.
-    return any(f[0] != "Z" for f in group_stats(pgid))
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Start or stop the local TorchServe of `make serve`.")
-    parser.add_argument("command", choices=("start", "stop", "token", "status"))
-    parser.add_argument("--model", default="minilm-bucketed", help="archive (without .mar) registered at start")
-    parser.add_argument("--workdir", type=Path, default=SERVE_DIR)
-    args = parser.parse_args(argv)
-    server = TorchServe(args.workdir)
-    if args.command == "token":
-        key = server.client.keys.key("inference")
-        if not key:
-            where = server.workdir / "key_file.json"
-            print(f"no key file at {where}: is TorchServe running (make serve)?", file=sys.stderr)
-            return 1
-        print(key)
-        return 0
-    if args.command == "stop":
-        running = server.pid()
-        server.stop()
-        print("TorchServe stopped." if running else "TorchServe was not running.")
-        return 0
-    if args.command == "status":
-        print(f"running (pid {server.pid()})" if server.pid() else "not running")
-        return 0
-    if server.pid() is None:
-        server.start()
-    name = args.model
-    if name not in server.client.models():
-        cfg = _model_config(ROOT / "config" / f"{name}.yaml")
-        server.client.register(
-            f"{name}.mar", name, cfg.get("batchSize", 16), cfg.get("maxBatchDelay", 10), cfg.get("minWorkers", 2)
-        )
-    e = server.endpoints
-    print(f"TorchServe is up: inference {e.inference}, management {e.management}, metrics {e.metrics}")
-    print(f"model {name} READY; logs in {server.workdir / 'logs'}; inference token: `make -s token`")
-    return 0
-
-
-def _model_config(path: Path) -> dict[str, Any]:
-    import yaml
-
-    return yaml.safe_load(path.read_text()) if path.exists() else {}
-
-
-if __name__ == "__main__":
-    sys.exit(main())

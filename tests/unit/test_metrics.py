@@ -1,0 +1,69 @@
+"""Metrics: cumulative histogram buckets, what a batch emits, and a dashboard that names only real series."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import yaml
+
+from bucketing.metrics import ERRORS, HISTOGRAMS, METRICS, BatchStats, cumulative, emit, series_names
+from model_store.archives import ROOT
+from tsctl.inprocess import LocalMetrics
+
+
+def test_cumulative_buckets():
+    assert cumulative([(3, 1), (8, 1), (100, 2)], [1, 4, 8]) == [("1", 0), ("4", 1), ("8", 2), ("+Inf", 4)]
+    assert cumulative([], [1.5]) == [("1.5", 0), ("+Inf", 0)]
+
+
+def test_a_batch_emits_counters_histograms_and_errors_by_type():
+    stats = BatchStats(requests=5, rejected=2, failed=1, texts=6, passes=((4, 64), (2, 300)), handler_ms=40.0,
+                       errors=(("EmptyText", 400), ("EmptyText", 400), ("InternalServerError", 500)))  # fmt: skip
+    metrics = LocalMetrics()
+    emit(metrics, stats)
+    names = {name for name, *_ in metrics.added}
+    assert names == series_names()
+    added = {(name, tuple((d.name, d.value) for d in dims)): value for name, value, _, dims in metrics.added}
+    assert added["bucket_requests_total", ()] == 5 and added["bucket_failed_total", ()] == 1
+    assert added["bucket_batch_size_bucket", (("le", "4"),)] == 0
+    assert added["bucket_batch_size_bucket", (("le", "8"),)] == 1
+    assert (
+        added["bucket_pass_texts_bucket", (("le", "2"),)] == 1
+        and added["bucket_pass_texts_bucket", (("le", "4"),)] == 2
+    )
+    assert added["bucket_pass_padded_tokens_sum", ()] == 364
+    assert added["bucket_request_ms_bucket", (("le", "50"),)] == 5 and added["bucket_request_ms_count", ()] == 5
+    assert added[ERRORS, (("type", "EmptyText"), ("status", "400"))] == 2
+    assert added[ERRORS, (("type", "InternalServerError"), ("status", "500"))] == 1
+
+
+def test_stats_add_up_across_retries():
+    a = BatchStats(batches=0, texts=2, passes=((2, 20),))
+    b = BatchStats(batches=0, texts=1, passes=((1, 7),), errors=(("X", 500),))
+    assert a + b == BatchStats(batches=0, texts=3, passes=((2, 20), (1, 7)), errors=(("X", 500),))
+
+
+def torchserve_metric_names() -> set[str]:
+    import ts
+
+    spec = yaml.safe_load(open(f"{ts.__path__[0]}/configs/metrics.yaml").read())
+    names = set()
+    for section in ("ts_metrics", "model_metrics"):
+        for kind in spec.get(section, {}).values():
+            names |= {m["name"] for m in kind}
+    return names
+
+
+def test_dashboard_queries_name_only_emitted_metrics():
+    dashboard = json.loads((ROOT / "config" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    exprs += [v["definition"] for v in dashboard["templating"]["list"] if v.get("definition")]
+    used = set()
+    for expr in exprs:
+        used |= set(re.findall(r"([A-Za-z_:][\w:]*)\s*\{", expr)) | set(re.findall(r"label_values\((\w+)", expr))
+    known = series_names() | torchserve_metric_names()
+    assert used and used <= known, f"not emitted: {sorted(used - known)}"
+    assert {"bucket_batch_size_bucket", "bucket_pass_texts_bucket", "bucket_pass_padded_tokens_bucket",
+            "bucket_request_ms_bucket", ERRORS} <= used  # fmt: skip
+    assert set(METRICS) & used and set(HISTOGRAMS)
