@@ -114,7 +114,7 @@ class Pipeline:
                 f"model's {self.task.max_positions} positions; allowed: a multiple that rounds max_length to at "
                 f"most {self.task.max_positions} (or a smaller max_length)"
             )
-        largest = protocols.largest_answer(self.limits, getattr(self.task, "labels", None))
+        largest = protocols.largest_answer(self.limits, self.task.labels)
         if largest > config.max_response_bytes:
             per_text = largest // config.max_texts_per_request
             raise ConfigError(

@@ -172,6 +172,7 @@ class Task(Protocol):
     name: str
     max_positions: int
     dimensions: int  # embedding size, or number of labels
+    labels: tuple[str, ...] | None  # class names (classification); None for embeddings
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor | None) -> np.ndarray: ...
 
@@ -182,6 +183,7 @@ class EmbeddingTask:
     """Mean pooling over real tokens, optionally L2-normalised."""
 
     name = "embedding"
+    labels = None
 
     def __init__(self, model_dir: str, normalize: bool, torchscript: bool) -> None:
         from transformers import AutoModel
