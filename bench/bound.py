@@ -9,6 +9,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 
@@ -35,13 +36,15 @@ def balance(chunks: list[list[int]], lengths: Sequence[int], workers: int) -> li
     return shares
 
 
-def _worker(model_dir: str, threads: int, rows: list[list[list[int]]], barrier: Any, out: Any) -> None:
+def _worker(model_dir: str, threads: int, engine: str, rows: list[list[list[int]]], barrier: Any, out: Any) -> None:
     import torch
 
-    from bucketing.tasks import EmbeddingTask, collate
+    from bucketing.config import HandlerConfig
+    from bucketing.tasks import load_task
+    from bucketing.tokenizer import collate
 
     torch.set_num_threads(threads)
-    task = EmbeddingTask(model_dir, normalize=True, torchscript=True)  # the handler's fastest forward pass
+    task = load_task(HandlerConfig(engine=engine, torch_threads=threads), model_dir)  # as the handler runs it
     for chunk in rows[:2]:
         task.forward(*collate(chunk, len(chunk[0]), 0))
     barrier.wait()
@@ -53,9 +56,23 @@ def _worker(model_dir: str, threads: int, rows: list[list[list[int]]], barrier: 
 
 def padding_free_bound(
     texts: Sequence[str], model_dir: str, workers: int = 2, threads: int = 1, max_length: int = 256,
-    max_batch_tokens: int = 8192,
+    max_batch_tokens: int = 8192, engine: str = "torch",
 ) -> dict[str, Any]:  # fmt: skip
-    from bucketing.tasks import Tokenizer
+    """Real tokens per second of the same texts grouped by exact length (no padding), on the given engine."""
+    import tempfile
+
+    from model_store.archives import engine_model_dir
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = engine_model_dir(Path(model_dir), engine, "embedding", Path(tmp))
+        return _bound(texts, str(folder), workers, threads, max_length, max_batch_tokens, engine)
+
+
+def _bound(
+    texts: Sequence[str], model_dir: str, workers: int, threads: int, max_length: int, max_batch_tokens: int,
+    engine: str,
+) -> dict[str, Any]:  # fmt: skip
+    from bucketing.tokenizer import Tokenizer
 
     encoded = Tokenizer(model_dir, max_length).encode(texts)
     lengths = [len(e.ids) for e in encoded]
@@ -64,7 +81,7 @@ def padding_free_bound(
     ctx = mp.get_context("spawn")
     barrier, out = ctx.Barrier(workers), ctx.Queue()
     rows = [[[list(encoded[i].ids) for i in chunk] for chunk in share] for share in shares]
-    procs = [ctx.Process(target=_worker, args=(model_dir, threads, r, barrier, out)) for r in rows]
+    procs = [ctx.Process(target=_worker, args=(model_dir, threads, engine, r, barrier, out)) for r in rows]
     for p in procs:
         p.start()
     times = [out.get(timeout=600) for _ in procs]
@@ -78,5 +95,6 @@ def padding_free_bound(
         "forwards": len(chunks),
         "workers": workers,
         "threads": threads,
+        "engine": engine,
         "wall_s": round(wall, 3),
     }

@@ -174,7 +174,7 @@ class Bench:
     def workload(self, config: stats.Config) -> tuple[Workload, list[bytes], list[int]]:
         key = (config.workload, config.short_frac if config.workload == "mixed" else 0.0)
         if key not in self._workloads:
-            from bucketing.tasks import Tokenizer
+            from bucketing.tokenizer import Tokenizer
 
             if self._tokenizer is None:
                 self._tokenizer = Tokenizer(str(minilm_dir()), 256)

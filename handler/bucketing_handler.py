@@ -8,6 +8,7 @@ import os
 from http import HTTPStatus
 from typing import Any
 
+import numpy as np
 import torch
 
 from bucketing.calibrate import fit_cost, measure
@@ -16,7 +17,8 @@ from bucketing.metrics import emit
 from bucketing.pipeline import Pipeline, make_planner
 from bucketing.planner import CostModel
 from bucketing.protocols.base import Meta
-from bucketing.tasks import Tokenizer, load_task
+from bucketing.tasks import load_task
+from bucketing.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +33,7 @@ class BucketingHandler:
         self.config = HandlerConfig.from_yaml(getattr(context, "model_yaml_config", None))
         torch.set_num_threads(self.config.torch_threads)
         model_dir = os.path.join(context.system_properties.get("model_dir", "."), self.config.model_path)
-        self.task = load_task(self.config.task, model_dir, self.config.normalize, self.config.torchscript)
+        self.task = load_task(self.config, model_dir, context.system_properties.get("gpu_id"))
         self.tokenizer = Tokenizer(model_dir, self.config.max_length)
         self.cost = self._cost_model()
         self.pipeline = Pipeline(self.config, self.tokenizer, self.task, make_planner(self.config, self.cost))
@@ -46,7 +48,7 @@ class BucketingHandler:
         pad = self.tokenizer.pad_id + 1
 
         def forward(rows: int, length: int) -> None:
-            self.task.forward(torch.full((rows, length), pad, dtype=torch.long), None)
+            self.task.forward(np.full((rows, length), pad, dtype=np.int64), np.ones((rows, length), dtype=np.int64))
 
         return fit_cost(measure(forward, self.config.max_length), configured)
 

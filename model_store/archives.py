@@ -62,6 +62,21 @@ def model_config(strategy: str, threads: int = 1, template: Path = TEMPLATE) -> 
     return cfg
 
 
+def engine_model_dir(model_dir: Path, engine: str, task: str, target: Path) -> Path:
+    """The model folder an engine needs: as it is for torch; for onnxruntime, its files (linked) with the graph
+    exported beside them (`model.onnx`)."""
+    if engine == "torch":
+        return model_dir
+    from bucketing.engines import ONNX_FILE, export_onnx
+
+    target.mkdir(parents=True, exist_ok=True)
+    for item in model_dir.iterdir():
+        if item.is_file() and not (target / item.name).exists():
+            (target / item.name).symlink_to(item.resolve())
+    export_onnx(task, str(model_dir), target / ONNX_FILE)
+    return target
+
+
 def sources(template: Path = TEMPLATE) -> list[Path]:
     """Everything an archive is built from, but the model weights."""
     module, package = handler_sources()

@@ -9,14 +9,14 @@ from model_store.archives import minilm_dir
 LABELS = {0: "negative", 1: "neutral", 2: "positive"}
 
 
-def build_tiny_bert(target: Path, classifier: bool) -> Path:
+def build_tiny_bert(target: Path, classifier: bool, seed: int = 0) -> Path:
     """A randomly initialised 2-layer BERT with MiniLM's tokenizer, saved like a hub checkpoint."""
     import shutil
 
     import torch
     from transformers import BertConfig, BertForSequenceClassification, BertModel
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     source = minilm_dir()
     config = BertConfig(
         vocab_size=30522,

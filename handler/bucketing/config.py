@@ -15,6 +15,8 @@ from typing import Any
 TASKS = ("embedding", "classification")
 STRATEGIES = ("bucketed", "dynamic", "static")
 OVERFLOW = ("truncate", "reject")
+ENGINES = ("torch", "onnxruntime")
+DTYPES = ("float32", "float16", "bfloat16")
 
 # The largest position count of BERT-family encoders; the model's own limit is checked at load.
 MAX_LENGTH_CAP = 8192
@@ -72,8 +74,12 @@ class HandlerConfig:
                                    low=1, high=1 << 22)  # fmt: skip
     pad_to_multiple_of: int = option(1, "round each pass's padded length up to this (checked against the "
                                      "model's positions)", low=1, high=512)  # fmt: skip
-    torch_threads: int = option(1, "torch threads per worker: 2 workers x 1 thread measured best on 2 cores",
-                                low=1, high=256)  # fmt: skip
+    engine: str = option("torch", "`torch` (eager, or TorchScript below) or `onnxruntime` (the graph exported into "
+                         "the archive, checked against torch at start-up)", choices=ENGINES)  # fmt: skip
+    dtype: str = option("float32", "`float32`; `float16` or `bfloat16` on a CUDA GPU with engine torch (a start-up "
+                        "error on the CPU)", choices=DTYPES)  # fmt: skip
+    torch_threads: int = option(1, "threads per worker, for either engine: 2 workers x 1 thread measured best on "
+                                "2 cores", low=1, high=256)  # fmt: skip
     normalize: bool = option(True, "L2-normalise embeddings")
     torchscript: bool = option(True, "trace the model with TorchScript at load (about 1 ms less per pass); the "
                                "trace is checked against the eager model and dropped on any mismatch")  # fmt: skip

@@ -22,7 +22,8 @@ from .metrics import BatchStats
 from .planner import CostModel, Plan, plan_bucketed, plan_dynamic, plan_static, round_up
 from .protocols import Incoming, Reply
 from .protocols.base import Answer, Limits, Meta, RequestError
-from .tasks import Encoded, Task, Tokenizer, collate
+from .tasks import Task
+from .tokenizer import Encoded, Tokenizer, collate
 
 logger = logging.getLogger(__name__)
 

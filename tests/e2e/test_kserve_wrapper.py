@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.stats import parse_prometheus
 from model_store.archives import ROOT
 from tests.e2e.test_serving import texts_for_load
 from tsctl import Endpoints, TorchServe, free_ports, port_in_use, request
@@ -79,6 +80,7 @@ def stop(proc: subprocess.Popen) -> None:
 @pytest.mark.parametrize("protocol", ["v2", "v1"])
 def test_wrapper_forwards_to_the_handler_with_batching(kserve_torchserve, reference, tmp_path, protocol):
     proc = run_wrapper(kserve_torchserve, protocol, tmp_path)
+    before = parse_prometheus(kserve_torchserve.client.metrics(), "minilm")
     try:
         groups = [texts_for_load(n, seed=40 + n) for n in (1, 2, 3, 4, 2, 1, 3, 2)]
 
@@ -102,5 +104,10 @@ def test_wrapper_forwards_to_the_handler_with_batching(kserve_torchserve, refere
                 vectors = np.asarray([p["embedding"] for p in reply.json()["predictions"]])
             for text, vector in zip(group, vectors, strict=True):
                 assert np.max(np.abs(vector - reference(text))) <= 1e-5
+        after = parse_prometheus(kserve_torchserve.client.metrics(), "minilm")
+        requests = after["bucket_requests_total"] - before["bucket_requests_total"]
+        batches = after["bucket_batches_total"] - before["bucket_batches_total"]
+        print(f"{protocol} through kserve_wrapper: {requests:.0f} requests in {batches:.0f} batches")
+        assert requests == len(groups) and batches < requests, "TorchServe delivered no batch larger than 1"
     finally:
         stop(proc)

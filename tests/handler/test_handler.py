@@ -190,7 +190,7 @@ def test_torchscript_trace_matches_eager(tiny_embedder_dir, tiny_classifier_dir,
     model_dir = tiny_embedder_dir if task == "embedding" else tiny_classifier_dir
     traced, context = make_handler(model_dir, task=task, torchscript=True)
     eager, _ = make_handler(model_dir, task=task, torchscript=False)
-    assert traced.task.encoder.traced is not None and eager.task.encoder.traced is None
+    assert traced.task.engine.traced is not None and eager.task.engine.traced is None
     texts = mixed_texts(9, seed=5)
     rows = [{"body": {"texts": texts}}]
     ((_, a),) = serve(traced, context, rows)

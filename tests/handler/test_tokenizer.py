@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bucketing.tasks import Encoded, Tokenizer
+from bucketing.tokenizer import Encoded, Tokenizer
 
 WORDS = ["serving", "transformer", "a", "unbelievably", "x", "caf\u00e9", "\u6f22\u5b57", "(note)", "don't", "--",
          "\u200b", "\x00", "\U0001f600", "1234567", "https://example.org/a?b=c", "\t", "\n", "Zwölf"]  # fmt: skip

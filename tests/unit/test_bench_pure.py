@@ -55,7 +55,7 @@ def test_texts_are_words_with_the_target_token_count():
 
 
 def test_minilm_tokenizes_workloads_to_their_targets(minilm_dir):
-    from bucketing.tasks import Tokenizer
+    from bucketing.tokenizer import Tokenizer
 
     w = make_workload("longtail", 200, seed=1)
     real = [len(e.ids) for e in Tokenizer(str(minilm_dir), 256).encode(w.texts)]

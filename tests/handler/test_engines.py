@@ -1,0 +1,74 @@
+"""Engines: ONNX Runtime gives the torch model's answers (checked at start-up, a mismatch stops the worker),
+device and dtype selection."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from bucketing.config import ConfigError, HandlerConfig
+from bucketing.engines import ONNX_FILE, EngineError, check_dtype, select_device
+from model_store.archives import engine_model_dir
+from tests.handler.test_handler import STRATEGIES, alone, make_handler, mixed_texts, serve
+
+
+@pytest.fixture(scope="module")
+def onnx_dirs(tiny_embedder_dir, tiny_classifier_dir, tmp_path_factory):
+    return {
+        task: engine_model_dir(folder, "onnxruntime", task, tmp_path_factory.mktemp(f"onnx-{task}"))
+        for task, folder in (("embedding", tiny_embedder_dir), ("classification", tiny_classifier_dir))
+    }
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_onnxruntime_embeddings_match_torch_and_batch_of_one(onnx_dirs, tiny_embedder_dir, strategy):
+    ort, context = make_handler(onnx_dirs["embedding"], engine="onnxruntime", strategy=strategy, max_length=128)
+    torch_handler, _ = make_handler(tiny_embedder_dir, strategy=strategy, max_length=128)
+    assert ort.task.engine.name == "onnxruntime" and ort.task.engine.device == "cpu"
+    texts = mixed_texts(10, seed=7)
+    answers = serve(ort, context, [{"body": {"texts": texts}}])[0][1]
+    for text, answer in zip(texts, answers, strict=True):
+        vector = np.array(answer["embedding"])
+        assert np.max(np.abs(vector - np.array(alone(ort, context, text)["embedding"]))) <= 1e-5
+        assert np.max(np.abs(vector - np.array(alone(torch_handler, context, text)["embedding"]))) <= 1e-5
+
+
+def test_onnxruntime_classification_gives_the_same_labels(onnx_dirs, tiny_classifier_dir):
+    ort, context = make_handler(onnx_dirs["classification"], engine="onnxruntime", task="classification")
+    torch_handler, _ = make_handler(tiny_classifier_dir, task="classification")
+    texts = mixed_texts(8, seed=8)
+    a = serve(ort, context, [{"body": {"texts": texts}}])[0][1]
+    b = serve(torch_handler, context, [{"body": {"texts": texts}}])[0][1]
+    for x, y in zip(a, b, strict=True):
+        assert x["label"] == y["label"]
+        assert max(abs(x["scores"][k] - y["scores"][k]) for k in x["scores"]) <= 1e-5
+
+
+def test_a_missing_or_foreign_graph_stops_the_worker(onnx_dirs, tiny_embedder_dir, tmp_path):
+    with pytest.raises(EngineError, match="no model.onnx"):
+        make_handler(tiny_embedder_dir, engine="onnxruntime")
+    foreign = tmp_path / "foreign"
+    shutil.copytree(onnx_dirs["embedding"], foreign, symlinks=False)
+    from tests.models import build_tiny_bert
+
+    other = build_tiny_bert(tmp_path / "other", classifier=False, seed=1)
+    shutil.copy(other / "model.safetensors", foreign / "model.safetensors")  # weights no longer match the graph
+    with pytest.raises(EngineError, match="differs from the torch model"):
+        make_handler(foreign, engine="onnxruntime")
+
+
+def test_device_follows_torchserve_gpu_id_when_cuda_is_there():
+    assert select_device(None, True) == "cpu"
+    assert select_device(0, False) == "cpu"
+    assert select_device(1, True) == "cuda:1" and select_device("0", True) == "cuda:0"
+
+
+def test_half_precision_is_for_cuda_and_torch():
+    with pytest.raises(ConfigError, match="handler.dtype: got 'float16' on the CPU"):
+        check_dtype(HandlerConfig(dtype="float16"), "cpu")
+    with pytest.raises(ConfigError, match="engine onnxruntime"):
+        check_dtype(HandlerConfig(dtype="bfloat16", engine="onnxruntime"), "cuda:0")
+    assert str(check_dtype(HandlerConfig(dtype="bfloat16"), "cuda:0")) == "torch.bfloat16"
+    assert ONNX_FILE == "model.onnx"
