@@ -100,7 +100,6 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         "max_batch_delay": _csv_list(args.delays, int),
         "rate": _csv_list(args.rates, float),
         "short_frac": _csv_list(args.short_fracs, float),
-        "engine": _csv_list(args.engines, str),
     }
     matrix = {k: v for k, v in matrix.items() if v}
     overrides = {
@@ -116,16 +115,22 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         if v is not None
     }
     base = load_suite(args.suite or "default")
+    engines = _csv_list(args.engines, str)
     if matrix:
         defaults = {"strategy": "bucketed", "batch_size": 16, **overrides}
         if "rate" in matrix and "mode" not in overrides:
             defaults["mode"] = "open"
-        configs = expand(defaults, [], matrix)
-        return Plan(
-            "custom", "configurations from flags", tuple(configs), args.bound, base.sweep if args.suite else None
-        )
-    configs = tuple(replace(c, **overrides) for c in base.configs)
-    return Plan(base.name, base.description, configs, base.bound or args.bound, base.sweep)
+        plan = Plan("custom", "configurations from flags", tuple(expand(defaults, [], matrix)), args.bound,
+                    base.sweep if args.suite else None)  # fmt: skip
+    else:
+        configs = tuple(replace(c, **overrides) for c in base.configs)
+        plan = Plan(base.name, base.description, configs, base.bound or args.bound, base.sweep)
+    if engines:  # every configuration on each engine (an axis over a suite or a matrix)
+        bad = sorted(set(engines) - set(ENGINES))
+        if bad:
+            raise SystemExit(f"--engines: got {', '.join(bad)}; allowed: {' | '.join(ENGINES)}")
+        plan = replace(plan, configs=tuple(replace(c, engine=e) for c in plan.configs for e in engines))
+    return plan
 
 
 class ResultsWriter:

@@ -178,3 +178,14 @@ def test_offline_sweep_rows():
     for r in rows:
         assert r["real_tokens"] <= r["planner_padded"] <= r["arrival_padded"]
         assert 0 < r["saved_vs_arrival"] < 1
+
+
+def test_engines_are_an_axis_over_a_suite_or_a_matrix():
+    from bench.compare import parse_args, plan_from_args
+
+    suite = plan_from_args(parse_args(["--suite", "batch-size", "--engines", "torch"]))
+    assert suite.name == "batch-size" and {c.engine for c in suite.configs} == {"torch"}
+    matrix = plan_from_args(parse_args(["--strategies", "bucketed", "--engines", "torch,onnxruntime"]))
+    assert [c.name for c in matrix.configs] == ["bucketed bs16 torch", "bucketed bs16 onnxruntime"]
+    with pytest.raises(SystemExit, match="--engines"):
+        plan_from_args(parse_args(["--engines", "tensorrt"]))
