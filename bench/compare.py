@@ -25,11 +25,11 @@ from typing import Any
 
 import yaml
 
-from bench import load, offline, plots, report, stats
+from bench import load, models, offline, plots, report, stats
 from bench.workloads import WORKLOADS, Workload, make_workload
 from bucketing.config import ENGINES, STRATEGIES
 from model_store import archives
-from model_store.archives import ROOT, minilm_dir
+from model_store.archives import ROOT
 from tsctl import Client, Endpoints, TorchServe, exit_on_signals, free_ports, group_cpu_seconds
 
 SUITES = Path(__file__).resolve().parent / "suites.yaml"
@@ -111,6 +111,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
             "concurrency": args.concurrency,
             "workers": args.workers,
             "threads": args.threads,
+            "model": str(args.model_dir) if args.model_dir else None,
         }.items()
         if v is not None
     }
@@ -161,43 +162,44 @@ class Bench:
 
     def __init__(self, client: Client, server: TorchServe | None, out: Path, seed: int, progress: bool) -> None:
         self.client, self.server, self.out, self.seed, self.progress = client, server, out, seed, progress
-        self._workloads: dict[tuple[str, float], tuple[Workload, list[bytes], list[int]]] = {}
-        self._tokenizer = None
-        self.bounds: dict[tuple[str, int, int], dict[str, Any]] = {}
+        self._workloads: dict[tuple[str, float, str | None], tuple[Workload, list[bytes], list[int]]] = {}
+        self.bounds: dict[tuple[Any, ...], dict[str, Any]] = {}
 
     def bound(self, config: stats.Config) -> float:
         """The padding-free bound of this workload and worker layout (real tokens/s), measured once per run."""
         engine = config.engine or archives.default_engine()
-        key = (config.workload_label, config.workers, config.threads, engine)
+        key = (config.workload_label, config.workers, config.threads, engine, config.model)
         if key not in self.bounds:
             from bench.bound import padding_free_bound
 
             w, _, _ = self.workload(config)
             print(f"padding-free bound: {w.label}, {config.workers} processes x {config.threads} thread, {engine} ...")
-            b = padding_free_bound(w.texts[:800], str(minilm_dir()), config.workers, config.threads, engine=engine)
-            self.bounds[key] = {"workload": config.workload_label, **b}
+            folder = str(models.model_dir(config.model))
+            b = padding_free_bound(w.texts[:800], folder, config.workers, config.threads, engine=engine)
+            label = Path(config.model).name if config.model else "all-MiniLM-L6-v2"
+            self.bounds[key] = {"workload": config.workload_label, "model": label, **b}
             print(f"  {b['tokens_per_s']:.0f} real tokens/s")
             (self.out / "bound.json").write_text(json.dumps(list(self.bounds.values()), indent=1))
         return self.bounds[key]["tokens_per_s"]
 
     def workload(self, config: stats.Config) -> tuple[Workload, list[bytes], list[int]]:
-        key = (config.workload, config.short_frac if config.workload == "mixed" else 0.0)
+        key = (config.workload, config.short_frac if config.workload == "mixed" else 0.0, config.model)
         if key not in self._workloads:
             from bucketing.tokenizer import Tokenizer
 
-            if self._tokenizer is None:
-                self._tokenizer = Tokenizer(str(minilm_dir()), 256)
+            tokenizer = Tokenizer(str(models.model_dir(config.model)), 256)  # token counts in the model's own terms
             w = make_workload(config.workload, 2000, self.seed, short_frac=config.short_frac)
             bodies = [json.dumps({"text": t}).encode() for t in w.texts]
-            tokens = [len(e.ids) for e in self._tokenizer.encode(w.texts)]
+            tokens = [len(e.ids) for e in tokenizer.encode(w.texts)]
             self._workloads[key] = (w, bodies, tokens)
         return self._workloads[key]
 
     def archive(self, config: stats.Config) -> str:
-        name = archives.name(config.strategy, config.threads, archives.prefix_for(config.engine))
+        prefix = models.prefix(config.model, config.engine)
+        name = archives.name(config.strategy, config.threads, prefix)
         if self.server:
             store = Path(self.server.properties["model_store"])
-            build_archives(store, config.threads, [config.strategy], config.engine)
+            build_archives(store, config.threads, [config.strategy], config.engine, config.model)
         return f"{name}.mar"  # a server of someone else's must have it in its model store
 
     def cpu(self) -> float | None:
@@ -223,6 +225,7 @@ class Bench:
         model = (
             f"bench-{config.strategy}-bs{config.batch_size}-d{config.max_batch_delay}-{config.workers}x{config.threads}"
             + (f"-{config.engine}" if config.engine else "")
+            + (f"-{models.prefix(config.model, None)}" if config.model else "")
         )
         self.client.unregister(model)
         self.client.register(self.archive(config), model, config.batch_size, config.max_batch_delay, config.workers)
@@ -250,14 +253,21 @@ class Bench:
 
 
 def build_archives(
-    store: Path, threads: int = 1, strategies: Sequence[str] = STRATEGIES, engine: str | None = None
+    store: Path,
+    threads: int = 1,
+    strategies: Sequence[str] = STRATEGIES,
+    engine: str | None = None,
+    model: str | None = None,
 ) -> None:
     """Build the archives that are missing or older than their sources (the one staleness rule)."""
     from model_store import build
 
-    engine_args = ["--engine", engine, "--name", archives.prefix_for(engine)] if engine else []
-    build.main(["--out", str(store), "--strategies", ",".join(strategies), "--threads", str(threads), "--if-stale",
-                *engine_args])  # fmt: skip
+    extra = ["--name", models.prefix(model, engine)] + (["--engine", engine] if engine else [])
+    if model is not None:
+        extra += ["--model-dir", str(models.model_dir(model))]
+    argv = ["--out", str(store), "--strategies", ",".join(strategies), "--threads", str(threads), "--if-stale"]
+    if build.main([*argv, *extra]) != 0:
+        raise SystemExit("building the archives failed (see above)")
 
 
 def length_histogram(
@@ -284,6 +294,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--workers", type=int)
     p.add_argument("--threads", type=int, help="threads per worker")
     p.add_argument("--engines", help="comma list of torch,onnxruntime (a configuration axis)")
+    p.add_argument("--model-dir", type=Path, help="bench your own encoder folder (embedding) instead of MiniLM")
     p.add_argument("--bound", action="store_true", help="also measure the padding-free bound")
     p.add_argument("--offline", action="store_true", help="only the offline padded-token sweep (no server)")
     p.add_argument("--seed", type=int, default=0)

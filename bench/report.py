@@ -106,10 +106,11 @@ def render_markdown(
             "each configuration's `bound_fraction` is its real tokens/s over this.",
             "",
             _table(
-                ["workload", "engine", "processes x threads", "real tokens/s", "texts", "forward passes"],
+                ["workload", "model", "engine", "processes x threads", "real tokens/s", "texts", "forward passes"],
                 [
                     [
                         b.get("workload", ""),
+                        b.get("model", "all-MiniLM-L6-v2"),
                         b.get("engine", "torch"),
                         f"{b.get('workers')} x {b.get('threads')}",
                         _num(b.get("tokens_per_s"), ".0f"),  # type: ignore[arg-type]

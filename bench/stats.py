@@ -6,6 +6,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
 from bucketing.metrics import METRICS, BatchStats
 
@@ -29,6 +30,7 @@ class Config:
     rate: float | None = None
     duration: float = 20.0
     engine: str | None = None  # torch | onnxruntime; None: the shipped archives' engine
+    model: str | None = None  # None: the bundled MiniLM; `bert-base-random`; or a model folder
 
     @property
     def name(self) -> str:
@@ -42,6 +44,8 @@ class Config:
             label += f" @{self.rate:g}/s"
         if self.engine is not None:
             label += f" {self.engine}"
+        if self.model is not None:
+            label += f" [{Path(self.model).name}]"
         return label
 
     @property
@@ -203,10 +207,11 @@ def comparisons(summaries: Sequence[Summary]) -> list[Comparison]:
         if a.config.strategy != "bucketed" or a.config.batch_size == 1:
             continue
         for b in summaries:
-            same_load = (b.config.workload_label, b.config.mode, b.config.rate) == (
+            same_load = (b.config.workload_label, b.config.mode, b.config.rate, b.config.model) == (
                 a.config.workload_label,
                 a.config.mode,
                 a.config.rate,
+                a.config.model,
             )
             if b is a or not same_load or b.config.max_batch_delay != a.config.max_batch_delay:
                 continue

@@ -189,3 +189,25 @@ def test_engines_are_an_axis_over_a_suite_or_a_matrix():
     assert [c.name for c in matrix.configs] == ["bucketed bs16 torch", "bucketed bs16 onnxruntime"]
     with pytest.raises(SystemExit, match="--engines"):
         plan_from_args(parse_args(["--engines", "tensorrt"]))
+
+
+def test_model_axis_names_and_suite():
+    from bench import models
+    from bench.compare import parse_args, plan_from_args
+
+    assert models.prefix(None, None) == "minilm" and models.prefix("/data/My_Encoder.v2", None) == "my-encoder-v2"
+    assert models.prefix("bert-base-random", "torch") == "bert-base-random-torch"
+    suite = plan_from_args(parse_args(["--suite", "model-size"]))
+    assert {c.model for c in suite.configs} == {None, "bert-base-random"} and suite.bound
+    custom = plan_from_args(parse_args(["--strategies", "bucketed", "--model-dir", "/data/enc"]))
+    assert custom.configs[0].model == "/data/enc" and custom.configs[0].name == "bucketed bs16 [enc]"
+    with pytest.raises(SystemExit, match="no config.json"):
+        models.model_dir("/nonexistent/encoder")
+
+
+def test_comparisons_stay_within_one_model():
+    a, b = summary("bucketed", 16, 2.0, 100), summary("dynamic", 16, 1.0, 200)
+    big = replace(b, config=replace(b.config, model="bert-base-random"))
+    assert [(c.a.config.name, c.b.config.name) for c in stats.comparisons([a, b, big])] == [
+        ("bucketed bs16", "dynamic bs16")
+    ]

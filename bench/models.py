@@ -1,0 +1,52 @@
+"""Models the bench can run besides the bundled MiniLM: a user's folder, or a random BERT-base geometry.
+
+`bert-base-random` is BERT-base's geometry (12 layers, hidden 768, 12 heads; 110 M parameters) with random
+weights and MiniLM's tokenizer: the answers mean nothing, the compute is real, to show how the gains move when
+the per-token cost dominates. Built once into `.tmp/models/` (a few seconds).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from model_store.archives import PREFIX, ROOT, default_engine, minilm_dir
+
+GENERATED = {"bert-base-random"}
+CACHE = ROOT / ".tmp" / "models"
+
+
+def model_dir(model: str | None) -> Path:
+    """The folder of a bench model: None is the bundled MiniLM, a generated name is built once, else a path."""
+    if model is None:
+        return minilm_dir()
+    if model in GENERATED:
+        return bert_base_random(CACHE / model)
+    folder = Path(model).expanduser()
+    if not (folder / "config.json").is_file():
+        raise SystemExit(f"--model-dir {model}: no config.json there (a Hugging Face model folder)")
+    return folder
+
+
+def prefix(model: str | None, engine: str | None) -> str:
+    """Archive name prefix: `minilm` (or `minilm-<engine>` off the default engine), else the model's slug."""
+    base = PREFIX if model is None else re.sub(r"[^a-z0-9]+", "-", Path(model).name.lower()).strip("-") or "model"
+    return base if engine in (None, default_engine()) else f"{base}-{engine}"
+
+
+def bert_base_random(target: Path) -> Path:
+    """BERT-base geometry with random weights and MiniLM's tokenizer (seeded), built once."""
+    if (target / "config.json").exists():
+        return target
+    import torch
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    tmp = target.with_name(target.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    BertModel(BertConfig()).eval().save_pretrained(tmp)  # BertConfig() is BERT-base: 12 x 768, vocab 30522
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(minilm_dir() / name, tmp / name)
+    tmp.rename(target)
+    return target
