@@ -202,6 +202,12 @@ class Bench:
             build_archives(store, config.threads, [config.strategy], config.engine, config.model)
         return f"{name}.mar"  # a server of someone else's must have it in its model store
 
+    def device(self, model: str) -> str:
+        """Where the model's workers run, as TorchServe's describe API says (`gpu` per worker)."""
+        reply = self.client.call("management", "GET", f"/models/{model}")
+        workers = reply.json()[0].get("workers", []) if reply.status == 200 else []
+        return "gpu" if any(w.get("gpu") for w in workers) else "cpu" if workers else "unknown"
+
     def cpu(self) -> float | None:
         pid = self.server.pid() if self.server else None
         return group_cpu_seconds(os.getpgid(pid)) if pid else None
@@ -230,6 +236,7 @@ class Bench:
         self.client.unregister(model)
         self.client.register(self.archive(config), model, config.batch_size, config.max_batch_delay, config.workers)
         try:
+            device = self.device(model)
             url = f"{self.client.endpoints.inference}/predictions/{model}"
             warm = replace(
                 config, mode="closed", concurrency=min(config.concurrency, 2 * config.batch_size * config.workers)
@@ -249,6 +256,8 @@ class Bench:
             result.client_cpu_s,
             (cpu1 - cpu0) if cpu0 is not None and cpu1 is not None else None,
             bound_tps,
+            engine=config.engine or archives.default_engine(),
+            device=device,
         )
 
 

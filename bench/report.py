@@ -23,7 +23,8 @@ def render_block(s: Summary) -> str:
     server = f"server {_num(s.server_cpu_cores, '.2f')} cores, " if s.server_cpu_cores is not None else ""
     return "\n".join(
         [
-            f"Config: {c.name}   [{c.workload_label}, {load}, {c.workers} workers x {c.threads} thread]",
+            f"Config: {c.name}   [{c.workload_label}, {load}, {c.workers} workers x {c.threads} thread"
+            f"{f', {s.engine} on {s.device}' if s.engine else ''}]",
             f"  Throughput:  {s.rps:7.1f} req/s   {s.tokens_per_s:8.0f} tokens/s{bound}",
             f"  Latency:     p50 {_num(s.p50_ms):>7} ms   p90 {_num(s.p90_ms):>7} ms   "
             f"p99 {_num(s.p99_ms):>7} ms   max {_num(s.max_ms):>7} ms",
@@ -52,7 +53,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 
 RESULT_COLUMNS = (
-    "config", "workload", "mode", "rps", "tokens_per_s", "p50_ms", "p90_ms", "p99_ms", "errors",
+    "config", "engine", "device", "workload", "mode", "rps", "tokens_per_s", "p50_ms", "p90_ms", "p99_ms", "errors",
     "padding_efficiency", "mean_batch_size", "sub_batches_per_batch", "server_cpu_cores", "client_cpu_cores",
     "bound_fraction",
 )  # fmt: skip

@@ -99,6 +99,8 @@ class Summary:
     server_cpu_cores: float | None = None
     client_cpu_cores: float = 0.0
     bound_tokens_per_s: float | None = None
+    engine: str = ""  # the engine the workers ran (torch | onnxruntime)
+    device: str = ""  # where they ran: cpu, or gpu (TorchServe's describe API says per worker)
 
     @property
     def bound_fraction(self) -> float | None:
@@ -114,6 +116,8 @@ class Summary:
             "max_batch_delay": c.max_batch_delay,
             "workers": c.workers,
             "threads": c.threads,
+            "engine": self.engine,
+            "device": self.device,
             "workload": c.workload_label,
             "mode": c.mode,
             "concurrency": c.concurrency if c.mode == "closed" else "",
@@ -156,6 +160,8 @@ def summarize(
     client_cpu_s: float,
     server_cpu_s: float | None = None,
     bound_tokens_per_s: float | None = None,
+    engine: str = "",
+    device: str = "",
 ) -> Summary:
     """Figures from (latency_ms, status, tokens) per request; latency percentiles over successful requests."""
     ok = [(lat, tok) for lat, status, tok in samples if status == 200]
@@ -177,6 +183,8 @@ def summarize(
         server_cpu_cores=server_cpu_s / wall_s if server_cpu_s is not None and wall_s else None,
         client_cpu_cores=client_cpu_s / wall_s if wall_s else 0.0,
         bound_tokens_per_s=bound_tokens_per_s,
+        engine=engine,
+        device=device,
     )
 
 

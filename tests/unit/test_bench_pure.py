@@ -211,3 +211,9 @@ def test_comparisons_stay_within_one_model():
     assert [(c.a.config.name, c.b.config.name) for c in stats.comparisons([a, b, big])] == [
         ("bucketed bs16", "dynamic bs16")
     ]
+
+
+def test_blocks_and_rows_say_engine_and_device():
+    s = replace(summary("bucketed", 16, 2.0, 100), engine="onnxruntime", device="cpu")
+    assert "2 workers x 1 thread, onnxruntime on cpu]" in report.render_block(s).splitlines()[0]
+    assert (s.row()["engine"], s.row()["device"]) == ("onnxruntime", "cpu")
