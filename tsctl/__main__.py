@@ -24,6 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     server = TorchServe(args.workdir, Endpoints.on_ports(*free_ports(3)) if args.free_ports else None)
     with exit_on_signals():
+        if args.command != "token":
+            stale = server.clear_stale()  # reported, removed, never acted on
+            if stale:
+                print(stale)
         return COMMANDS[args.command](server, args.strategy)
 
 
@@ -37,9 +41,6 @@ def token(server: TorchServe, strategy: str) -> int:
 
 
 def stop(server: TorchServe, strategy: str) -> int:
-    stale = server.clear_stale()
-    if stale:
-        print(stale)
     running = server.pid()
     server.stop()
     print("TorchServe stopped." if running else "TorchServe was not running.")
@@ -47,9 +48,6 @@ def stop(server: TorchServe, strategy: str) -> int:
 
 
 def status(server: TorchServe, strategy: str) -> int:
-    stale = server.clear_stale()
-    if stale:
-        print(stale)
     pid = server.pid()
     print(f"running (pid {pid}), models: {', '.join(server.client.models()) or 'none'}" if pid else "not running")
     return 0
@@ -57,9 +55,6 @@ def status(server: TorchServe, strategy: str) -> int:
 
 def start(server: TorchServe, strategy: str) -> int:
     """Start (unless running) and register the strategy's archive; an interrupted start stops what it began."""
-    stale = server.clear_stale()
-    if stale:
-        print(stale)
     started = server.pid() is None
     try:
         if started:

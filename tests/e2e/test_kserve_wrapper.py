@@ -4,7 +4,7 @@ TorchServe started from `config/kserve/config.properties` (ports moved to free l
 
 Opt-in: the wrapper is not on any package registry. Set KSERVE_WRAPPER_DIR to a folder holding it ready to run
 (`__main__.py`, `TorchserveModel.py`, `TSModelRepository.py`, `gprc_utils.py` and the generated
-`inference_pb2*.py`/`management_pb2*.py`, as in the image's /home/model-server/kserve_wrapper) and
+`inference_pb2*.py`/`management_pb2*.py`, as in the image's kserve_wrapper folder) and
 KSERVE_WRAPPER_PYTHON to a Python with the image's `kserve[storage]==0.13.0`. Needs ports 8080 and 8081 free.
 """
 
