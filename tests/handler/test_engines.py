@@ -65,6 +65,21 @@ def test_device_follows_torchserve_gpu_id_when_cuda_is_there():
     assert select_device(1, True) == "cuda:1" and select_device("0", True) == "cuda:0"
 
 
+def test_a_worker_given_a_gpu_without_cuda_runs_on_the_cpu(tiny_embedder_dir, monkeypatch):
+    seen = []
+    import bucketing.engines as engines
+
+    real = engines.select_device
+    monkeypatch.setattr(
+        engines, "select_device", lambda gpu_id, cuda: seen.append((gpu_id, cuda)) or real(gpu_id, cuda)
+    )
+    handler, context = make_handler(tiny_embedder_dir)  # LocalContext: gpu_id None
+    context.system_properties["gpu_id"] = 0  # what TorchServe sets on a GPU host
+    handler.initialize(context)
+    cuda = __import__("torch").cuda.is_available()
+    assert seen == [(None, cuda), (0, cuda)] and handler.task.engine.device == ("cuda:0" if cuda else "cpu")
+
+
 def test_half_precision_is_for_cuda_and_torch():
     with pytest.raises(ConfigError, match="handler.dtype: got 'float16' on the CPU"):
         check_dtype(HandlerConfig(dtype="float16"), "cpu")
