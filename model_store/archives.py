@@ -41,11 +41,6 @@ def default_engine(template: Path = TEMPLATE) -> str:
     return (yaml.safe_load(template.read_text()).get("handler") or {}).get("engine", ENGINES[0])
 
 
-def prefix_for(engine: str | None) -> str:
-    """The archive name prefix of the bundled model on an engine: `minilm`, or `minilm-torch` off the default."""
-    return PREFIX if engine in (None, default_engine()) else f"{PREFIX}-{engine}"
-
-
 def name(strategy: str, threads: int = 1, prefix: str = PREFIX) -> str:
     """`minilm-bucketed`, or `minilm-t2-bucketed` with 2 threads per worker."""
     if strategy not in STRATEGIES:
@@ -101,11 +96,9 @@ def check_model_dir(model_dir: Path, task: str) -> int:
     except Exception as e:  # noqa: BLE001 - reported in one line
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise ModelFolderError(f"no usable fast tokenizer: {first}") from e
-    from bucketing.engines import OFFSET_POSITIONS
+    from bucketing.engines import usable_positions
 
-    positions = int(getattr(config, "max_position_embeddings", 512))
-    if config.model_type in OFFSET_POSITIONS and getattr(config, "pad_token_id", None) is not None:
-        positions -= int(config.pad_token_id) + 1
+    positions = usable_positions(config)
     limit = tokenizer.model_max_length
     return min(positions, limit) if limit else positions
 

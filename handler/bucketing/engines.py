@@ -77,13 +77,19 @@ def load_head(task: str, model_dir: str) -> tuple[Head, ModelInfo]:
     auto = AutoModelForSequenceClassification if task == "classification" else AutoModel
     model = auto.from_pretrained(model_dir).eval()
     cfg = model.config
-    positions = int(cfg.max_position_embeddings)
-    if cfg.model_type in OFFSET_POSITIONS and cfg.pad_token_id is not None:
-        positions -= int(cfg.pad_token_id) + 1
+    positions = usable_positions(cfg)
     id2label = cfg.id2label or {}
     labels = tuple(str(id2label.get(i, f"LABEL_{i}")) for i in range(int(cfg.num_labels)))
     info = ModelInfo(positions, int(cfg.hidden_size), labels, int(cfg.vocab_size))
     return Head(model, pooled=task != "classification").eval(), info
+
+
+def usable_positions(config: Any) -> int:
+    """Tokens a model takes: max_position_embeddings, less the offset of RoBERTa-style position ids."""
+    positions = int(getattr(config, "max_position_embeddings", 512))
+    if config.model_type in OFFSET_POSITIONS and getattr(config, "pad_token_id", None) is not None:
+        positions -= int(config.pad_token_id) + 1
+    return positions
 
 
 def select_device(gpu_id: Any, cuda_available: bool) -> str:
