@@ -98,3 +98,27 @@ def _bound(
         "engine": engine,
         "wall_s": round(wall, 3),
     }
+
+
+def calibrated_cost(model_dir: str, engine: str, max_length: int = 256) -> Any:
+    """The planner's cost model fitted to this machine: the handler's own calibration, one thread, in process."""
+    import tempfile
+
+    import numpy as np
+    import torch
+
+    from bucketing.calibrate import fit_cost, measure
+    from bucketing.config import HandlerConfig
+    from bucketing.planner import CostModel
+    from bucketing.tasks import load_task
+    from model_store.archives import engine_model_dir
+
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = engine_model_dir(Path(model_dir), engine, "embedding", Path(tmp))
+        task = load_task(HandlerConfig(engine=engine, torch_threads=1), str(folder))
+
+        def forward(rows: int, length: int) -> None:
+            task.forward(np.full((rows, length), 1000, dtype=np.int64), np.ones((rows, length), dtype=np.int64))
+
+        return fit_cost(measure(forward, max_length), CostModel())

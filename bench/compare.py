@@ -18,23 +18,27 @@ import platform
 import shlex
 import sys
 import tempfile
-from collections.abc import Sequence
+import time
+import urllib.parse
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from bench import load, models, offline, plots, report, stats
+from bench import capacity, load, models, offline, peers, plots, report, stats, traffic, tune
 from bench.workloads import WORKLOADS, Workload, make_workload
 from bucketing.config import ENGINES, STRATEGIES
 from model_store import archives
 from model_store.archives import ROOT
-from tsctl import Client, Endpoints, TorchServe, exit_on_signals, free_ports, group_cpu_seconds
+from tsctl import Client, Endpoints, ServerError, TorchServe, exit_on_signals, free_ports, group_cpu_seconds
 
 SUITES = Path(__file__).resolve().parent / "suites.yaml"
 WARMUP_S = 3.0
 MAX_REQUESTS = 20000  # per configuration: the load is bounded in count as well as time
+STEP_REQUESTS = 300  # a capacity step lasts long enough for this many arrivals (a stable p99), within the limits
+TUNED_NAME = "minilm-tuned"
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,7 @@ class Plan:
     configs: tuple[stats.Config, ...]
     bound: bool
     sweep: dict[str, list[Any]] | None
+    tune: dict[str, Any] | None = None  # the tune suite's search space (`--suite tune`)
 
 
 CONFIG_FIELDS = {f.name for f in fields(stats.Config)}
@@ -71,7 +76,7 @@ def expand(
             raise SystemExit(f"strategy: got {merged.get('strategy')!r}; allowed: {' | '.join(STRATEGIES)}")
         if merged.get("engine") not in (None, *ENGINES):
             raise SystemExit(f"engine: got {merged.get('engine')!r}; allowed: {' | '.join(ENGINES)}")
-        if merged.get("workload", "longtail") not in WORKLOADS:
+        if merged.get("workload", "longtail") not in WORKLOADS and not str(merged.get("workload")).startswith("file:"):
             raise SystemExit(f"workload: got {merged.get('workload')!r}; allowed: {' | '.join(WORKLOADS)}")
         if merged.get("mode", "closed") == "open" and not merged.get("rate"):
             raise SystemExit("an open-loop configuration needs a rate (req/s)")
@@ -85,7 +90,9 @@ def load_suite(name: str, path: Path = SUITES) -> Plan:
         raise SystemExit(f"--suite: no suite {name!r} in {path.name}; suites: {', '.join(suites)}")
     s = suites[name]
     configs = expand(s.get("defaults", {}), s.get("configs", []), s.get("matrix", {}))
-    return Plan(name, s.get("description", ""), tuple(configs), bool(s.get("bound", False)), s.get("sweep"))
+    return Plan(
+        name, s.get("description", ""), tuple(configs), bool(s.get("bound", False)), s.get("sweep"), s.get("tune")
+    )
 
 
 def _csv_list(text: str | None, cast: type) -> list[Any] | None:
@@ -105,13 +112,13 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     overrides = {
         k: v
         for k, v in {
-            "workload": args.workload,
             "duration": args.duration,
             "mode": args.mode,
             "concurrency": args.concurrency,
             "workers": args.workers,
             "threads": args.threads,
             "model": str(args.model_dir) if args.model_dir else None,
+            "workload": f"file:{args.texts.name}" if args.texts else args.workload,
         }.items()
         if v is not None
     }
@@ -125,7 +132,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
                     base.sweep if args.suite else None)  # fmt: skip
     else:
         configs = tuple(replace(c, **overrides) for c in base.configs)
-        plan = Plan(base.name, base.description, configs, base.bound or args.bound, base.sweep)
+        plan = Plan(base.name, base.description, configs, base.bound or args.bound, base.sweep, base.tune)
     if engines:  # every configuration on each engine (an axis over a suite or a matrix)
         bad = sorted(set(engines) - set(ENGINES))
         if bad:
@@ -157,13 +164,44 @@ class ResultsWriter:
         os.replace(tmp, self.folder / name)
 
 
+@dataclass(frozen=True)
+class Target:
+    """Where one configuration's load goes, and how to read the server it measures."""
+
+    url: str
+    bodies: list[bytes]
+    headers: Callable[[], dict[str, str]]
+    cpu: Callable[[], float | None]
+    counters: Callable[[], dict[str, float]]  # the handler's counters ({} for a peer)
+    engine: str
+    device: str
+
+
+@dataclass(frozen=True)
+class CapacitySettings:
+    """`--p99-ms` and how long the search may take per configuration."""
+
+    target_ms: float
+    max_steps: int = 6
+    step_s: float = 10.0
+
+
 class Bench:
     """One run: a TorchServe to talk to, the workloads' bodies and token counts, and the results folder."""
 
-    def __init__(self, client: Client, server: TorchServe | None, out: Path, seed: int, progress: bool) -> None:
+    def __init__(
+        self, client: Client, server: TorchServe | None, out: Path, seed: int, progress: bool,
+        texts: Workload | None = None, capacity: CapacitySettings | None = None,
+    ) -> None:  # fmt: skip
         self.client, self.server, self.out, self.seed, self.progress = client, server, out, seed, progress
+        self.texts, self.capacity_settings = texts, capacity
         self._workloads: dict[tuple[str, float, str | None], tuple[Workload, list[bytes], list[int]]] = {}
         self.bounds: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self.sent: dict[str, list[int]] = {}  # per workload: token counts of every measured request sent
+
+    def count_sent(self, config: stats.Config, result: load.LoadResult) -> None:
+        tokens = self.workload(config)[2]
+        self.sent.setdefault(config.workload_label, []).extend(tokens[s.body_index] for s in result.samples)
 
     def bound(self, config: stats.Config) -> float:
         """The padding-free bound of this workload and worker layout (real tokens/s), measured once per run."""
@@ -183,14 +221,20 @@ class Bench:
         return self.bounds[key]["tokens_per_s"]
 
     def workload(self, config: stats.Config) -> tuple[Workload, list[bytes], list[int]]:
+        """The texts of a configuration's workload (the user's file for `file:`), their bodies and token counts."""
         key = (config.workload, config.short_frac if config.workload == "mixed" else 0.0, config.model)
         if key not in self._workloads:
             from bucketing.tokenizer import Tokenizer
 
             tokenizer = Tokenizer(str(models.model_dir(config.model)), 256)  # token counts in the model's own terms
-            w = make_workload(config.workload, 2000, self.seed, short_frac=config.short_frac)
+            if config.workload.startswith("file:"):
+                if self.texts is None or self.texts.name != config.workload:
+                    raise SystemExit(f"workload {config.workload}: give the file with --texts")
+                w = self.texts
+            else:
+                w = make_workload(config.workload, 2000, self.seed, short_frac=config.short_frac)
             bodies = [json.dumps({"text": t}).encode() for t in w.texts]
-            tokens = [len(e.ids) for e in tokenizer.encode(w.texts)]
+            tokens = [len(e.ids) for e in tokenizer.encode(w.texts)]  # as served: cut at max_length
             self._workloads[key] = (w, bodies, tokens)
         return self._workloads[key]
 
@@ -212,22 +256,32 @@ class Bench:
         pid = self.server.pid() if self.server else None
         return group_cpu_seconds(os.getpgid(pid)) if pid else None
 
-    def run_load(
-        self, config: stats.Config, url: str, bodies: list[bytes], duration: float, label: str
-    ) -> load.LoadResult:
+    def run_load(self, config: stats.Config, target: Target, duration: float, label: str) -> load.LoadResult:
         bar = load.Progress(label, duration, self.progress)
-
-        def headers() -> dict[str, str]:
-            return self.client.keys.headers("inference")
-
         if config.mode == "open":
-            coro = load.open_loop(url, bodies, headers, config.rate or 1.0, duration, MAX_REQUESTS, self.seed, bar)
+            coro = load.open_loop(
+                target.url, target.bodies, target.headers, config.rate or 1.0, duration, MAX_REQUESTS, self.seed, bar
+            )
         else:
-            coro = load.closed_loop(url, bodies, headers, config.concurrency, duration, MAX_REQUESTS, bar)
+            coro = load.closed_loop(
+                target.url, target.bodies, target.headers, config.concurrency, duration, MAX_REQUESTS, bar
+            )
         return asyncio.run(coro)
 
+    def torchserve_target(self, config: stats.Config, model: str) -> Target:
+        """The load target of a model registered on our TorchServe."""
+        return Target(
+            url=f"{self.client.endpoints.inference}/predictions/{model}",
+            bodies=self.workload(config)[1],
+            headers=lambda: self.client.keys.headers("inference"),
+            cpu=self.cpu,
+            counters=lambda: stats.parse_prometheus(self.client.metrics(), model),
+            engine=config.engine or archives.default_engine(),
+            device=self.device(model),
+        )
+
     def measure(self, config: stats.Config, bound_tps: float | None) -> stats.Summary:
-        _, bodies, tokens = self.workload(config)
+        """Register the configuration, measure it, unregister it."""
         model = (
             f"bench-{config.strategy}-bs{config.batch_size}-d{config.max_batch_delay}-{config.workers}x{config.threads}"
             + (f"-{config.engine}" if config.engine else "")
@@ -236,19 +290,22 @@ class Bench:
         self.client.unregister(model)
         self.client.register(self.archive(config), model, config.batch_size, config.max_batch_delay, config.workers)
         try:
-            device = self.device(model)
-            url = f"{self.client.endpoints.inference}/predictions/{model}"
-            warm = replace(
-                config, mode="closed", concurrency=min(config.concurrency, 2 * config.batch_size * config.workers)
-            )
-            self.run_load(warm, url, bodies[::-1], WARMUP_S, f"{config.name} warm-up")
-            before, cpu0 = stats.parse_prometheus(self.client.metrics(), model), self.cpu()
-            result = self.run_load(config, url, bodies, config.duration, config.name)
-            after, cpu1 = stats.parse_prometheus(self.client.metrics(), model), self.cpu()
+            return self.measure_target(config, self.torchserve_target(config, model), bound_tps)
         finally:
             self.client.unregister(model)
+
+    def measure_target(self, config: stats.Config, target: Target, bound_tps: float | None) -> stats.Summary:
+        """Warm up, load, read the figures; then the capacity search when a p99 target was given."""
+        tokens = self.workload(config)[2]
+        clients = min(config.concurrency, 2 * config.batch_size * config.workers)
+        warm = replace(config, mode="closed", concurrency=clients)
+        self.run_load(warm, replace(target, bodies=target.bodies[::-1]), WARMUP_S, f"{config.name} warm-up")
+        before, cpu0 = target.counters(), target.cpu()
+        result = self.run_load(config, target, config.duration, config.name)
+        after, cpu1 = target.counters(), target.cpu()
+        self.count_sent(config, result)
         samples = [(s.latency_ms, s.status, tokens[s.body_index]) for s in result.samples]
-        return stats.summarize(
+        summary = stats.summarize(
             config,
             samples,
             result.wall_s,
@@ -256,9 +313,55 @@ class Bench:
             result.client_cpu_s,
             (cpu1 - cpu0) if cpu0 is not None and cpu1 is not None else None,
             bound_tps,
-            engine=config.engine or archives.default_engine(),
-            device=device,
+            engine=target.engine,
+            device=target.device,
         )
+        if self.capacity_settings:
+            start = (config.rate or 1.0) if config.mode == "open" else 0.7 * summary.rps  # below saturation
+            summary = replace(summary, capacity=self.search_capacity(config, target, start))
+        return summary
+
+    def search_capacity(self, config: stats.Config, target: Target, start: float) -> capacity.Capacity:
+        """The highest open-loop rate within the p99 target (each step's requests are reported)."""
+        settings = self.capacity_settings
+        assert settings is not None
+
+        def step(rate: float) -> capacity.Step:
+            duration = capacity.step_duration(rate, settings.step_s, STEP_REQUESTS, 3 * settings.step_s)
+            opened = replace(config, mode="open", rate=rate)
+            r = self.run_load(opened, target, duration, f"{config.name} @{rate:g}/s")
+            self.count_sent(config, r)
+            ok = [s.latency_ms for s in r.samples if s.status == 200]
+            result = capacity.Step(rate, len(r.samples), len(ok), stats.percentile(ok, 99), r.wall_s)
+            verdict = "within" if result.passes(settings.target_ms) else "over"
+            print(f"  capacity step {rate:g} req/s: {result.requests} requests, p99 {result.p99_ms:.0f} ms, "
+                  f"{result.errors} errors: {verdict} {settings.target_ms:g} ms")  # fmt: skip
+            return result
+
+        return capacity.search(step, max(start, capacity.MIN_RATE), settings.target_ms, settings.max_steps)
+
+    def measure_peer(
+        self, spec: peers.PeerSpec, configs: Sequence[stats.Config], record: Callable[[stats.Summary], None]
+    ) -> None:
+        """Start the peer once per batch size, spot-check its answers, measure it on each configuration's load."""
+        python = peers.venv(spec, progress=self.progress)
+        for batch_size in dict.fromkeys(c.batch_size for c in configs):
+            group = [c for c in configs if c.batch_size == batch_size]
+            folder = models.model_dir(group[0].model)
+            print(f"\nstarting {spec.name} (batch size {batch_size}) ...")
+            with peers.PeerServer(spec, python, folder, batch_size, self.out / "logs") as server:
+                w, _, tokens = self.workload(group[0])
+                by_length = sorted(range(len(w.texts)), key=lambda i: tokens[i])
+                picks = [w.texts[by_length[k * (len(by_length) - 1) // 7]] for k in range(8)]  # shortest to longest
+                cos = peers.spot_check(server, picks, folder)
+                print(f"  answers: lowest cosine {cos:.6f} against our batch-of-one reference (8 texts)")
+                for config in group:
+                    target = Target(
+                        url=server.url, bodies=[spec.body(t) for t in self.workload(config)[0].texts],
+                        headers=dict, cpu=server.cpu, counters=dict, engine="torch", device="cpu",
+                    )  # fmt: skip
+                    print(f"\n{config.name} on {config.workload_label}")
+                    record(replace(self.measure_target(config, target, None), min_cosine=cos))
 
 
 def build_archives(
@@ -297,6 +400,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--rates", help="comma list of open-loop rates (req/s); implies --mode open")
     p.add_argument("--short-fracs", help="comma list for the mixed workload")
     p.add_argument("--workload", choices=WORKLOADS)
+    p.add_argument("--texts", type=Path, help="your own traffic: .txt (a text a line), .jsonl or .csv")
+    p.add_argument("--text-field", default="text", help="the JSON field or CSV column holding the text")
+    p.add_argument("--sample", type=int, help="send N texts drawn from --texts (seeded by --seed)")
+    p.add_argument("--p99-ms", type=float, help="also find each configuration's capacity: req/s with p99 <= this")
+    p.add_argument("--capacity-steps", type=int, help="open-loop steps per capacity search, at most (default 6)")
+    p.add_argument("--step-s", type=float, help="seconds per capacity step, at least (default 10)")
+    p.add_argument("--budget-min", type=float, default=15.0, help="--suite tune: minutes for the whole suite")
+    p.add_argument("--peer", choices=sorted(peers.PEERS), help="also measure this server on the same texts and load")
     p.add_argument("--mode", choices=("closed", "open"))
     p.add_argument("--duration", type=float, help="seconds of measured load per configuration")
     p.add_argument("--concurrency", type=int, help="closed-loop clients")
@@ -353,17 +464,67 @@ def open_target(args: argparse.Namespace, plan: Plan, stamp: str) -> tuple[Clien
     return server.client, server  # started by the caller, inside its cleanup
 
 
+def user_texts(args: argparse.Namespace) -> Workload | None:
+    """The --texts workload, or None; a bad file ends the run with its one-line error."""
+    if args.texts is None:
+        if args.sample is not None:
+            raise SystemExit("--sample needs --texts")
+        return None
+    try:
+        return traffic.load_texts(args.texts, args.text_field, args.sample, args.seed)
+    except traffic.TextsError as e:
+        raise SystemExit(f"--texts: {e}") from None
+
+
+def check_args(args: argparse.Namespace, plan: Plan) -> CapacitySettings | None:
+    """Flag combinations and ranges (one-line errors); the capacity settings when --p99-ms is given."""
+    if plan.tune and not args.p99_ms:
+        raise SystemExit("--suite tune needs --p99-ms: the p99 latency target (ms) to tune for")
+    if args.p99_ms is None:
+        return None
+    if args.p99_ms <= 0:
+        raise SystemExit(f"--p99-ms: got {args.p99_ms:g}; allowed: a positive number of milliseconds")
+    if (args.capacity_steps is not None and args.capacity_steps < 1) or (args.step_s is not None and args.step_s <= 0):
+        raise SystemExit("--capacity-steps and --step-s: allowed: 1 or more, and a positive number of seconds")
+    if args.budget_min <= 0:
+        raise SystemExit(f"--budget-min: got {args.budget_min:g}; allowed: a positive number of minutes")
+    tuned = plan.tune or {}
+    steps = args.capacity_steps if args.capacity_steps is not None else tuned.get("capacity_steps", 6)
+    return CapacitySettings(args.p99_ms, steps, args.step_s or tuned.get("step_s", 10.0))
+
+
+def peer_configs(configs: Sequence[stats.Config], peer: str) -> list[stats.Config]:
+    """The peer on each distinct load of the plan (its own single process, using every core)."""
+    loads = [
+        replace(c, strategy=peer, peer=peer, engine=None, workers=1, threads=os.cpu_count() or 1, label="")
+        for c in configs
+        if c.peer is None
+    ]
+    return list(dict.fromkeys(loads))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.list_suites:
         for name, s in yaml.safe_load(SUITES.read_text()).items():
             print(f"{name:12} {s.get('description', '')}")
         return 0
+    texts = user_texts(args)
     plan = plan_from_args(args)
+    settings = check_args(args, plan)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = args.out / stamp
     out.mkdir(parents=True, exist_ok=True)
     header = run_header(argv, plan)
+    if texts is not None:
+        header["texts"] = f"{args.texts.name}: {len(texts.texts)} texts" + (
+            f" (a sample of {args.sample}, seed {args.seed})" if args.sample else f" (seed {args.seed} order)"
+        )
+    if settings:
+        header["p99 target"] = (
+            f"{settings.target_ms:g} ms (capacity: open-loop steps of at least {settings.step_s:g} s or "
+            f"{STEP_REQUESTS} requests, {settings.max_steps} steps at most)"
+        )
     print(f"Results: {out}")
     sweep_rows = run_offline(plan, out) if plan.sweep or args.offline else []
     if args.offline:
@@ -373,32 +534,46 @@ def main(argv: Sequence[str] | None = None) -> int:
         (out / "report.md").write_text(md)
         return 0
 
-    with exit_on_signals():  # SIGTERM/SIGHUP stop our server like Ctrl-C does
-        return measure_all(args, plan, stamp, out, header, sweep_rows)
+    with exit_on_signals():  # SIGTERM/SIGHUP stop our servers like Ctrl-C does
+        return measure_all(args, plan, stamp, out, header, sweep_rows, texts, settings)
 
 
 def measure_all(
-    args: argparse.Namespace, plan: Plan, stamp: str, out: Path, header: dict[str, str], sweep_rows: list[Any]
-) -> int:
-    """Measure every configuration, writing results after each; the server we started is stopped however it ends."""
+    args: argparse.Namespace, plan: Plan, stamp: str, out: Path, header: dict[str, str], sweep_rows: list[Any],
+    texts: Workload | None = None, settings: CapacitySettings | None = None,
+) -> int:  # fmt: skip
+    """Measure every configuration, writing results after each; the servers we started are stopped however it ends."""
+    t0 = time.monotonic()
     summaries: list[stats.Summary] = []
-    histograms: dict[str, list[tuple[int, int, int]]] = {}
+    extra: list[str] = []
     writer = ResultsWriter(out)
     client, server = open_target(args, plan, stamp)
-    bench = Bench(client, server, out, args.seed, not args.no_progress and sys.stderr.isatty())
+    bench = Bench(client, server, out, args.seed, not args.no_progress and sys.stderr.isatty(), texts, settings)
     interrupted = False
+
+    def record(summary: stats.Summary) -> None:
+        summaries.append(summary)
+        writer.add(summary)
+        print(report.render_block(summary))
+
     try:
         if server:
             print(f"starting TorchServe on {server.endpoints.inference} (token auth on)")
             server.start()  # stops what it launched if interrupted
-        for i, config in enumerate(plan.configs, 1):
-            bound_tps = bench.bound(config) if plan.bound else None
-            print(f"\n[{i}/{len(plan.configs)}] {config.name} on {config.workload_label}")
-            summary = bench.measure(config, bound_tps)
-            summaries.append(summary)
-            writer.add(summary)
-            print(report.render_block(summary))
-            histograms.setdefault(config.workload_label, length_histogram(bench.workload(config)[2]))
+        if plan.tune:
+            result = run_tune(bench, plan, args, record, t0, out)
+            extra.append(report.tune_section(result))
+        else:
+            for i, config in enumerate(plan.configs, 1):
+                bound_tps = bench.bound(config) if plan.bound else None
+                print(f"\n[{i}/{len(plan.configs)}] {config.name} on {config.workload_label}")
+                record(bench.measure(config, bound_tps))
+            if args.peer:
+                try:
+                    bench.measure_peer(peers.PEERS[args.peer], peer_configs(plan.configs, args.peer), record)
+                except peers.PeerUnavailable as e:
+                    print(f"\npeer skipped: {e}", file=sys.stderr)
+                    header["peer"] = f"{args.peer} skipped: {e}"
     except (KeyboardInterrupt, SystemExit):
         interrupted = True
         print("\ninterrupted: results so far are kept", file=sys.stderr)
@@ -408,12 +583,119 @@ def measure_all(
     cmps = stats.comparisons(summaries)
     print("\n" + "\n".join(report.render_comparison(c) for c in cmps) if cmps else "")
     made = plots.all_plots(summaries, sweep_rows, out)
+    histograms = {label: length_histogram(tokens) for label, tokens in bench.sent.items()}
+    title = "Tuning" if plan.tune else "Batching comparison"
     md = report.render_markdown(
-        "Batching comparison", header, summaries, cmps, histograms, sweep_rows, list(bench.bounds.values()), made
+        title, header, summaries, cmps, histograms, sweep_rows, list(bench.bounds.values()), made, extra
     )
     (out / "report.md").write_text(md)
-    print(f"\nreport: {out / 'report.md'}")
+    print(f"\nreport: {out / 'report.md'}  ({time.monotonic() - t0:.0f} s)")
     return 130 if interrupted else 0
+
+
+def run_tune(
+    bench: Bench, plan: Plan, args: argparse.Namespace, record: Callable[[stats.Summary], None], t0: float, out: Path
+) -> tune.TuneResult:
+    """Rank candidates offline, measure what fits the budget (delays around the best), recommend, re-measure."""
+    from bench.bound import calibrated_cost
+
+    space, settings = plan.tune or {}, bench.capacity_settings
+    assert settings is not None
+    base = plan.configs[0]
+    budget = tune.Budget(args.budget_min * 60)
+    engine = base.engine or archives.default_engine()
+    print(f"\ntune: calibrating the cost model on {engine}, one thread ...")
+    cost = calibrated_cost(str(models.model_dir(base.model)), engine)
+    print(f"  {cost}")
+    ranked = tune.candidates(
+        base, bench.workload(base)[2], cost, settings.target_ms, os.cpu_count() or 1,
+        batch_sizes=space.get("batch_sizes", tune.BATCH_SIZES),
+    )  # fmt: skip
+    kept = [c for c in ranked if not c.pruned]
+    print(f"\ntune: {len(ranked)} candidates, {len(kept)} kept by the offline estimates, "
+          f"{len(ranked) - len(kept)} pruned; budget {args.budget_min:g} min")  # fmt: skip
+    queue = tune.first_round(ranked)
+    delays_after = len({c.config.strategy for c in kept}) + 2
+    default_cost = 25 + WARMUP_S + base.duration + settings.max_steps * settings.step_s * 1.3
+    measured: list[stats.Summary] = []
+    skipped: list[tuple[stats.Config, str]] = []
+    delays_done = False
+    while queue or (not delays_done and measured):
+        if not delays_done and measured and (len(measured) >= delays_after or not queue):
+            best = tune.rank(measured)[0].config
+            queue = tune.delay_variants(best, space.get("delays", tune.DELAYS)) + queue
+            delays_done = True
+            continue
+        config = queue.pop(0)
+        elapsed = time.monotonic() - t0
+        if not budget.fits(elapsed, default_cost, reserve_s=budget.expected(default_cost) + 60):
+            skipped.append((config, f"budget (about {budget.expected(default_cost):.0f} s each)"))
+            continue
+        print(f"\n[tune {len(measured) + 1}] {config.name} on {config.workload_label} ({elapsed / 60:.1f} min used)")
+        started = time.monotonic()
+        try:
+            summary = bench.measure(config, None)
+        except ServerError as e:
+            skipped.append((config, f"failed: {str(e)[:120]}"))
+            continue
+        finally:
+            budget.costs.append(time.monotonic() - started)
+        measured.append(summary)
+        record(summary)
+    if not measured:
+        raise SystemExit("tune: nothing was measured (see above)")
+    return recommend(bench, measured, skipped, ranked, record, t0, out, args.budget_min * 60)
+
+
+def recommend(
+    bench: Bench, measured: list[stats.Summary], skipped: list[tuple[stats.Config, str]],
+    ranked: list[tune.Candidate], record: Callable[[stats.Summary], None], t0: float, out: Path, budget_s: float,
+) -> tune.TuneResult:  # fmt: skip
+    """Write the winner's model-config YAML and the commands that deploy it; measure it again from that YAML."""
+    from model_store import build
+
+    settings = bench.capacity_settings
+    assert settings is not None
+    winner = tune.rank(measured)[0]
+    cfg = tune.model_config(winner.config, archives.model_config(winner.config.strategy))
+    yaml_path = out / "tuned-model-config.yaml"
+    cap = winner.capacity.rate if winner.capacity else 0.0
+    comment = (
+        f"# Tuned by `bench/compare.py --suite tune` on {winner.config.workload_label}: "
+        f"{tune.fmt_rate(cap)} at p99 <= {settings.target_ms:g} ms on this machine.\n"
+    )
+    yaml_path.write_text(comment + yaml.safe_dump(cfg, sort_keys=False))
+    mgmt = bench.client.endpoints.management
+    query = urllib.parse.urlencode({"url": f"{TUNED_NAME}.mar", "model_name": TUNED_NAME, "synchronous": "true"})
+    commands = (
+        f".venv/bin/python -m model_store.build --config {yaml_path.name} --name {TUNED_NAME}",
+        f'curl -X POST -H "Authorization: Bearer $(.venv/bin/python -m tsctl token --api management)" '
+        f'"{mgmt}/models?{query}"',
+    )
+    result = tune.TuneResult(
+        settings.target_ms, budget_s, 0.0, tuple(ranked), tuple(measured), tuple(skipped), yaml_path.name,
+        yaml_path.read_text(), commands,
+    )  # fmt: skip
+    if not bench.server:
+        return replace(result, elapsed_s=time.monotonic() - t0)
+    print(f"\nrecommended: {winner.config.name}; building {TUNED_NAME}.mar from {yaml_path.name} ...")
+    store = Path(bench.server.properties["model_store"])
+    if build.main(["--config", str(yaml_path), "--name", TUNED_NAME, "--out", str(store)]) != 0:
+        raise SystemExit(f"building {TUNED_NAME}.mar from {yaml_path} failed (see above)")
+    bench.client.unregister(TUNED_NAME)
+    reply = bench.client.call("management", "POST", f"/models?{query}", timeout=300)  # as the curl line does
+    if reply.status != 200:
+        raise SystemExit(f"registering {TUNED_NAME} from its YAML failed: HTTP {reply.status} {reply.text[:200]}")
+    try:
+        described = bench.client.call("management", "GET", f"/models/{TUNED_NAME}").json()[0]
+        config = replace(winner.config, label="from YAML")
+        print(f"\n{config.name} on {config.workload_label}")
+        remeasured = bench.measure_target(config, bench.torchserve_target(config, TUNED_NAME), None)
+    finally:
+        bench.client.unregister(TUNED_NAME)
+    record(remeasured)
+    applied = tuple(tune.describe_matches(described, cfg))
+    return replace(result, remeasured=remeasured, applied=applied, elapsed_s=time.monotonic() - t0)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from .stats import Summary  # noqa: E402
 
-COLORS = {"bucketed": "#1b9e77", "dynamic": "#d95f02", "static": "#7570b3"}
+COLORS = {"bucketed": "#1b9e77", "dynamic": "#d95f02", "static": "#7570b3", "infinity": "#e7298a"}
 
 
 def _save(fig: plt.Figure, out: Path, name: str) -> str:
@@ -80,7 +80,7 @@ def queue_wait_comparison(summaries: Sequence[Summary], out: Path) -> str | None
 
 def padding_comparison(summaries: Sequence[Summary], out: Path) -> str | None:
     """Padding efficiency and throughput per strategy, grouped by workload (closed loop, batch size > 1)."""
-    pts = [s for s in summaries if s.config.mode == "closed" and s.config.batch_size > 1]
+    pts = [s for s in summaries if s.config.mode == "closed" and s.config.batch_size > 1 and not s.config.peer]
     if not pts:
         return None
     workloads = sorted({s.config.workload_label for s in pts})
@@ -104,6 +104,26 @@ def padding_comparison(summaries: Sequence[Summary], out: Path) -> str | None:
     return _save(fig, out, "padding_comparison")
 
 
+def capacity_comparison(summaries: Sequence[Summary], out: Path) -> str | None:
+    """Capacity at the p99 target next to closed-loop throughput, a bar pair per configuration."""
+    searched = [s for s in summaries if s.capacity]
+    if not searched:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 0.6 * len(searched) + 1.5))
+    labels = [s.config.name for s in searched]
+    ys = range(len(searched))
+    ax.barh([y + 0.2 for y in ys], [s.rps for s in searched], 0.4, color="lightgrey", label="closed-loop throughput")
+    colors = [COLORS.get(s.config.strategy, "grey") for s in searched]
+    ax.barh([y - 0.2 for y in ys], [s.capacity.rate for s in searched], 0.4, color=colors,  # type: ignore[union-attr]
+            label=f"capacity at p99 <= {searched[0].capacity.target_ms:g} ms")  # type: ignore[union-attr]  # fmt: skip
+    ax.set_yticks(list(ys), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("requests/s")
+    ax.legend(fontsize=8)
+    ax.set_title("Capacity at the latency target")
+    return _save(fig, out, "capacity_comparison")
+
+
 def short_frac_sweep(rows: Sequence[Mapping[str, object]], out: Path) -> str | None:
     """Share of padded tokens the planner saves against dynamic padding, against the short fraction."""
     if not rows:
@@ -125,6 +145,7 @@ def all_plots(summaries: Sequence[Summary], sweep_rows: Sequence[Mapping[str, ob
         batch_size_comparison(summaries, out),
         queue_wait_comparison(summaries, out),
         padding_comparison(summaries, out),
+        capacity_comparison(summaries, out),
         short_frac_sweep(sweep_rows, out),
     ]
     return [m for m in made if m]

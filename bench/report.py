@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from .stats import Comparison, Summary
+from .stats import Comparison, Config, Summary
+from .tune import TuneResult
 
 
 def _num(value: float | None, fmt: str = ".1f") -> str:
@@ -14,35 +15,70 @@ def _num(value: float | None, fmt: str = ".1f") -> str:
     return format(value, fmt)
 
 
+def layout(c: Config) -> str:
+    """`2 workers x 1 thread`, or `1 process x 2 threads` for a peer."""
+    unit = "process" if c.peer else "worker" if c.workers == 1 else "workers"
+    return f"{c.workers} {unit} x {c.threads} thread{'s' if c.threads != 1 else ''}"
+
+
 def render_block(s: Summary) -> str:
     """One configuration's figures, one block."""
     c, h = s.config, s.handler
+    batching = (
+        f"  Batching:    {_num(h.mean_batch_size, '.1f')} requests/batch, "
+        f"{_num(h.sub_batches_per_batch, '.1f')} sub-batches/batch, "
+        f"padding efficiency {_num(h.padding_efficiency, '.2f')} "
+        f"({int(h.real_tokens)} real / {int(h.padded_tokens)} padded tokens)"
+        if not c.peer
+        else f"  Batching:    {c.peer}'s own (batch size {c.batch_size}); it reports no padding counters"
+    )
     load = f"closed loop, {c.concurrency} clients" if c.mode == "closed" else f"open loop, {c.rate:g} req/s Poisson"
     bound = f"   ({_num(s.bound_fraction, '.2f')} of padding-free bound)" if s.bound_fraction is not None else ""
     errors = ", ".join(f"{k}: {v}" for k, v in sorted(s.errors.items())) or "none"
     server = f"server {_num(s.server_cpu_cores, '.2f')} cores, " if s.server_cpu_cores is not None else ""
     return "\n".join(
         [
-            f"Config: {c.name}   [{c.workload_label}, {load}, {c.workers} workers x {c.threads} thread"
+            f"Config: {c.name}   [{c.workload_label}, {load}, {layout(c)}"
             f"{f', {s.engine} on {s.device}' if s.engine else ''}]",
             f"  Throughput:  {s.rps:7.1f} req/s   {s.tokens_per_s:8.0f} tokens/s{bound}",
             f"  Latency:     p50 {_num(s.p50_ms):>7} ms   p90 {_num(s.p90_ms):>7} ms   "
             f"p99 {_num(s.p99_ms):>7} ms   max {_num(s.max_ms):>7} ms",
-            f"  Batching:    {_num(h.mean_batch_size, '.1f')} requests/batch, "
-            f"{_num(h.sub_batches_per_batch, '.1f')} sub-batches/batch, "
-            f"padding efficiency {_num(h.padding_efficiency, '.2f')} "
-            f"({int(h.real_tokens)} real / {int(h.padded_tokens)} padded tokens)",
+            batching,
             f"  Requests:    {s.requests} sent, {s.ok} ok, errors: {errors}",
             f"  CPU:         {server}load generator {s.client_cpu_cores:.2f} cores",
+            *([capacity_line(s)] if s.capacity else []),
+            *([f"  Answers:     cosine >= {s.min_cosine:.6f} against our batch-of-one reference"]
+              if s.min_cosine is not None else []),
         ]
+    )  # fmt: skip
+
+
+def capacity_line(s: Summary) -> str:
+    """`Capacity: 38.4 req/s at p99 <= 200 ms (p99 171.2 ms; 5 open-loop steps of 240-410 requests)`."""
+    cap = s.capacity
+    assert cap is not None
+    sizes = [st.requests for st in cap.steps]
+    span = f"{min(sizes)}-{max(sizes)}" if sizes and min(sizes) != max(sizes) else str(sizes[0]) if sizes else ""
+    steps = f"{len(sizes)} open-loop step{'s' if len(sizes) != 1 else ''} of {span} requests" if sizes else "no steps"
+    if cap.best is None:
+        return f"  Capacity:    none at p99 <= {cap.target_ms:g} ms (every rate tried missed it; {steps})"
+    return (
+        f"  Capacity:    {cap.rate:7.1f} req/s at p99 <= {cap.target_ms:g} ms "
+        f"(p99 {cap.best.p99_ms:.1f} ms there; {steps})"
     )
 
 
 def render_comparison(cmp: Comparison) -> str:
-    """`bucketed bs16 ran 2.1x the throughput of dynamic bs16, at 0.6x its p99`."""
+    """`bucketed bs16 ran 2.1x the throughput of dynamic bs16, at 0.6x its p99`, and the capacity ratio if any."""
+    capacity = cmp.capacity_ratio
+    held = (
+        f"; held {_num(capacity, '.2f')}x its capacity at p99 <= {cmp.a.capacity.target_ms:g} ms"  # type: ignore[union-attr]
+        if capacity is not None
+        else ""
+    )
     return (
         f"{cmp.a.config.name} ran {cmp.throughput_ratio:.2f}x the throughput of {cmp.b.config.name}, "
-        f"at {_num(cmp.p99_ratio, '.2f')}x its p99 ({cmp.a.config.workload_label}, {cmp.a.config.mode} loop)"
+        f"at {_num(cmp.p99_ratio, '.2f')}x its p99 ({cmp.a.config.workload_label}, {cmp.a.config.mode} loop){held}"
     )
 
 
@@ -53,14 +89,34 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 
 RESULT_COLUMNS = (
-    "config", "engine", "device", "workload", "mode", "rps", "tokens_per_s", "p50_ms", "p90_ms", "p99_ms", "errors",
-    "padding_efficiency", "mean_batch_size", "sub_batches_per_batch", "server_cpu_cores", "client_cpu_cores",
-    "bound_fraction",
+    "config", "server", "engine", "device", "workload", "mode", "rps", "tokens_per_s", "p50_ms", "p90_ms", "p99_ms",
+    "errors", "padding_efficiency", "mean_batch_size", "sub_batches_per_batch", "server_cpu_cores",
+    "client_cpu_cores", "bound_fraction",
 )  # fmt: skip
+CAPACITY_COLUMNS = ("capacity_rps", "capacity_p99_ms")  # shown when the run searched capacity (--p99-ms)
+PEER_COLUMNS = ("min_cosine",)  # shown when a peer ran
 
 
 def results_table(summaries: Sequence[Summary]) -> str:
-    return _table(RESULT_COLUMNS, [[s.row()[k] for k in RESULT_COLUMNS] for s in summaries])
+    columns = list(RESULT_COLUMNS)
+    if any(s.capacity for s in summaries):
+        columns[columns.index("p99_ms") + 1 : columns.index("p99_ms") + 1] = CAPACITY_COLUMNS
+    if any(s.config.peer for s in summaries):
+        columns += PEER_COLUMNS
+    return _table(columns, [[s.row()[k] for k in columns] for s in summaries])
+
+
+def capacity_table(summaries: Sequence[Summary]) -> str:
+    """Every open-loop step of every capacity search: rate, requests sent, p99, errors, within the target."""
+    rows = []
+    for s in summaries:
+        if not s.capacity:
+            continue
+        for i, st in enumerate(s.capacity.steps, 1):
+            ok = "yes" if st.passes(s.capacity.target_ms) else "no"
+            rate, seconds = f"{st.rate:g}", f"{st.duration_s:.0f}"
+            rows.append([s.config.name, i, rate, st.requests, seconds, _num(st.p99_ms), st.errors, ok])
+    return _table(["config", "step", "rate (req/s)", "requests", "seconds", "p99 ms", "errors", "within target"], rows)
 
 
 def histogram_table(hist: Sequence[tuple[int, int, int]]) -> str:
@@ -90,14 +146,31 @@ def render_markdown(
     offline_rows: Sequence[Mapping[str, object]],
     bounds: Sequence[Mapping[str, object]],
     plots: Sequence[str],
+    extra: Sequence[str] = (),
 ) -> str:
-    """report.md: what was run where, the results table, comparisons, length histograms and plots."""
+    """report.md: what was run where, the results table, comparisons, extra sections (the tune suite's
+    recommendation), capacity steps, length histograms and plots."""
     parts = [f"# {title}", ""]
     parts += [f"- **{k}**: {v}" for k, v in header.items()]
     if summaries:
         parts += ["", "## Results", "", results_table(summaries)]
     if comparisons:
         parts += ["", "## Comparisons", ""] + [f"- {render_comparison(c)}" for c in comparisons]
+    for section in extra:
+        parts += ["", section.rstrip("\n")]
+    searched = [s for s in summaries if s.capacity]
+    if searched:
+        target = searched[0].capacity.target_ms  # type: ignore[union-attr]
+        parts += [
+            "",
+            f"## Capacity at p99 <= {target:g} ms",
+            "",
+            "Each configuration's capacity is the highest open-loop (Poisson) arrival rate measured with its p99 "
+            "within the target and no errors: a search that starts from the closed-loop throughput, brackets, then "
+            "bisects. Latency counts from each request's intended send time. Every step:",
+            "",
+            capacity_table(searched),
+        ]
     if bounds:
         parts += [
             "",
@@ -123,7 +196,15 @@ def render_markdown(
             ),  # fmt: skip
         ]
     for name, hist in histograms.items():
-        parts += ["", f"## Token lengths sent: {name}", "", histogram_table(hist)]
+        parts += [
+            "",
+            f"## Token lengths sent: {name}",
+            "",
+            f"Every measured request ({sum(n for _, _, n in hist)}), in the model's tokens as served (special "
+            "tokens included; a text over max_length counts as cut to it).",
+            "",
+            histogram_table(hist),
+        ]
     if offline_rows:
         parts += [
             "",
@@ -139,4 +220,82 @@ def render_markdown(
         ]
     if plots:
         parts += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
+    return "\n".join(parts) + "\n"
+
+
+def _settings(s: Summary) -> str:
+    c = s.config
+    return f"strategy `{c.strategy}`, batch_size {c.batch_size}, max_batch_delay {c.max_batch_delay} ms, {layout(c)}"
+
+
+def _capacity(s: Summary | None) -> str:
+    if s is None or s.capacity is None:
+        return "n/a"
+    if s.capacity.best is None:
+        return f"none within {s.capacity.target_ms:g} ms"
+    return f"{s.capacity.rate:.1f} req/s (p99 {s.capacity.best.p99_ms:.0f} ms there)"
+
+
+def tune_section(t: TuneResult) -> str:
+    """The tune suite's recommendation: winner, runner-up, both measurements, the YAML, how to apply it,
+    and what was estimated, measured, pruned and skipped."""
+    ranking = t.ranking
+    winner = ranking[0]
+    runner = ranking[1] if len(ranking) > 1 else None
+    parts = [
+        f"## Recommendation for p99 <= {t.target_ms:g} ms",
+        "",
+        f"- **Use**: {_settings(winner)}.",
+        f"- **Capacity** (search): {_capacity(winner)}; closed loop {winner.rps:.1f} req/s, p99 "
+        f"{_num(winner.p99_ms)} ms.",
+    ]
+    if t.remeasured is not None:
+        r = t.remeasured
+        applied = "TorchServe applied every setting of the YAML" if not t.applied else "; ".join(t.applied)
+        parts.append(
+            f"- **Measured again from `{t.yaml_name}`** (built into an archive, registered through the management "
+            f"API as the curl line below does; {applied}): capacity {_capacity(r)}; closed loop {r.rps:.1f} req/s, "
+            f"p99 {_num(r.p99_ms)} ms."
+        )
+    if runner is not None:
+        parts.append(f"- **Runner-up**: {_settings(runner)}: capacity {_capacity(runner)}; closed loop "
+                     f"{runner.rps:.1f} req/s.")  # fmt: skip
+    parts.append(
+        f"- **Time**: {t.elapsed_s / 60:.1f} of {t.budget_s / 60:g} budgeted minutes; {len(t.measured)} "
+        f"configurations measured, {len(t.skipped)} skipped to fit, "
+        f"{sum(1 for c in t.candidates if c.pruned)} pruned by the offline estimates."
+    )
+    parts += ["", f"`{t.yaml_name}` (written next to this report):", "", "```yaml", t.yaml_text.rstrip(), "```"]
+    parts += ["", "Apply it to a running server (from the results folder):", "", "```sh", *t.commands, "```"]
+    measured = {s.config: s for s in t.measured}
+    skipped = dict(t.skipped)
+    rows = []
+    for c in t.candidates:
+        s = measured.get(c.config)
+        status = c.pruned or skipped.get(c.config, "") or ("measured" if s else "not reached")
+        rows.append([
+            c.config.strategy, c.config.batch_size, f"{c.config.workers}x{c.config.threads}", f"{c.est_rps:.0f}",
+            f"{c.est_floor_ms:.0f}", f"{s.rps:.1f}" if s else "", _capacity(s) if s else "", status,
+        ])  # fmt: skip
+    extra = [s for s in t.measured if s.config.max_batch_delay != t.candidates[0].config.max_batch_delay]
+    extra_skipped = [(c, why) for c, why in t.skipped if c.max_batch_delay != t.candidates[0].config.max_batch_delay]
+    parts += [
+        "",
+        "### Candidates",
+        "",
+        "Offline estimates from the planner's cost model, calibrated on this machine at the start (one thread), "
+        "over the token lengths sent: `est req/s` at saturation, `floor` a lower bound on p99 (a request's own "
+        "pass, p99 over the texts, plus the batch delay); they rank and prune, measurement decides. Kept "
+        "candidates are measured best estimate first (the best of each strategy leads), then the best measured "
+        "one at other batch delays.",
+        "",
+        _table(
+            ["strategy", "batch size", "workers x threads", "est req/s", "floor ms", "req/s", "capacity", "status"],
+            rows,
+        ),  # fmt: skip
+    ]
+    if extra or extra_skipped:
+        parts += ["", "Batch delays tried on the best configuration:", ""]
+        parts += [f"- {s.config.name}: capacity {_capacity(s)}; closed loop {s.rps:.1f} req/s" for s in extra]
+        parts += [f"- {c.name}: skipped, {why}" for c, why in extra_skipped]
     return "\n".join(parts) + "\n"

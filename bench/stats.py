@@ -10,6 +10,8 @@ from pathlib import Path
 
 from bucketing.metrics import METRICS, BatchStats
 
+from .capacity import Capacity
+
 # The handler's counters, as TorchServe exposes them: metric name -> BatchStats field.
 HANDLER_METRICS = {name: attr for name, (attr, _unit) in METRICS.items()}
 
@@ -31,11 +33,13 @@ class Config:
     duration: float = 20.0
     engine: str | None = None  # torch | onnxruntime; None: the shipped archives' engine
     model: str | None = None  # None: the bundled MiniLM; `bert-base-random`; or a model folder
+    peer: str | None = None  # another server measured on the same load (`infinity`); strategy is then unused
+    label: str = ""  # appended to the name, e.g. `from YAML` for the tuned configuration's re-measurement
 
     @property
     def name(self) -> str:
         """A short label, like `bucketed bs16` or `dynamic bs16 d20 @30/s`."""
-        label = f"{self.strategy} bs{self.batch_size}"
+        label = f"{self.peer or self.strategy} bs{self.batch_size}"
         if self.max_batch_delay != 10:
             label += f" d{self.max_batch_delay}"
         if self.workers != 2 or self.threads != 1:
@@ -46,11 +50,17 @@ class Config:
             label += f" {self.engine}"
         if self.model is not None:
             label += f" [{Path(self.model).name}]"
+        if self.label:
+            label += f" ({self.label})"
         return label
 
     @property
     def workload_label(self) -> str:
         return f"mixed(short_frac={self.short_frac:g})" if self.workload == "mixed" else self.workload
+
+    @property
+    def served_by(self) -> str:
+        return self.peer or "torchserve"
 
 
 HandlerDelta = BatchStats  # what the handler's counters moved by during one measurement
@@ -101,6 +111,8 @@ class Summary:
     bound_tokens_per_s: float | None = None
     engine: str = ""  # the engine the workers ran (torch | onnxruntime)
     device: str = ""  # where they ran: cpu, or gpu (TorchServe's describe API says per worker)
+    capacity: Capacity | None = None  # highest open-loop rate within the p99 target (--p99-ms)
+    min_cosine: float | None = None  # a peer's answers against our batch-of-one reference (spot check)
 
     @property
     def bound_fraction(self) -> float | None:
@@ -111,7 +123,8 @@ class Summary:
         h = self.handler
         return {
             "config": c.name,
-            "strategy": c.strategy,
+            "server": c.served_by,
+            "strategy": c.peer or c.strategy,
             "batch_size": c.batch_size,
             "max_batch_delay": c.max_batch_delay,
             "workers": c.workers,
@@ -139,10 +152,18 @@ class Summary:
             "server_cpu_cores": _round(self.server_cpu_cores, 2),
             "client_cpu_cores": round(self.client_cpu_cores, 2),
             "bound_fraction": _round(self.bound_fraction, 3),
+            "p99_target_ms": self.capacity.target_ms if self.capacity else "",
+            "capacity_rps": round(self.capacity.rate, 1) if self.capacity else "",
+            "capacity_p99_ms": round(self.capacity.best.p99_ms, 1) if self.capacity and self.capacity.best else "",
+            "capacity_steps": len(self.capacity.steps) if self.capacity else "",
+            "min_cosine": _round(self.min_cosine, 6),
         }
 
     def as_json(self) -> dict[str, object]:
-        return {**self.row(), "config_detail": asdict(self.config), "handler": asdict(self.handler)}
+        out = {**self.row(), "config_detail": asdict(self.config), "handler": asdict(self.handler)}
+        if self.capacity:
+            out["capacity_detail"] = [asdict(step) for step in self.capacity.steps]
+        return out
 
 
 def _round(value: float | None, digits: int) -> float | str:
@@ -202,6 +223,13 @@ class Comparison:
     @property
     def p99_ratio(self) -> float:
         return self.a.p99_ms / self.b.p99_ms if self.b.p99_ms else float("nan")
+
+    @property
+    def capacity_ratio(self) -> float | None:
+        """Capacity at the p99 target, `a` over `b` (None unless both were searched; inf if `b` held none)."""
+        if not (self.a.capacity and self.b.capacity):
+            return None
+        return self.a.capacity.rate / self.b.capacity.rate if self.b.capacity.rate else float("inf")
 
 
 def comparisons(summaries: Sequence[Summary]) -> list[Comparison]:

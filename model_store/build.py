@@ -3,7 +3,8 @@
 Each archive holds the handler module and the `bucketing` package copied from the installed sources, the model
 files (under `model/`; all-MiniLM-L6-v2 from its package by default), and its model-config: the template
 `config/minilm.yaml` with `handler.strategy` set (and `handler.torch_threads` for `--threads N` variants, named
-`minilm-tN-<strategy>`).
+`minilm-tN-<strategy>`). With `--config FILE --name NAME`, one archive NAME.mar from that model-config instead
+(a tuned configuration, as `bench/compare.py --suite tune` writes it).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -70,7 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default=archives.PREFIX, help="archive name prefix: NAME-<strategy>.mar")
     parser.add_argument("--task", choices=TASKS, default=None, help="with --model-dir: embedding or classification")
     parser.add_argument("--if-stale", action="store_true", help="only archives missing or older than a source")
+    parser.add_argument("--config", type=Path, help="one archive, NAME.mar, from this model-config YAML")
     args = parser.parse_args(argv)
+    if args.config is not None:
+        return from_config(args.config, args.name, args.out, args.model_dir)
     engine = args.engine or archives.default_engine()
     task = args.task or "embedding"
     overrides: dict[str, object] = {"engine": engine}
@@ -93,6 +98,12 @@ def main(argv: list[str] | None = None) -> int:
         if not names:
             print("archives are up to date")
             return 0
+    configs = {name: archives.model_config(strategy, args.threads, **overrides) for strategy, name in names.items()}
+    return build_all(configs, args.model_dir or archives.minilm_dir(), engine, task, args.out)
+
+
+def build_all(configs: dict[str, dict[str, Any]], model_dir: Path, engine: str, task: str, out: Path) -> int:
+    """One archive per (name, model-config), sharing one staged model folder."""
     archiver = shutil.which("torch-model-archiver", path=str(Path(sys.executable).parent)) or shutil.which(
         "torch-model-archiver"
     )
@@ -101,19 +112,37 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     tmp = archives.ROOT / ".tmp"
     tmp.mkdir(exist_ok=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    staging = stage(tmp / "staging", args.model_dir or archives.minilm_dir(), engine, task)
-    with tempfile.TemporaryDirectory(dir=tmp) as configs:
-        for strategy, name in names.items():
+    out.mkdir(parents=True, exist_ok=True)
+    staging = stage(tmp / "staging", model_dir, engine, task)
+    with tempfile.TemporaryDirectory(dir=tmp) as folder:
+        for name, cfg in configs.items():
             start = time.perf_counter()
-            config = Path(configs) / f"{name}.yaml"
-            cfg = archives.model_config(strategy, args.threads, **overrides)
+            config = Path(folder) / f"{name}.yaml"
             config.write_text(yaml.safe_dump(cfg, sort_keys=False))
-            path = build(name, config, staging, args.out, archiver, tmp)
+            path = build(name, config, staging, out, archiver, tmp)
             shown = path.relative_to(archives.ROOT) if path.is_relative_to(archives.ROOT) else path
             print(f"built {shown} ({path.stat().st_size / 1e6:.0f} MB, {time.perf_counter() - start:.1f} s)")
     shutil.rmtree(staging, ignore_errors=True)
     return 0
+
+
+def from_config(path: Path, name: str, out: Path, model_dir: Path | None) -> int:
+    """NAME.mar from a model-config YAML (checked first: its `handler:` section as the handler will read it)."""
+    from bucketing.config import ConfigError, HandlerConfig
+
+    try:
+        cfg = yaml.safe_load(path.read_text())
+        handler = HandlerConfig.from_yaml(cfg)
+    except FileNotFoundError:
+        print(f"error: --config {path}: no such file", file=sys.stderr)
+        return 2
+    except (yaml.YAMLError, ConfigError) as e:
+        print(f"error: --config {path}: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    if not isinstance(cfg, dict):
+        print(f"error: --config {path}: not a model-config (a mapping of keys)", file=sys.stderr)
+        return 2
+    return build_all({name: cfg}, model_dir or archives.minilm_dir(), handler.engine, handler.task, out)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strategy", default="bucketed", choices=STRATEGIES, help="archive registered at start")
     parser.add_argument("--workdir", type=Path, default=SERVE_DIR)
     parser.add_argument("--free-ports", action="store_true", help="start on free loopback ports, not the config's")
+    parser.add_argument("--api", default="inference", choices=("inference", "management"), help="token: whose key")
     args = parser.parse_args(argv)
     server = TorchServe(args.workdir, Endpoints.on_ports(*free_ports(3)) if args.free_ports else None)
     with exit_on_signals():
@@ -28,11 +29,13 @@ def main(argv: list[str] | None = None) -> int:
             stale = server.clear_stale()  # reported, removed, never acted on
             if stale:
                 print(stale)
+        if args.command == "token":
+            return token(server, args.api)
         return COMMANDS[args.command](server, args.strategy)
 
 
-def token(server: TorchServe, strategy: str) -> int:
-    key = server.client.keys.key("inference") if server.pid() else None
+def token(server: TorchServe, api: str = "inference") -> int:
+    key = server.client.keys.key(api) if server.pid() else None
     if not key:
         print(f"no running TorchServe with a key file in {server.workdir}: start it with `make serve`", file=sys.stderr)
         return 1

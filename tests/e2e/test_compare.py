@@ -59,3 +59,75 @@ def test_offline_mode(tmp_path, capsys):
     run = only_run(tmp_path)
     assert (run / "short_frac_sweep.svg").exists() and (run / "offline.csv").exists()
     assert "planner padded" in capsys.readouterr().out
+
+
+def test_own_texts_and_capacity_on_a_running_torchserve(torchserve, tmp_path):
+    texts = tmp_path / "traffic.jsonl"
+    lines = [{"text": f"short query {i}"} if i % 3 else {"text": "a much longer passage " * (5 + i)} for i in range(40)]
+    texts.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    e = torchserve.endpoints
+    argv = ["--inference-url", e.inference, "--management-url", e.management, "--metrics-url", e.metrics,
+            "--token-file", str(torchserve.workdir / "key_file.json"), "--strategies", "bucketed",
+            "--batch-sizes", "4", "--workers", "1", "--duration", "2", "--concurrency", "4",
+            "--texts", str(texts), "--sample", "30", "--p99-ms", "5000", "--capacity-steps", "2", "--step-s", "1",
+            "--no-progress", "--out", str(tmp_path / "out")]  # fmt: skip
+    assert compare.main(argv) == 0
+    run = only_run(tmp_path / "out")
+    (row,) = list(csv.DictReader(open(run / "results.csv")))
+    assert row["workload"] == "file:traffic.jsonl" and row["errors"] == "0"
+    assert float(row["capacity_rps"]) > 0 and row["p99_target_ms"] == "5000.0" and row["capacity_steps"] in "12"
+    (detail,) = json.loads((run / "results.json").read_text())
+    assert all(step["requests"] > 0 for step in detail["capacity_detail"])
+    report = (run / "report.md").read_text()
+    assert "## Token lengths sent: file:traffic.jsonl" in report and "## Capacity at p99 <= 5000 ms" in report
+    assert "traffic.jsonl: 30 texts (a sample of 30, seed 0)" in report
+    assert torchserve.client.models() == []
+
+
+@pytest.mark.parametrize(
+    "content, name, extra, message",
+    [
+        (None, "missing.txt", [], "--texts: .*missing.txt: no such file"),
+        (b"", "empty.txt", [], "empty.txt: no texts"),
+        (b'{"body": "x"}\n', "t.jsonl", [], "t.jsonl: line 1 has no field 'text'"),
+        (b"a,b\n1,2\n", "t.csv", ["--text-field", "body"], "t.csv: no column 'body'"),
+        (b"ok\n\xff\n", "t.txt", [], "t.txt: line 2 is not UTF-8"),
+    ],
+)
+def test_bad_texts_files_end_the_run_before_any_server(tmp_path, content, name, extra, message):
+    path = tmp_path / name
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(SystemExit, match=message) as e:
+        compare.main(["--texts", str(path), *extra, "--out", str(tmp_path / "out")])
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_tune_needs_a_target(tmp_path):
+    with pytest.raises(SystemExit, match="--suite tune needs --p99-ms"):
+        compare.main(["--suite", "tune", "--out", str(tmp_path)])
+
+
+def test_tune_suite_recommends_and_remeasures_from_its_yaml(tmp_path):
+    argv = ["--suite", "tune", "--p99-ms", "3000", "--budget-min", "2.5", "--duration", "2", "--step-s", "1",
+            "--capacity-steps", "1", "--concurrency", "8", "--no-progress", "--out", str(tmp_path)]  # fmt: skip
+    assert compare.main(argv) == 0
+    run = only_run(tmp_path)
+    rows = list(csv.DictReader(open(run / "results.csv")))
+    assert len(rows) >= 2 and rows[-1]["config"].endswith("(from YAML)")
+    assert all(float(r["rps"]) > 0 and r["errors"] == "0" for r in rows)
+    import yaml
+
+    cfg = yaml.safe_load((run / "tuned-model-config.yaml").read_text())
+    winner = rows[-1]
+    assert (cfg["batchSize"], cfg["maxBatchDelay"], cfg["minWorkers"]) == (
+        int(winner["batch_size"]), int(winner["max_batch_delay"]), int(winner["workers"])
+    )  # fmt: skip
+    assert cfg["handler"]["strategy"] == winner["strategy"]
+    report = (run / "report.md").read_text()
+    parts = ["## Recommendation for p99 <= 3000 ms", "TorchServe applied every setting of the YAML", "curl -X POST",
+             "model_store.build --config tuned-model-config.yaml", "### Candidates", "skipped"]  # fmt: skip
+    for part in parts:
+        assert part in report, part
+    assert processes_under(ROOT / ".tmp") == []

@@ -1,0 +1,95 @@
+"""Capacity at a latency target: the highest open-loop arrival rate whose p99 stays within the target, no errors.
+
+The search is pure: it is given a `measure(rate) -> Step` function and decides which rates to try. It brackets
+the capacity from a starting guess (the closed-loop throughput is a good one: an open loop cannot hold more), then
+bisects until the bracket is within `precision` or the step budget is spent. The answer is a rate that was
+measured to pass, never an interpolation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+MIN_RATE = 0.5  # req/s: below this a configuration is reported as having no capacity at the target
+
+
+@dataclass(frozen=True)
+class Step:
+    """One open-loop measurement at `rate`."""
+
+    rate: float
+    requests: int
+    ok: int
+    p99_ms: float
+    duration_s: float
+
+    @property
+    def errors(self) -> int:
+        return self.requests - self.ok
+
+    def passes(self, target_ms: float) -> bool:
+        return self.requests > 0 and self.errors == 0 and not math.isnan(self.p99_ms) and self.p99_ms <= target_ms
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """The search's answer: the best passing step (None if none passed) and every step, in the order measured."""
+
+    target_ms: float
+    steps: tuple[Step, ...]
+
+    @property
+    def best(self) -> Step | None:
+        passing = [s for s in self.steps if s.passes(self.target_ms)]
+        return max(passing, key=lambda s: s.rate) if passing else None
+
+    @property
+    def rate(self) -> float:
+        """Requests per second held within the target (0 when no rate tried did)."""
+        return self.best.rate if self.best else 0.0
+
+
+def step_duration(rate: float, min_s: float, min_requests: int, max_s: float) -> float:
+    """Long enough for `min_requests` arrivals (a stable p99 needs a few hundred), within [min_s, max_s]."""
+    return max(min_s, min(max_s, min_requests / rate))
+
+
+def search(
+    measure: Callable[[float], Step],
+    start: float,
+    target_ms: float,
+    max_steps: int = 6,
+    precision: float = 0.1,
+    grow: float = 1.3,
+) -> Capacity:
+    """Bracket then bisect on the rate, `max_steps` measurements at most (see the module docstring)."""
+    if start <= 0 or target_ms <= 0:
+        raise ValueError(f"start rate and target must be positive (got {start}, {target_ms})")
+    steps: list[Step] = []
+    lo = hi = None  # highest passing rate, lowest failing rate
+    rate = round(max(start, MIN_RATE), 1)
+    while len(steps) < max_steps:
+        step = measure(rate)
+        steps.append(step)
+        if step.passes(target_ms):
+            lo = rate if lo is None else max(lo, rate)
+        else:
+            hi = rate if hi is None else min(hi, rate)
+        if lo is None and hi is not None and hi <= MIN_RATE:
+            break  # even the slowest rate we try misses the target
+        if lo is not None and hi is not None:
+            if hi / lo <= 1 + precision:
+                break
+            rate = math.sqrt(lo * hi)  # geometric bisection: the error is relative
+        elif hi is None:
+            rate = lo * grow  # type: ignore[operator]  # lo is set: every step so far passed
+        else:
+            # every step so far failed: back off harder when the p99 is far over the target
+            over = step.p99_ms / target_ms if step.p99_ms == step.p99_ms and step.errors == 0 else 4.0
+            rate = max(MIN_RATE, hi / max(1.5, min(over, 4.0)))
+        rate = round(rate, 1)
+        if any(abs(s.rate - rate) < 0.05 for s in steps):
+            break  # nothing new to learn at this resolution
+    return Capacity(target_ms, tuple(steps))

@@ -1,0 +1,187 @@
+"""`--suite tune`, the pure parts: candidate configurations ranked and pruned by the offline planner's estimates,
+the measuring order under a time budget, the choice of a winner, and the model-config YAML that deploys it.
+
+Estimates come from the planner's cost model over the workload's real token lengths, delivered `batch_size` at a
+time: each strategy's forward passes (static pads to max_length, dynamic to the batch's longest text, bucketed
+runs the planner's sub-batches), their estimated time, and so an estimated saturated throughput per worker layout,
+and a latency floor (a request's own pass, 99th percentile over the texts, plus the batch delay: no configuration
+does better). They rank and prune; measurement decides.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from bucketing.config import STRATEGIES
+from bucketing.planner import CostModel, plan_bucketed
+
+from .stats import Config, Summary, percentile
+
+BATCH_SIZES = (1, 4, 8, 16, 32)
+DELAYS = (5, 10, 20, 50)
+THREAD_EFFICIENCY = 0.8  # each extra thread in one worker adds this much of a core's speed (a rough prior)
+PRUNE_BELOW = 0.5  # candidates estimated under this share of the best estimate are not measured
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One (strategy, batch size, workers x threads) at the default delay, with its offline estimates."""
+
+    config: Config
+    est_rps: float
+    est_floor_ms: float  # a lower bound on p99: a request's own pass (p99 over the texts) plus the batch delay
+    pruned: str = ""  # why it is not measured ("" when kept)
+
+
+def layouts(cores: int) -> list[tuple[int, int]]:
+    """Worker layouts that use every core: workers x threads = cores (and 1 x 1)."""
+    out = [(w, cores // w) for w in range(1, cores + 1) if cores % w == 0]
+    return sorted(set(out) | {(1, 1)}, key=lambda wt: (-wt[0] * wt[1], -wt[0]))
+
+
+def passes(
+    strategy: str, lengths: Sequence[int], cost: CostModel, max_length: int, max_batch_tokens: int
+) -> list[tuple[int, int]]:
+    """The forward passes (rows, padded length) one delivered batch costs under a strategy."""
+    if strategy == "static":
+        return [(len(lengths), max_length)]
+    if strategy == "dynamic":
+        return [(len(lengths), max(lengths))]
+    return [(sb.rows, sb.padded_len) for sb in plan_bucketed(lengths, cost, max_batch_tokens).sub_batches]
+
+
+def estimate(
+    base: Config, lengths: Sequence[int], cost: CostModel, max_length: int = 256, max_batch_tokens: int = 8192
+) -> tuple[float, float]:
+    """(requests/s, latency floor in ms) of `base` on texts of these token lengths, from the cost model."""
+    bs = base.batch_size
+    batches = [lengths[i : i + bs] for i in range(0, len(lengths), bs)]
+    speed = 1 + THREAD_EFFICIENCY * (base.threads - 1)
+    shapes = [passes(base.strategy, b, cost, max_length, max_batch_tokens) for b in batches]
+    times_ms = [sum(cost.forward_us(r, n) for r, n in batch) / 1000 / speed for batch in shapes]
+    rps = base.workers * len(lengths) / (sum(times_ms) / 1000)
+    # a lower bound on p99: each request's own pass (as its strategy pads it alone), plus the batch delay
+    alone = [sum(cost.forward_us(r, n) for r, n in passes(base.strategy, [t], cost, max_length, max_batch_tokens))
+             / 1000 / speed for t in lengths]  # fmt: skip
+    floor = percentile(alone, 99) + (base.max_batch_delay if bs > 1 else 0)
+    return rps, floor
+
+
+def candidates(
+    base: Config,
+    lengths: Sequence[int],
+    cost: CostModel,
+    target_ms: float,
+    cores: int,
+    strategies: Sequence[str] = STRATEGIES,
+    batch_sizes: Sequence[int] = BATCH_SIZES,
+) -> list[Candidate]:
+    """Every (strategy, batch size, layout) at `base`'s delay, best estimate first; the hopeless ones marked pruned."""
+    out = []
+    for strategy in strategies:
+        for bs in batch_sizes:
+            if bs == 1 and strategy == "dynamic" and "bucketed" in strategies:
+                continue  # one text a batch: dynamic and bucketed run the very same pass
+            for workers, threads in layouts(cores):
+                config = replace(base, strategy=strategy, batch_size=bs, workers=workers, threads=threads)
+                rps, floor = estimate(config, lengths, cost)
+                out.append(Candidate(config, rps, floor))
+    best = max(c.est_rps for c in out)
+    pruned = []
+    for c in out:
+        why = ""
+        if c.est_floor_ms > target_ms:
+            why = f"estimated latency floor {c.est_floor_ms:.0f} ms > target {target_ms:g} ms"
+        elif c.est_rps < PRUNE_BELOW * best:
+            why = f"estimated {c.est_rps:.0f} req/s < {PRUNE_BELOW:g} x the best estimate ({best:.0f})"
+        pruned.append(replace(c, pruned=why))
+    return sorted(pruned, key=lambda c: -c.est_rps)
+
+
+def first_round(ranked: Sequence[Candidate]) -> list[Config]:
+    """The measuring order before delays: the best kept candidate of each strategy, then the rest by estimate."""
+    kept = [c for c in ranked if not c.pruned]
+    heads: list[Config] = []
+    for strategy in dict.fromkeys(c.config.strategy for c in kept):
+        heads.append(next(c.config for c in kept if c.config.strategy == strategy))
+    return heads + [c.config for c in kept if c.config not in heads]
+
+
+def delay_variants(best: Config, delays: Sequence[int] = DELAYS) -> list[Config]:
+    """The best configuration at the other batch delays (none for batch size 1: it never waits)."""
+    if best.batch_size == 1:
+        return []
+    return [replace(best, max_batch_delay=d) for d in delays if d != best.max_batch_delay]
+
+
+def rank(summaries: Sequence[Summary]) -> list[Summary]:
+    """Best first: capacity at the target, then closed-loop throughput."""
+    return sorted(summaries, key=lambda s: (-(s.capacity.rate if s.capacity else 0.0), -s.rps))
+
+
+@dataclass
+class Budget:
+    """The suite's time budget, and what each measurement has cost so far (to decide what still fits)."""
+
+    total_s: float
+    costs: list[float] = field(default_factory=list)
+
+    def expected(self, default_s: float) -> float:
+        """What the next measurement will cost: the dearest so far (measurements differ mostly by start-up)."""
+        return max(self.costs) if self.costs else default_s
+
+    def fits(self, elapsed_s: float, default_s: float, reserve_s: float = 0.0) -> bool:
+        return elapsed_s + self.expected(default_s) + reserve_s <= self.total_s
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """What the tune suite found, for the report."""
+
+    target_ms: float
+    budget_s: float
+    elapsed_s: float
+    candidates: tuple[Candidate, ...]
+    measured: tuple[Summary, ...]  # in the order measured
+    skipped: tuple[tuple[Config, str], ...]  # measured-worthy but left out, with why
+    yaml_name: str = ""
+    yaml_text: str = ""
+    commands: tuple[str, ...] = ()
+    remeasured: Summary | None = None  # the winner again, registered from its YAML
+    applied: tuple[str, ...] = ()  # where TorchServe's describe differed from the YAML (empty: all applied)
+
+    @property
+    def ranking(self) -> list[Summary]:
+        return rank(self.measured)
+
+
+def model_config(winner: Config, template: dict[str, Any]) -> dict[str, Any]:
+    """The model-config YAML that deploys `winner`: the template with its TorchServe and handler settings."""
+    cfg = dict(template)
+    cfg.update(
+        minWorkers=winner.workers, maxWorkers=winner.workers, batchSize=winner.batch_size,
+        maxBatchDelay=winner.max_batch_delay,
+    )  # fmt: skip
+    handler = dict(cfg.get("handler") or {})
+    handler.update(strategy=winner.strategy, torch_threads=winner.threads)
+    if winner.engine:
+        handler["engine"] = winner.engine
+    cfg["handler"] = handler
+    return cfg
+
+
+def describe_matches(described: dict[str, Any], cfg: dict[str, Any]) -> list[str]:
+    """Where TorchServe's describe answer differs from the YAML's settings (empty when it applied them all)."""
+    keys = {"batchSize": "batchSize", "maxBatchDelay": "maxBatchDelay", "minWorkers": "minWorkers"}
+    out = [f"{k}: YAML {cfg[k]}, served {described.get(v)}" for k, v in keys.items() if described.get(v) != cfg[k]]
+    workers = len(described.get("workers", []))
+    if workers != cfg["minWorkers"]:
+        out.append(f"workers: YAML {cfg['minWorkers']}, running {workers}")
+    return out
+
+
+def fmt_rate(rate: float) -> str:
+    return "none" if rate <= 0 or math.isnan(rate) else f"{rate:.1f} req/s"
