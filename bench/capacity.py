@@ -88,7 +88,7 @@ def search(
         else:
             # every step so far failed: back off harder when the p99 is far over the target
             over = step.p99_ms / target_ms if step.p99_ms == step.p99_ms and step.errors == 0 else 4.0
-            rate = max(MIN_RATE, hi / max(1.5, min(over, 4.0)))
+            rate = max(MIN_RATE, hi / max(1.5, min(over, 2.0)))
         rate = round(rate, 1)
         if any(abs(s.rate - rate) < 0.05 for s in steps):
             break  # nothing new to learn at this resolution

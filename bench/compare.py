@@ -32,12 +32,23 @@ from bench.workloads import WORKLOADS, Workload, make_workload
 from bucketing.config import ENGINES, STRATEGIES
 from model_store import archives
 from model_store.archives import ROOT
-from tsctl import Client, Endpoints, ServerError, TorchServe, exit_on_signals, free_ports, group_cpu_seconds
+from tsctl import (
+    Client,
+    Endpoints,
+    ServerError,
+    TorchServe,
+    exit_on_signals,
+    free_ports,
+    group_cpu_seconds,
+    read_properties,
+)
+from tsctl.process import DEFAULT_PROPERTIES
 
 SUITES = Path(__file__).resolve().parent / "suites.yaml"
 WARMUP_S = 3.0
 MAX_REQUESTS = 20000  # per configuration: the load is bounded in count as well as time
-STEP_REQUESTS = 300  # a capacity step lasts long enough for this many arrivals (a stable p99), within the limits
+STEP_REQUESTS = 500  # a capacity step lasts long enough for this many arrivals (its p99 is the 5th worst)
+START_SHARE = 0.5  # the capacity search starts at this share of the closed-loop throughput (measured: 0.3-0.75)
 TUNED_NAME = "minilm-tuned"
 
 
@@ -317,7 +328,7 @@ class Bench:
             device=target.device,
         )
         if self.capacity_settings:
-            start = (config.rate or 1.0) if config.mode == "open" else 0.7 * summary.rps  # below saturation
+            start = (config.rate or 1.0) if config.mode == "open" else START_SHARE * summary.rps
             summary = replace(summary, capacity=self.search_capacity(config, target, start))
         return summary
 
@@ -659,19 +670,25 @@ def recommend(
     winner = tune.rank(measured)[0]
     cfg = tune.model_config(winner.config, archives.model_config(winner.config.strategy))
     yaml_path = out / "tuned-model-config.yaml"
+    shown = yaml_path.relative_to(ROOT) if yaml_path.is_relative_to(ROOT) else yaml_path
     cap = winner.capacity.rate if winner.capacity else 0.0
-    comment = (
-        f"# Tuned by `bench/compare.py --suite tune` on {winner.config.workload_label}: "
-        f"{tune.fmt_rate(cap)} at p99 <= {settings.target_ms:g} ms on this machine.\n"
-    )
-    yaml_path.write_text(comment + yaml.safe_dump(cfg, sort_keys=False))
-    mgmt = bench.client.endpoints.management
+    # where the user applies it: the server given by URL, else the one `make serve` runs
+    mgmt = (
+        bench.client.endpoints.management if not bench.server
+        else Endpoints.from_properties(read_properties(DEFAULT_PROPERTIES)).management
+    )  # fmt: skip
     query = urllib.parse.urlencode({"url": f"{TUNED_NAME}.mar", "model_name": TUNED_NAME, "synchronous": "true"})
     commands = (
-        f".venv/bin/python -m model_store.build --config {yaml_path.name} --name {TUNED_NAME}",
+        f".venv/bin/python -m model_store.build --config {shown} --name {TUNED_NAME}",
         f'curl -X POST -H "Authorization: Bearer $(.venv/bin/python -m tsctl token --api management)" '
         f'"{mgmt}/models?{query}"',
     )
+    comment = (
+        f"# Tuned by `bench/compare.py --suite tune` on {winner.config.workload_label}: "
+        f"{tune.fmt_rate(cap)} at p99 <= {settings.target_ms:g} ms on this machine.\n"
+        "# Deploy it (from the repository, with `make serve` running):\n" + "".join(f"#   {c}\n" for c in commands)
+    )
+    yaml_path.write_text(comment + yaml.safe_dump(cfg, sort_keys=False))
     result = tune.TuneResult(
         settings.target_ms, budget_s, 0.0, tuple(ranked), tuple(measured), tuple(skipped), yaml_path.name,
         yaml_path.read_text(), commands,

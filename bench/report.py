@@ -166,8 +166,8 @@ def render_markdown(
             f"## Capacity at p99 <= {target:g} ms",
             "",
             "Each configuration's capacity is the highest open-loop (Poisson) arrival rate measured with its p99 "
-            "within the target and no errors: a search that starts from the closed-loop throughput, brackets, then "
-            "bisects. Latency counts from each request's intended send time. Every step:",
+            "within the target and no errors: a search that starts at half the closed-loop throughput, brackets, "
+            "then bisects. Latency counts from each request's intended send time. Every step:",
             "",
             capacity_table(searched),
         ]
@@ -266,7 +266,7 @@ def tune_section(t: TuneResult) -> str:
         f"{sum(1 for c in t.candidates if c.pruned)} pruned by the offline estimates."
     )
     parts += ["", f"`{t.yaml_name}` (written next to this report):", "", "```yaml", t.yaml_text.rstrip(), "```"]
-    parts += ["", "Apply it to a running server (from the results folder):", "", "```sh", *t.commands, "```"]
+    parts += ["", "Deploy it (from the repository, with `make serve` running):", "", "```sh", *t.commands, "```"]
     measured = {s.config: s for s in t.measured}
     skipped = dict(t.skipped)
     rows = []

@@ -251,7 +251,10 @@ def comparisons(summaries: Sequence[Summary]) -> list[Comparison]:
             )
             if b is a or not same_load or b.config.max_batch_delay != a.config.max_batch_delay:
                 continue
-            other_strategy = b.config.batch_size == a.config.batch_size and b.config.strategy != "bucketed"
+            same_engine = b.config.engine == a.config.engine or b.config.peer is not None
+            other_strategy = (
+                b.config.batch_size == a.config.batch_size and b.config.strategy != "bucketed" and same_engine
+            )
             # the same configuration on another engine, once per pair (onnxruntime against torch)
             other_engine = (a.config.engine or "") < (b.config.engine or "") and replace(
                 b.config, engine=a.config.engine

@@ -127,7 +127,7 @@ def test_tune_suite_recommends_and_remeasures_from_its_yaml(tmp_path):
     assert cfg["handler"]["strategy"] == winner["strategy"]
     report = (run / "report.md").read_text()
     parts = ["## Recommendation for p99 <= 3000 ms", "TorchServe applied every setting of the YAML", "curl -X POST",
-             "model_store.build --config tuned-model-config.yaml", "### Candidates", "skipped"]  # fmt: skip
+             "tuned-model-config.yaml --name minilm-tuned", "### Candidates", "skipped"]  # fmt: skip
     for part in parts:
         assert part in report, part
     assert processes_under(ROOT / ".tmp") == []

@@ -235,3 +235,66 @@ def test_capacity_and_peer_rows_render_golden():
     text += "\n\n" + "\n".join(report.render_comparison(c) for c in stats.comparisons([ours, peer]))
     text += "\n\n" + report.results_table([ours, peer]) + "\n\n" + report.capacity_table([ours, peer]) + "\n"
     assert text == (GOLDEN / "capacity.txt").read_text()
+
+
+# --- flags -------------------------------------------------------------------------------------------------------
+
+
+def test_peer_runs_once_per_distinct_load():
+    from bench import compare
+
+    configs = [BASE, replace(BASE, strategy="dynamic"), replace(BASE, batch_size=1), replace(BASE, engine="torch")]
+    peers = compare.peer_configs(configs, "infinity")
+    assert [(c.name, c.batch_size, c.workers) for c in peers] == [
+        (f"infinity bs16 1x{peers[0].threads}", 16, 1), (f"infinity bs1 1x{peers[0].threads}", 1, 1)
+    ]  # fmt: skip
+    assert all(c.peer == "infinity" and c.engine is None for c in peers)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--suite", "tune"], "--suite tune needs --p99-ms"),
+        (["--p99-ms", "-5"], "--p99-ms: got -5; allowed: a positive number"),
+        (["--p99-ms", "100", "--capacity-steps", "0"], "--capacity-steps and --step-s"),
+        (["--p99-ms", "100", "--budget-min", "0"], "--budget-min: got 0"),
+    ],
+)
+def test_flag_errors_are_one_line(argv, message):
+    from bench import compare
+
+    args = compare.parse_args(argv)
+    with pytest.raises(SystemExit, match=message):
+        compare.check_args(args, compare.plan_from_args(args))
+
+
+def test_tune_settings_come_from_the_suite_unless_given():
+    from bench import compare
+
+    args = compare.parse_args(["--suite", "tune", "--p99-ms", "250"])
+    settings = compare.check_args(args, compare.plan_from_args(args))
+    assert settings == compare.CapacitySettings(250.0, 4, 6)
+    args = compare.parse_args(["--suite", "tune", "--p99-ms", "250", "--step-s", "12", "--capacity-steps", "3"])
+    assert compare.check_args(args, compare.plan_from_args(args)) == compare.CapacitySettings(250.0, 3, 12.0)
+
+
+def test_texts_flag_makes_the_file_the_workload(tmp_path):
+    from bench import compare
+
+    args = compare.parse_args(["--texts", str(tmp_path / "q.csv"), "--strategies", "bucketed", "--batch-sizes", "8"])
+    (config,) = compare.plan_from_args(args).configs
+    assert config.workload == config.workload_label == "file:q.csv"
+
+
+def test_build_from_a_config_checks_it_first(tmp_path, capsys):
+    from model_store import build
+
+    bad = tmp_path / "tuned.yaml"
+    bad.write_text("batchSize: 4\nhandler:\n  strategy: fastest\n")
+    assert build.main(["--config", str(bad), "--name", "x", "--out", str(tmp_path)]) == 2
+    assert "handler.strategy: got 'fastest'" in capsys.readouterr().err
+    assert build.main(["--config", str(tmp_path / "none.yaml"), "--name", "x", "--out", str(tmp_path)]) == 2
+    assert "no such file" in capsys.readouterr().err
+    bad.write_text("- a list\n")
+    assert build.main(["--config", str(bad), "--name", "x", "--out", str(tmp_path)]) == 2
+    assert not list(tmp_path.glob("*.mar"))
