@@ -491,6 +491,8 @@ def check_args(args: argparse.Namespace, plan: Plan) -> CapacitySettings | None:
     """Flag combinations and ranges (one-line errors); the capacity settings when --p99-ms is given."""
     if plan.tune and not args.p99_ms:
         raise SystemExit("--suite tune needs --p99-ms: the p99 latency target (ms) to tune for")
+    if plan.tune and args.peer:
+        raise SystemExit("--peer: not with --suite tune (measure the peer next to the tuned settings in a second run)")
     if args.p99_ms is None:
         return None
     if args.p99_ms <= 0:
@@ -533,8 +535,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if settings:
         header["p99 target"] = (
-            f"{settings.target_ms:g} ms (capacity: open-loop steps of at least {settings.step_s:g} s or "
-            f"{STEP_REQUESTS} requests, {settings.max_steps} steps at most)"
+            f"{settings.target_ms:g} ms (capacity: at most {settings.max_steps} open-loop steps, each at least "
+            f"{settings.step_s:g} s and long enough for {STEP_REQUESTS} arrivals, at most {3 * settings.step_s:g} s)"
         )
     print(f"Results: {out}")
     sweep_rows = run_offline(plan, out) if plan.sweep or args.offline else []

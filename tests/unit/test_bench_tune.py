@@ -255,6 +255,7 @@ def test_peer_runs_once_per_distinct_load():
     "argv, message",
     [
         (["--suite", "tune"], "--suite tune needs --p99-ms"),
+        (["--suite", "tune", "--p99-ms", "100", "--peer", "infinity"], "--peer: not with --suite tune"),
         (["--p99-ms", "-5"], "--p99-ms: got -5; allowed: a positive number"),
         (["--p99-ms", "100", "--capacity-steps", "0"], "--capacity-steps and --step-s"),
         (["--p99-ms", "100", "--budget-min", "0"], "--budget-min: got 0"),
