@@ -87,7 +87,8 @@ def expand(
             raise SystemExit(f"strategy: got {merged.get('strategy')!r}; allowed: {' | '.join(STRATEGIES)}")
         if merged.get("engine") not in (None, *ENGINES):
             raise SystemExit(f"engine: got {merged.get('engine')!r}; allowed: {' | '.join(ENGINES)}")
-        if merged.get("workload", "longtail") not in WORKLOADS and not str(merged.get("workload")).startswith("file:"):
+        workload = str(merged.get("workload", "longtail"))
+        if workload not in WORKLOADS and not workload.startswith(traffic.PREFIX):
             raise SystemExit(f"workload: got {merged.get('workload')!r}; allowed: {' | '.join(WORKLOADS)}")
         if merged.get("mode", "closed") == "open" and not merged.get("rate"):
             raise SystemExit("an open-loop configuration needs a rate (req/s)")
@@ -129,7 +130,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
             "workers": args.workers,
             "threads": args.threads,
             "model": str(args.model_dir) if args.model_dir else None,
-            "workload": f"file:{args.texts.name}" if args.texts else args.workload,
+            "workload": traffic.workload_name(args.texts) if args.texts else args.workload,
         }.items()
         if v is not None
     }
@@ -238,7 +239,7 @@ class Bench:
             from bucketing.tokenizer import Tokenizer
 
             tokenizer = Tokenizer(str(models.model_dir(config.model)), 256)  # token counts in the model's own terms
-            if config.workload.startswith("file:"):
+            if config.workload.startswith(traffic.PREFIX):
                 if self.texts is None or self.texts.name != config.workload:
                     raise SystemExit(f"workload {config.workload}: give the file with --texts")
                 w = self.texts

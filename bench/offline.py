@@ -39,6 +39,16 @@ def policies(cost: CostModel, max_batch_tokens: int = 8192) -> dict[str, Policy]
     return {"arrival": _arrival, "sorted4": _sorted4, "pow2": _pow2, "planner": planner}
 
 
+def strategy_passes(
+    strategy: str, lengths: Sequence[int], cost: CostModel, max_length: int = 256, max_batch_tokens: int = 8192
+) -> Shapes:
+    """The passes one delivered batch costs under a handler strategy: static pads to max_length, dynamic is the
+    `arrival` policy, bucketed the `planner` one."""
+    if strategy == "static":
+        return [(len(lengths), max_length)]
+    return policies(cost, max_batch_tokens)["planner" if strategy == "bucketed" else "arrival"](lengths)
+
+
 def evaluate(lengths: Sequence[int], batch_size: int, cost: CostModel) -> dict[str, tuple[int, float]]:
     """Per policy: (padded tokens, estimated ms) when `lengths` arrive in order, `batch_size` per delivery."""
     batches = [lengths[i : i + batch_size] for i in range(0, len(lengths), batch_size)]

@@ -15,6 +15,12 @@ from pathlib import Path
 from .workloads import Workload
 
 FORMATS = (".txt", ".jsonl", ".csv")
+PREFIX = "file:"  # a configuration's workload naming the --texts file
+
+
+def workload_name(path: Path) -> str:
+    """`file:<name>`: the workload label of a texts file (configurations, reports, the histogram)."""
+    return f"{PREFIX}{path.name}"
 
 
 class TextsError(ValueError):
@@ -107,4 +113,4 @@ def load_texts(path: Path, field: str = "text", sample: int | None = None, seed:
     except OSError as e:
         raise TextsError(f"{path}: cannot be read ({e.strerror})") from None
     texts = sample_texts(parse_texts(data, str(path), field), sample, seed)
-    return Workload(f"file:{path.name}", tuple(texts), tuple(0 for _ in texts), seed)
+    return Workload(workload_name(path), tuple(texts), tuple(0 for _ in texts), seed)

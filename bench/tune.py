@@ -16,8 +16,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bucketing.config import STRATEGIES
-from bucketing.planner import CostModel, plan_bucketed
+from bucketing.planner import CostModel
 
+from .offline import strategy_passes
 from .stats import Config, Summary, percentile
 
 BATCH_SIZES = (1, 4, 8, 16, 32)
@@ -42,17 +43,6 @@ def layouts(cores: int) -> list[tuple[int, int]]:
     return sorted(set(out) | {(1, 1)}, key=lambda wt: (-wt[0] * wt[1], -wt[0]))
 
 
-def passes(
-    strategy: str, lengths: Sequence[int], cost: CostModel, max_length: int, max_batch_tokens: int
-) -> list[tuple[int, int]]:
-    """The forward passes (rows, padded length) one delivered batch costs under a strategy."""
-    if strategy == "static":
-        return [(len(lengths), max_length)]
-    if strategy == "dynamic":
-        return [(len(lengths), max(lengths))]
-    return [(sb.rows, sb.padded_len) for sb in plan_bucketed(lengths, cost, max_batch_tokens).sub_batches]
-
-
 def estimate(
     base: Config, lengths: Sequence[int], cost: CostModel, max_length: int = 256, max_batch_tokens: int = 8192
 ) -> tuple[float, float]:
@@ -60,12 +50,13 @@ def estimate(
     bs = base.batch_size
     batches = [lengths[i : i + bs] for i in range(0, len(lengths), bs)]
     speed = 1 + THREAD_EFFICIENCY * (base.threads - 1)
-    shapes = [passes(base.strategy, b, cost, max_length, max_batch_tokens) for b in batches]
-    times_ms = [sum(cost.forward_us(r, n) for r, n in batch) / 1000 / speed for batch in shapes]
-    rps = base.workers * len(lengths) / (sum(times_ms) / 1000)
-    # a lower bound on p99: each request's own pass (as its strategy pads it alone), plus the batch delay
-    alone = [sum(cost.forward_us(r, n) for r, n in passes(base.strategy, [t], cost, max_length, max_batch_tokens))
-             / 1000 / speed for t in lengths]  # fmt: skip
+
+    def ms(batch: Sequence[int]) -> float:
+        passes = strategy_passes(base.strategy, batch, cost, max_length, max_batch_tokens)
+        return sum(cost.forward_us(r, n) for r, n in passes) / 1000 / speed
+
+    rps = base.workers * len(lengths) / (sum(ms(b) for b in batches) / 1000)
+    alone = [ms([t]) for t in lengths]  # a lower bound on p99: each request's own pass, plus the batch delay
     floor = percentile(alone, 99) + (base.max_batch_delay if bs > 1 else 0)
     return rps, floor
 
