@@ -89,6 +89,14 @@ def check_model_dir(model_dir: Path, task: str) -> int:
     auto = AutoModelForSequenceClassification if task == "classification" else AutoModel
     if type(config) not in auto._model_mapping:  # noqa: SLF001 - the mapping is what from_pretrained consults
         raise ModelFolderError(f"{model_dir}: architecture {config.model_type!r} has no {auto.__name__} class")
+    if task == "classification":
+        from bucketing.engines import EngineError, activation, class_labels
+
+        try:
+            class_labels(config)
+            activation(config)
+        except (ValueError, EngineError) as e:
+            raise ModelFolderError(f"{model_dir}: {e}") from None
     from bucketing.tokenizer import Tokenizer
 
     try:

@@ -9,7 +9,8 @@ from model_store.archives import minilm_dir
 LABELS = {0: "negative", 1: "neutral", 2: "positive"}
 
 
-def build_tiny_bert(target: Path, classifier: bool, seed: int = 0) -> Path:
+def build_tiny_bert(target: Path, classifier: bool, seed: int = 0, labels: dict[int, str] = LABELS,
+                    problem_type: str | None = None) -> Path:  # fmt: skip
     """A randomly initialised 2-layer BERT with MiniLM's tokenizer, saved like a hub checkpoint."""
     import shutil
 
@@ -25,9 +26,10 @@ def build_tiny_bert(target: Path, classifier: bool, seed: int = 0) -> Path:
         num_attention_heads=2,
         intermediate_size=64,
         max_position_embeddings=512,
-        num_labels=len(LABELS),
-        id2label=LABELS,
-        label2id={v: k for k, v in LABELS.items()},
+        num_labels=len(labels),
+        id2label=labels,
+        label2id={v: k for k, v in labels.items()},
+        problem_type=problem_type,
     )
     model = BertForSequenceClassification(config) if classifier else BertModel(config)
     model.eval().save_pretrained(target)

@@ -9,7 +9,7 @@ from pathlib import Path
 from bucketing.config import STRATEGIES
 from model_store import archives
 
-from .client import Endpoints, free_ports
+from .client import Endpoints, ServerError, free_ports
 from .process import ROOT, TorchServe, exit_on_signals
 
 SERVE_DIR = ROOT / ".tmp" / "serve"
@@ -24,6 +24,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--api", default="inference", choices=("inference", "management"), help="token: whose key")
     args = parser.parse_args(argv)
     server = TorchServe(args.workdir, Endpoints.on_ports(*free_ports(3)) if args.free_ports else None)
+    try:
+        return _run(server, args)
+    except ServerError as e:  # what to look at, in one line; no traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+def _run(server: TorchServe, args: argparse.Namespace) -> int:
     with exit_on_signals():
         if args.command != "token":
             stale = server.clear_stale()  # reported, removed, never acted on

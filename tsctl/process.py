@@ -1,12 +1,19 @@
 """Start and stop one TorchServe process tree, and nothing else.
 
-A server is ours only if the pid in its pid file is alive, runs TorchServe's `org.pytorch.serve.ModelServer`,
-and works in our folder: a pid file that survived a crash or a reboot (its pid reused by anything else) is
-reported and removed, never signalled. TorchServe 0.12's traps handled here: a taken port makes the launcher
-exit 0 while an old server answers (ports are checked free first, and the new server's own pid must be alive and
-answering); gRPC ports 7070/7071 are opened too (each server gets its own); `torchserve --stop` deletes
-`key_file.json` in the folder it runs from and leaves workers to the JVM (it runs from the server's folder, then
-the server's whole process group is ended).
+A process is our server only if it is what only our TorchServe is: a live `java` executable whose arguments hold
+the main class `org.pytorch.serve.ModelServer` and `-f <our config.properties>`, working in our folder. A pid
+file that survived a crash or a reboot (its pid reused by anything else) is reported and removed, never
+signalled; a pid file that is not a small regular file (a FIFO, a folder, a symlink) is a one-line error. Stopping
+signals only processes whose identity was checked, each through a pidfd opened before the check (so a pid reused
+in between is never hit): the frontend, then its own worker children (`ts/model_service_worker.py`, children of
+that frontend) that outlive it. No process group is ever signalled. Nothing is written through a symlink in the
+server's folder.
+
+TorchServe 0.12's traps handled here: a taken port makes the launcher exit 0 while an old server answers (ports
+are checked free first, and the new server's own pid must be alive and answering); gRPC ports 7070/7071 are
+opened too (each server gets its own); `torchserve --stop` deletes `key_file.json` in the folder it runs from,
+trusts the pid file unchecked and leaves workers to the JVM (so we do not call it: we signal the checked
+frontend ourselves).
 """
 
 from __future__ import annotations
@@ -14,10 +21,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from .client import Client, Endpoints, ServerError, free_ports, port_in_use, read_properties
@@ -27,6 +35,10 @@ DEFAULT_PROPERTIES = ROOT / "config" / "config.properties"
 DEFAULT_STORE = ROOT / "model_store"
 GRPC_PORTS = {"grpc_inference_port": "7070", "grpc_management_port": "7071"}
 SERVER_CLASS = "org.pytorch.serve.ModelServer"
+WORKER_SCRIPT = "ts/model_service_worker.py"
+PID_FILE_BYTES = 64  # a pid file is one number; anything larger is not TorchServe's
+# What TorchServe and we write in the server's folder: none of them may be a symlink (nothing is written through one).
+OWN_PATHS = ("config.properties", "torchserve.out", "key_file.json", "logs", "tmp", "tmp/.model_server.pid")
 
 
 class TorchServe:
@@ -67,25 +79,31 @@ class TorchServe:
     def pid_file(self) -> Path:
         return self.tmp / ".model_server.pid"
 
+    @property
+    def config_file(self) -> Path:
+        return self.workdir / "config.properties"
+
     def recorded_pid(self) -> int | None:
-        """The pid the pid file names, whatever it is now."""
+        """The pid the pid file names, whatever it is now (None without one); a pid file that is not a small
+        regular file is a ServerError, read without blocking and without following a symlink."""
+        text = read_small_file(self.pid_file, PID_FILE_BYTES, "pid file")
         try:
-            return int(self.pid_file.read_text().split()[0])
-        except (FileNotFoundError, ValueError, IndexError):
+            return int(text.split()[0]) if text is not None else None
+        except (ValueError, IndexError):
             return None
 
     def pid(self) -> int | None:
         """The pid of our running server: the pid file's if that process is TorchServe working in our folder, else
         such a process found by its command line and folder (the pid file is written after the JVM starts)."""
         pid = self.recorded_pid()
-        if pid is not None and is_our_server(pid, self.workdir):
+        if pid is not None and is_our_server(pid, self.workdir, self.config_file):
             return pid
-        return next(iter(find_servers(self.workdir)), None)
+        return next(iter(find_servers(self.workdir, self.config_file)), None)
 
     def clear_stale(self) -> str | None:
         """Remove a pid file whose pid is not our server; say what it pointed at (None if there was none)."""
         pid = self.recorded_pid()
-        if pid is None or is_our_server(pid, self.workdir):
+        if pid is None or is_our_server(pid, self.workdir, self.config_file):
             return None
         what = describe(pid)
         self.pid_file.unlink(missing_ok=True)
@@ -100,13 +118,15 @@ class TorchServe:
         for url in (self.endpoints.inference, self.endpoints.management, self.endpoints.metrics, *grpc):
             if port_in_use(url):
                 raise ServerError(f"{url} is already in use: stop what listens there or choose other ports")
-        self.tmp.mkdir(parents=True, exist_ok=True)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        refuse_symlinks(self.workdir, OWN_PATHS)
+        self.tmp.mkdir(exist_ok=True)
         (self.workdir / "key_file.json").unlink(missing_ok=True)
-        conf = self.workdir / "config.properties"
-        conf.write_text("".join(f"{k}={v}\n" for k, v in self.properties.items()))
+        conf = self.config_file
+        write_own(conf, "".join(f"{k}={v}\n" for k, v in self.properties.items()).encode())
         launcher = [str(Path(sys.executable).parent / "torchserve"), "--start", "--ncs", "--ts-config", str(conf)]
         try:
-            with open(self.workdir / "torchserve.out", "ab") as out:
+            with os.fdopen(open_own(self.workdir / "torchserve.out", os.O_APPEND), "ab") as out:
                 subprocess.run(
                     launcher, cwd=self.workdir, env=self.env, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
                     start_new_session=True, check=True, timeout=60,
@@ -141,17 +161,23 @@ class TorchServe:
         if pid is None:
             self.clear_stale()
             return
-        pgid = os.getpgid(pid)
-        subprocess.run(
-            [str(Path(sys.executable).parent / "torchserve"), "--stop"], cwd=self.workdir, env=self.env,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60, check=False,
-        )  # fmt: skip
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and _group_alive(pgid):
-            time.sleep(0.2)
-        if _group_alive(pgid) and pgid not in (0, 1, os.getpgrp()):  # never our own group, never init's
-            os.killpg(pgid, signal.SIGKILL)
-        self.pid_file.unlink(missing_ok=True)
+        frontend = Checked.open(pid, lambda p: is_our_server(p, self.workdir, self.config_file))
+        if frontend is not None:
+            workers = [w for w in (Checked.open(c, lambda p: is_worker_of(p, pid)) for c in children(pid)) if w]
+            try:
+                frontend.signal(signal.SIGTERM)  # what `torchserve --stop` sends, to the checked process only
+                if not frontend.wait(timeout):
+                    frontend.signal(signal.SIGKILL)
+                    frontend.wait(10.0)
+                for worker in workers:  # they exit when the frontend's socket closes; a stuck one is ended
+                    if not worker.wait(5.0):
+                        worker.signal(signal.SIGKILL)
+                        worker.wait(5.0)
+            finally:
+                for held in (frontend, *workers):
+                    held.close()
+        if self.recorded_pid() in (pid, None):
+            self.pid_file.unlink(missing_ok=True)
 
     def __enter__(self) -> TorchServe:
         return self.start()
@@ -175,20 +201,153 @@ def describe(pid: int) -> str:
     return (line[:80] + "...") if len(line) > 80 else (line or "a kernel thread")
 
 
-def is_our_server(pid: int, workdir: Path) -> bool:
-    """Whether `pid` is a live TorchServe frontend working in `workdir` (its command line and its folder)."""
-    line = cmdline(pid)
-    if not line or SERVER_CLASS not in line or _state(pid) in (None, "Z"):
-        return False
+def argv(pid: int) -> list[str] | None:
+    """A process's arguments, or None if it is gone or unreadable."""
     try:
-        return Path(os.readlink(f"/proc/{pid}/cwd")).resolve() == workdir.resolve()
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
+        return None
+    return [a.decode(errors="replace") for a in raw.split(b"\0")[:-1]] if raw else []
+
+
+def _exe_name(pid: int) -> str | None:
+    """The file name of the executable a process runs (what it is, whatever its argv[0] says)."""
+    try:
+        return Path(os.readlink(f"/proc/{pid}/exe")).name
+    except OSError:
+        return None
+
+
+def _cwd(pid: int) -> Path | None:
+    try:
+        return Path(os.readlink(f"/proc/{pid}/cwd")).resolve()
+    except OSError:
+        return None
+
+
+def is_our_server(pid: int, workdir: Path, config_file: Path | None = None) -> bool:
+    """Whether `pid` is a live TorchServe frontend of ours: the `java` executable running the main class
+    `org.pytorch.serve.ModelServer` with `-f <config_file>` (the server's config.properties), in `workdir`."""
+    args = argv(pid)
+    if not args or SERVER_CLASS not in args or _exe_name(pid) != "java" or _state(pid) in (None, "Z"):
         return False
+    conf = str((config_file or workdir / "config.properties").resolve())
+    tail = args[args.index(SERVER_CLASS) + 1 :]
+    if not any(a == "-f" and i + 1 < len(tail) and tail[i + 1] == conf for i, a in enumerate(tail)):
+        return False
+    return _cwd(pid) == workdir.resolve()
 
 
-def find_servers(workdir: Path) -> list[int]:
-    """Live TorchServe frontends working in `workdir`."""
-    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and is_our_server(int(p.name), workdir)]
+def is_worker_of(pid: int, frontend: int) -> bool:
+    """Whether `pid` is a live TorchServe worker started by the frontend `frontend` (its child, running
+    `ts/model_service_worker.py`)."""
+    args = argv(pid)
+    return bool(args) and _ppid(pid) == frontend and any(a.endswith(WORKER_SCRIPT) for a in args[:4])
+
+
+def find_servers(workdir: Path, config_file: Path | None = None) -> list[int]:
+    """Live TorchServe frontends of ours (`is_our_server`) working in `workdir`."""
+    return [int(p.name) for p in Path("/proc").iterdir()
+            if p.name.isdigit() and is_our_server(int(p.name), workdir, config_file)]  # fmt: skip
+
+
+def children(pid: int) -> list[int]:
+    """The live children of `pid`."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and _ppid(int(proc.name)) == pid:
+            out.append(int(proc.name))
+    return out
+
+
+class Checked:
+    """A process held by a pidfd and checked after the fd was opened: signals reach that process or none."""
+
+    def __init__(self, pid: int, fd: int) -> None:
+        self.pid, self.fd = pid, fd
+
+    @classmethod
+    def open(cls, pid: int, check: Callable[[int], bool]) -> Checked | None:
+        """The process `pid` if `check(pid)` holds once it is held (None otherwise: gone, or not what we expect)."""
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            return None
+        if not check(pid):
+            os.close(fd)
+            return None
+        return cls(pid, fd)
+
+    def signal(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self.fd, signum)
+
+    def wait(self, timeout: float) -> bool:
+        """Whether the process ended (or became a zombie) within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            state = _state(self.pid)
+            if state in (None, "Z") or not self.alive():
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+
+    def alive(self) -> bool:
+        try:
+            signal.pidfd_send_signal(self.fd, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def read_small_file(path: Path, limit: int, what: str) -> str | None:
+    """A small regular file's text (None if absent), read without following a symlink and without blocking: a
+    FIFO, a folder, a device, a symlink or a file over `limit` bytes is a ServerError naming it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        kind = "a symlink" if path.is_symlink() else "a folder" if path.is_dir() else e.strerror
+        raise ServerError(f"{path} is {kind}, not a {what}: remove it (`rm -r {path}`) and retry") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        kind = "a folder" if stat.S_ISDIR(info.st_mode) else f"not a regular file (mode {stat.filemode(info.st_mode)})"
+        raise ServerError(f"{path} is {kind}, not a {what}: remove it (`rm -r {path}`) and retry")
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ServerError(f"{path} holds over {limit} bytes, not a {what}: remove it and retry")
+    return data.decode(errors="replace")
+
+
+def refuse_symlinks(folder: Path, names: Sequence[str]) -> None:
+    """A ServerError if any of `names` in `folder` is a symlink (TorchServe or we would write through it)."""
+    for name in names:
+        if (folder / name).is_symlink():
+            raise ServerError(f"{folder / name} is a symlink; the server's folder must hold its own files, not "
+                              "links out of it: remove it and retry")  # fmt: skip
+
+
+def open_own(path: Path, flags: int) -> int:
+    """A file descriptor for writing a file of the server's own folder, never through a symlink."""
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | flags, 0o600)
+    except OSError as e:
+        raise ServerError(f"cannot write {path} ({e.strerror}); it must be a regular file of the server's folder, "
+                          "not a symlink") from None  # fmt: skip
+
+
+def write_own(path: Path, data: bytes) -> None:
+    with os.fdopen(open_own(path, os.O_TRUNC), "wb") as f:
+        f.write(data)
 
 
 def group_stats(pgid: int) -> list[list[str]]:
@@ -211,11 +370,21 @@ def group_cpu_seconds(pgid: int) -> float:
     return sum((int(f[11]) + int(f[12])) / tick for f in group_stats(pgid))
 
 
-def _state(pid: int) -> str | None:
+def _stat_fields(pid: int) -> list[str] | None:
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
         return None
+
+
+def _state(pid: int) -> str | None:
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
+
+
+def _ppid(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return int(fields[1]) if fields else None
 
 
 def _group_alive(pgid: int) -> bool:

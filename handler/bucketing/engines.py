@@ -52,6 +52,7 @@ class ModelInfo:
     hidden_size: int
     labels: tuple[str, ...]
     vocab_size: int
+    activation: str = "softmax"  # classification: how logits become scores (protocols.base.ACTIVATIONS)
 
 
 class Head(torch.nn.Module):
@@ -78,10 +79,43 @@ def load_head(task: str, model_dir: str) -> tuple[Head, ModelInfo]:
     model = auto.from_pretrained(model_dir).eval()
     cfg = model.config
     positions = usable_positions(cfg)
-    id2label = cfg.id2label or {}
-    labels = tuple(str(id2label.get(i, f"LABEL_{i}")) for i in range(int(cfg.num_labels)))
-    info = ModelInfo(positions, int(cfg.hidden_size), labels, int(cfg.vocab_size))
+    try:
+        labels = class_labels(cfg)
+    except ValueError as e:
+        raise EngineError(f"{model_dir}: {e}") from None
+    info = ModelInfo(positions, int(cfg.hidden_size), labels, int(cfg.vocab_size), activation(cfg))
     return Head(model, pooled=task != "classification").eval(), info
+
+
+def class_labels(config: Any) -> tuple[str, ...]:
+    """A classifier's label names in logit order; duplicate names are a ValueError (one score each is kept)."""
+    id2label = {int(k): v for k, v in (config.id2label or {}).items()}
+    labels = tuple(str(id2label.get(i, f"LABEL_{i}")) for i in range(int(config.num_labels)))
+    twice = sorted({name for name in labels if labels.count(name) > 1})
+    if twice:
+        raise ValueError(f"config.json id2label names {', '.join(map(repr, twice))} for more than one class; "
+                         "give every class its own name in id2label (e.g. LABEL_0, LABEL_1, ...)")  # fmt: skip
+    return labels
+
+
+# A CrossEncoder's config names its activation by class (sentence_transformers.activation_fn).
+CROSS_ENCODER_ACTIVATIONS = {"Sigmoid": "sigmoid", "Identity": "identity", "Softmax": "softmax"}
+
+
+def activation(config: Any) -> str:
+    """How a classifier's logits become scores: the CrossEncoder's own activation when its config names one,
+    else as Hugging Face's text-classification pipeline decides (sigmoid for one label or a multi-label model,
+    softmax over the labels otherwise)."""
+    named = str((getattr(config, "sentence_transformers", None) or {}).get("activation_fn") or "")
+    if named:
+        short = named.rsplit(".", 1)[-1]
+        if short not in CROSS_ENCODER_ACTIVATIONS:
+            raise EngineError(f"config.json sentence_transformers.activation_fn {named!r} is not served; served: "
+                              f"{', '.join(CROSS_ENCODER_ACTIVATIONS)}")  # fmt: skip
+        return CROSS_ENCODER_ACTIVATIONS[short]
+    if int(config.num_labels) == 1 or getattr(config, "problem_type", None) == "multi_label_classification":
+        return "sigmoid"
+    return "softmax"
 
 
 def usable_positions(config: Any) -> int:

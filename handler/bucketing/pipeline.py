@@ -190,6 +190,12 @@ class Pipeline:
     def _check(self, request: Any, encoded: list[Encoded]) -> RequestError | None:
         """An input that normalised to nothing is a 400; one over max_length is a 413 under `on_overflow: reject`."""
         for index, e in enumerate(encoded):
+            if e.unbounded:
+                return RequestError(413, "TextTooLong", f"{request.where(index)} is over "
+                                    f"{self.tokenizer.max_cut_chars} characters and its first "
+                                    f"{self.tokenizer.max_cut_chars} hold no word boundary the tokenizer keeps "
+                                    f"after max_length={self.config.max_length} tokens; split it into "
+                                    "shorter texts", "input")  # fmt: skip
             if self.tokenizer.empty(e):
                 return RequestError(400, "EmptyText", f"{request.where(index)} has no tokens once normalised "
                                     "(only invisible, control or zero-width characters)", "input")  # fmt: skip

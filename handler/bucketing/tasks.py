@@ -1,5 +1,5 @@
 """The two tasks over an engine's pooled output: embeddings (optionally L2-normalised) and classification
-(softmax over the model's id2label), and one answer per text."""
+(the model's logits, scored by its activation over id2label), and one answer per text."""
 
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ class EmbeddingTask:
 
 
 class ClassificationTask:
-    """Sequence classification: softmax scores and the top label from the model's id2label."""
+    """Sequence classification: the logits, answered as scores by the model's activation (softmax over labels;
+    sigmoid for one label or a multi-label model; the CrossEncoder's own when its config names one)."""
 
     name = "classification"
 
@@ -59,14 +60,13 @@ class ClassificationTask:
         self.max_positions = info.max_positions
         self.labels = info.labels
         self.dimensions = len(info.labels)
+        self.activation = info.activation
 
     def forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        logits = self.engine(ids, mask)
-        exp = np.exp(logits - logits.max(axis=1, keepdims=True))
-        return exp / exp.sum(axis=1, keepdims=True)
+        return self.engine(ids, mask)
 
     def answer(self, output: np.ndarray, encoded: Encoded) -> Answer:
-        return Answer(output, len(encoded.ids), encoded.truncated, self.labels)
+        return Answer(output, len(encoded.ids), encoded.truncated, self.labels, self.activation)
 
 
 def load_task(config: HandlerConfig, model_dir: str, gpu_id: int | None = None) -> Task:

@@ -5,26 +5,33 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 
 @dataclass(frozen=True)
 class Encoded:
-    """One tokenized text: its ids (special tokens included) and whether max_length cut it."""
+    """One tokenized text: its ids (special tokens included) and whether max_length cut it. `unbounded`: a text
+    too long to read whose first `max_cut_chars` characters did not settle its tokens (no ids; refused)."""
 
     ids: tuple[int, ...]
     truncated: bool
+    unbounded: bool = False
 
 
 class Tokenizer:
     """A fast tokenizer used once per delivered batch, truncating at max_length and never padding.
 
     A fast tokenizer reads a whole text before truncating, so its cost grows with the body, not with max_length
-    (6 MB of prose took 11 s). Each long text is therefore tokenized from a prefix cut at a space, and the result
-    is kept only when the prefix alone overflowed max_length with a whole space-separated word between the last
-    kept token and the cut: the kept tokens then come from words the cut did not touch, and are the tokens the
-    whole text gives. Otherwise the prefix grows (4x) until that holds or the prefix is the whole text.
+    (6 MB of prose took 11 s). Each long text is therefore tokenized from a prefix of `cut_chars` characters, and
+    the result is kept only when the prefix alone overflowed max_length and held at least one whole pre-token (a
+    "word" as the tokenizer's own pre-tokenizer splits it: white space and punctuation for WordPiece, each CJK
+    character for BERT, the byte-level regex for BPE, the metaspace for Unigram) between the last kept token's
+    word and the last word of the prefix, which the cut may have damaged. Every tokenizer model tokenizes each
+    pre-token alone, so the kept tokens are then the tokens the whole text gives. Otherwise the prefix grows once
+    (4x, `max_cut_chars`); a text longer than that whose prefix still settles nothing (one "word" of 32k
+    characters, say) is marked `unbounded` and refused, so no text costs more than reading `max_cut_chars`.
     """
 
     def __init__(self, model_dir: str, max_length: int) -> None:
@@ -48,6 +55,11 @@ class Tokenizer:
         self.vocab_size = int(self._backend.get_vocab_size(with_added_tokens=True))
         self.cut_chars = CUT_CHARS_PER_TOKEN * max_length
 
+    @property
+    def max_cut_chars(self) -> int:
+        """The most characters of one text ever tokenized: the longest prefix tried."""
+        return self.cut_chars * GROWTH
+
     def _special_tokens(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """The ids the tokenizer puts before and after a text's own tokens (e.g. [CLS] and [SEP])."""
         bare = self._backend.encode(PROBE, add_special_tokens=False).ids
@@ -63,20 +75,23 @@ class Tokenizer:
         return len(self.prefix) + len(self.suffix)
 
     def encode(self, texts: Sequence[str]) -> list[Encoded]:
-        """Each text's tokens, truncated at max_length, exactly as the tokenizer gives them for the whole text."""
+        """Each text's tokens, truncated at max_length, exactly as the tokenizer gives them for the whole text (or
+        `unbounded`, for a text over `max_cut_chars` characters that its prefix does not settle)."""
         out: list[Encoded | None] = [None] * len(texts)
         pending, budget = list(range(len(texts))), self.cut_chars
         while pending:
-            pieces = [_prefix(texts[i], budget) for i in pending]
+            pieces = [texts[i][:budget] for i in pending]
             retry = []
             for i, piece, e in zip(pending, pieces, self._backend.encode_batch(pieces)):
                 if len(piece) == len(texts[i]):
                     out[i] = Encoded(tuple(e.ids), bool(e.overflowing))
-                elif e.overflowing and _word_after(piece, max(end for _, end in e.offsets)):
+                elif e.overflowing and _settled(e):
                     out[i] = Encoded(tuple(e.ids), True)
+                elif budget >= self.max_cut_chars:
+                    out[i] = Encoded((), True, unbounded=True)
                 else:
                     retry.append(i)
-            pending, budget = retry, budget * 4
+            pending, budget = retry, budget * GROWTH
         return [e for e in out if e is not None]
 
     def wrap(self, ids: Sequence[int]) -> Encoded:
@@ -91,19 +106,15 @@ class Tokenizer:
 
 PROBE = "hello"
 CUT_CHARS_PER_TOKEN = 32  # the first prefix tried: enough for max_length tokens of any ordinary prose
+GROWTH = 4  # the one longer prefix tried when the first settles nothing (so a text costs at most 1 + 4 prefixes)
 
 
-def _prefix(text: str, budget: int) -> str:
-    """The text cut at its last space within `budget` characters (spaces before it dropped), or all of it."""
-    if len(text) <= budget:
-        return text
-    cut = text.rfind(" ", 0, budget)
-    return text[:cut].rstrip(" ") if cut > 0 else ""  # no space to cut at yet: a longer prefix is tried next
-
-
-def _word_after(piece: str, end: int) -> bool:
-    """Whether a whole space-separated word lies between character `end` and the end of `piece`."""
-    return " " in piece[end:].strip(" ")
+def _settled(e: Any) -> bool:
+    """Whether a truncated prefix's kept tokens are the whole text's: a whole word of the prefix lies between
+    the last kept token's word and the prefix's last word (the one a cut may have damaged)."""
+    kept = max((w for w in e.word_ids if w is not None), default=-1)
+    last = max((w for o in e.overflowing for w in o.word_ids if w is not None), default=-1)
+    return last >= kept + 2
 
 
 def collate(rows: Sequence[Sequence[int]], padded_len: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:

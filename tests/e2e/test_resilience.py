@@ -227,7 +227,17 @@ def test_expired_or_rotated_keys_are_renewed(torchserve):
         client.unregister("keys")
 
 
-def test_kserve_manifest_and_config(model_store, reference, tmp_path):
+# What KServe's kserve-torchserve runtime puts in the pod's environment (TS_SERVICE_ENVELOPE, kservev2 for
+# protocolVersion v2), and TS_* settings that would visibly break the pod if TorchServe honoured them.
+RUNTIME_ENV = {
+    "TS_SERVICE_ENVELOPE": "kservev2",
+    "TS_JOB_QUEUE_SIZE": "1",
+    "TS_INFERENCE_ADDRESS": "http://127.0.0.1:9",
+    "TS_DEFAULT_RESPONSE_TIMEOUT": "1",
+}
+
+
+def test_kserve_manifest_and_config(model_store, reference, tmp_path, monkeypatch):
     docs = list(yaml.safe_load_all((ROOT / "config" / "kserve" / "inferenceservice.yaml").read_text()))
     isvc = next(d for d in docs if d["kind"] == "InferenceService")
     assert isvc["apiVersion"] == "serving.kserve.io/v1beta1" and isvc["metadata"]["name"]
@@ -238,6 +248,8 @@ def test_kserve_manifest_and_config(model_store, reference, tmp_path):
     assert predictor["scaleMetric"] in ("concurrency", "rps", "cpu") and predictor["scaleTarget"] > 0
 
     props = Path(ROOT / "config" / "kserve" / "config.properties")
+    for name, value in RUNTIME_ENV.items():  # as the pod sets them: the config must be immune to them
+        monkeypatch.setenv(name, value)
     server = TorchServe(tmp_path / "kserve", Endpoints.on_ports(*free_ports(3)), model_store=model_store,
                         base_properties=props)  # fmt: skip
     assert 'batchSize":16' in server.properties["model_snapshot"].replace(" ", "")

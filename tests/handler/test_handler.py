@@ -278,3 +278,60 @@ def test_padding_rounded_past_the_model_positions_is_refused(tiny_embedder_dir):
         make_handler(tiny_embedder_dir, max_length=512, pad_to_multiple_of=384, max_batch_tokens=8192)
     make_handler(tiny_embedder_dir, max_length=512, pad_to_multiple_of=384, max_batch_tokens=8192, strategy="static")
     make_handler(tiny_embedder_dir, max_length=512, pad_to_multiple_of=64, max_batch_tokens=8192)
+
+
+def logits_of(model_dir, texts):
+    """The classifier's logits from transformers itself, one text at a time."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
+    with torch.no_grad():
+        return [model(**tok(t, return_tensors="pt")).logits[0].numpy() for t in texts]
+
+
+def test_a_one_label_model_answers_its_sigmoid_score_or_raw_logit(tmp_path):
+    from tests.models import build_tiny_bert
+
+    folder = build_tiny_bert(tmp_path / "one", classifier=True, labels={0: "LABEL_0"})
+    handler, context = make_handler(folder, task="classification")
+    texts = mixed_texts(6, seed=3)
+    logits = logits_of(folder, texts)
+    (status, scored), (_, raw) = serve(handler, context, [{"body": {"texts": texts}},
+                                                          {"body": {"texts": texts, "raw_scores": True}}])  # fmt: skip
+    assert status == 200 and set(scored[0]) == {"score", "tokens", "truncated"}
+    for logit, s, r in zip(logits, scored, raw, strict=True):
+        assert s["score"] == pytest.approx(1 / (1 + np.exp(-logit[0])), abs=1e-5)
+        assert r["score"] == pytest.approx(float(logit[0]), abs=1e-5)
+    assert len({round(s["score"], 6) for s in scored}) > 1  # not one constant answer for every input
+
+
+def test_a_multi_label_model_gets_a_sigmoid_per_label(tmp_path):
+    from tests.models import build_tiny_bert
+
+    folder = build_tiny_bert(tmp_path / "multi", classifier=True, problem_type="multi_label_classification")
+    handler, context = make_handler(folder, task="classification")
+    texts = mixed_texts(4, seed=4)
+    ((status, answers),) = serve(handler, context, [{"body": {"texts": texts}}])
+    for logit, got in zip(logits_of(folder, texts), answers, strict=True):
+        expected = 1 / (1 + np.exp(-logit))
+        assert list(got["scores"]) == ["negative", "neutral", "positive"]
+        assert np.max(np.abs(np.array(list(got["scores"].values())) - expected)) <= 1e-5
+
+
+def test_duplicate_label_names_are_refused_at_build_and_at_start(tmp_path):
+    from model_store import archives
+    from tests.models import build_tiny_bert
+
+    folder = build_tiny_bert(tmp_path / "dup", classifier=True, labels={0: "yes", 1: "no", 2: "yes"})
+    with pytest.raises(archives.ModelFolderError, match="id2label names 'yes' for more than one class; give every"):
+        archives.check_model_dir(folder, "classification")
+    with pytest.raises(Exception, match="id2label names 'yes' for more than one class"):
+        make_handler(folder, task="classification")
+
+
+def test_raw_scores_must_be_a_boolean(tiny_classifier_dir):
+    handler, context = make_handler(tiny_classifier_dir, task="classification")
+    ((status, body),) = serve(handler, context, [{"body": {"text": "x", "raw_scores": "yes"}}])
+    assert status == 400 and body["message"] == '"raw_scores" must be true or false, got string'

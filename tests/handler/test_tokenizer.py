@@ -27,7 +27,13 @@ def whole(tok: Tokenizer, text: str) -> Encoded:
     return Encoded(tuple(e.ids), bool(e.overflowing))
 
 
-texts = st.lists(st.sampled_from(WORDS + [" ", "  ", " \n "]), min_size=1, max_size=300).map(" ".join)
+# Words joined by any white space or none (CJK, tabs, NBSP, one word a line, punctuation runs): the cut lands
+# anywhere, not only at an ASCII space.
+GLUE = [" ", "  ", " \n ", "\n", "\t", "\u00a0", "\u3000", "", ",", "。"]
+PIECES = WORDS + ["中文", "句子", "很长", "é", "e\u0301", "...", "http://x.y/z?a=b"]
+texts = st.lists(st.tuples(st.sampled_from(PIECES), st.sampled_from(GLUE)), min_size=1, max_size=300).map(
+    lambda parts: "".join(w + g for w, g in parts)
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -36,9 +42,30 @@ def test_cut_tokenizing_matches_the_whole_text(tokenizer, batch):
     assert tokenizer.encode(batch) == [whole(tokenizer, t) for t in batch]
 
 
+def exact_or_refused(tok: Tokenizer, text: str, e: Encoded) -> bool:
+    """The whole text's tokens, or (only for a text over max_cut_chars) unbounded."""
+    return e == whole(tok, text) or (e.unbounded and len(text) > tok.max_cut_chars)
+
+
+LONG = ["word " * 5000, "word\n" * 5000, "word\t" * 5000, "word\u00a0" * 5000, "中文的句子很长，没有空格。" * 1000]
+
+
 def test_long_texts_cut_and_degenerate_ones(tokenizer):
-    batch = ["word " * 5000, "a" * 3000, " " * 3000 + "end", "\u200b" * 100, "short"]
-    assert tokenizer.encode(batch) == [whole(tokenizer, t) for t in batch]
+    batch = [*LONG, "\u200b" * 90, "short", "a" * (tokenizer.max_cut_chars - 1), " " * 80 + "end",
+             "a" * (tokenizer.max_cut_chars + 1), " " * tokenizer.max_cut_chars + "end"]  # fmt: skip
+    encoded = tokenizer.encode(batch)
+    assert all(exact_or_refused(tokenizer, t, e) for t, e in zip(batch, encoded))
+    assert not encoded[0].unbounded and encoded[-2].unbounded  # prose with spaces; one 97-character "word"
+
+
+def test_the_shipped_tokenizer_settles_every_long_prose_from_a_prefix(minilm_dir):
+    """MiniLM's WordPiece splits at any white space, punctuation and each CJK character: each long text of
+    the issue (one word a line, tabs, NBSP, Chinese prose) is settled from its first prefix, exactly."""
+    tok = Tokenizer(str(minilm_dir), max_length=256)
+    encoded = tok.encode(LONG)
+    assert encoded == [whole(tok, t) for t in LONG] and all(e.truncated for e in encoded)
+    one_word = tok.encode(["a" * (tok.max_cut_chars + 1)])[0]
+    assert one_word.unbounded
 
 
 def test_token_ids_are_wrapped_and_truncated(tokenizer):

@@ -117,6 +117,8 @@ def test_kserve_config_listens_on_loopback_only_because_its_auth_is_off():
     assert props["inference_address"].endswith(":8085") and props["disable_token_authorization"] == "true"
     assert props["enable_model_api"] == "false"
     assert "service_envelope" not in props  # the handler speaks v2 itself, with batching on
+    # ...and the pod's TS_* variables (the runtime sets TS_SERVICE_ENVELOPE=kservev2) must not override this file
+    assert props.get("enable_envvars_config", "false") == "false"
     docs = list(yaml.safe_load_all((ROOT / "config" / "kserve" / "inferenceservice.yaml").read_text()))
     policy = next(d for d in docs if d["kind"] == "NetworkPolicy")
     assert policy["spec"]["policyTypes"] == ["Ingress"]

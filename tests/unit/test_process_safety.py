@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -50,3 +51,83 @@ def test_cli_reports_and_removes_a_stale_pid_file(tmp_path, bystander):
     token = subprocess.run([sys.executable, "-m", "tsctl", "token", "--workdir", str(server.workdir)],
                            capture_output=True, text=True, timeout=60)  # fmt: skip
     assert token.returncode == 1 and "make serve" in token.stderr
+
+
+def tsctl(command: str, workdir, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tsctl", command, "--workdir", str(workdir)],
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+POSER = "exec -a java python3 -c 'import time; time.sleep(300)' org.pytorch.serve.ModelServer -f "
+
+
+@pytest.fixture
+def impostors(tmp_path):
+    """Processes in the server's folder that name TorchServe's main class without being TorchServe: a shell loop
+    running pgrep for it, a bystander in that loop's group, and `sleep` posing as java (argv[0] and arguments)."""
+    workdir = tmp_path / "serve"
+    workdir.mkdir()
+    conf = workdir / "config.properties"
+    loop = subprocess.Popen(
+        ["bash", "-c", "sleep 300 & while true; do pgrep -f org.pytorch.serve.ModelServer >/dev/null; sleep 0.2; done"],
+        cwd=workdir, start_new_session=True,
+    )  # fmt: skip
+    poser = subprocess.Popen(["bash", "-c", POSER + str(conf)],
+                             cwd=workdir, start_new_session=True)  # fmt: skip
+    yield workdir, [loop, poser]
+    for proc in (loop, poser):
+        os.killpg(proc.pid, 9)
+        proc.wait()
+
+
+def group_members(pgid: int) -> int:
+    from tsctl.process import group_stats
+
+    return sum(1 for f in group_stats(pgid) if f[0] != "Z")
+
+
+def test_stop_without_a_pid_file_signals_nothing_that_only_names_torchserve(impostors):
+    workdir, procs = impostors
+    loop = procs[0]
+    deadline = time.monotonic() + 5
+    while group_members(loop.pid) < 2 and time.monotonic() < deadline:  # the loop and its bystander
+        time.sleep(0.05)
+    members = group_members(loop.pid)
+    out = tsctl("stop", workdir)
+    assert out.returncode == 0 and "TorchServe was not running." in out.stdout, out
+    assert all(p.poll() is None for p in procs), "a process that only names TorchServe was signalled"
+    assert all(p.poll() is None for p in procs), "a process that only names TorchServe was signalled"
+    assert group_members(loop.pid) >= members  # the bystander in the loop's group too
+
+
+def test_a_fifo_as_pid_file_is_one_line_not_a_hang(tmp_path):
+    server = TorchServe(tmp_path / "serve")
+    server.tmp.mkdir(parents=True)
+    os.mkfifo(server.pid_file)
+    for command in ("stop", "status", "start"):
+        out = tsctl(command, server.workdir, timeout=20)
+        assert out.returncode == 1 and out.stderr.count("\n") == 1, out
+        assert f"error: {server.pid_file} is not a regular file (mode p" in out.stderr
+
+
+def test_a_folder_as_pid_file_is_one_line_not_a_traceback(tmp_path):
+    server = TorchServe(tmp_path / "serve")
+    server.pid_file.mkdir(parents=True)
+    out = tsctl("stop", server.workdir)
+    assert out.returncode == 1 and out.stderr == f"error: {server.pid_file} is a folder, not a pid file: remove it " \
+        f"(`rm -r {server.pid_file}`) and retry\n"  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["config.properties", "torchserve.out", "logs", "tmp", "tmp/.model_server.pid"])
+def test_start_writes_nothing_through_a_symlink(tmp_path, name):
+    server = TorchServe(tmp_path / "serve")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target = outside / "victim"
+    target.write_text("keep me\n")
+    link = server.workdir / name
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(target if "." in name.rsplit("/", 1)[-1] else outside)
+    out = tsctl("start", server.workdir)
+    assert out.returncode == 1 and f"error: {link} is a symlink" in out.stderr and out.stderr.count("\n") == 1, out
+    assert target.read_text() == "keep me\n" and sorted(p.name for p in outside.iterdir()) == ["victim"]

@@ -13,7 +13,17 @@ from hypothesis import strategies as st
 
 from bucketing import protocols
 from bucketing.protocols import kserve_v1, kserve_v2, native, openai
-from bucketing.protocols.base import Answer, Binary, Limits, Meta, RequestError, answer_fields, quote, snake
+from bucketing.protocols.base import (
+    Answer,
+    Binary,
+    Limits,
+    Meta,
+    RequestError,
+    activate,
+    answer_fields,
+    quote,
+    snake,
+)
 from bucketing.protocols.kserve_v1 import V1Request
 from bucketing.protocols.kserve_v2 import V2Request
 from bucketing.protocols.native import TextRequest
@@ -32,8 +42,9 @@ def parse(body, content_type=None, max_texts=4):
     return incoming(body, content_type, limits=Limits(max_texts, 16, 1000, "embedding", 4)).outcome
 
 
-def answer(values, tokens=3, truncated=False, labels=None):
-    return Answer(np.asarray(values, dtype=np.float32), tokens, truncated, labels)
+def answer(values, tokens=3, truncated=False, labels=None, activation="identity"):
+    """An answer whose classification scores are `values` as given (identity activation, unless told)."""
+    return Answer(np.asarray(values, dtype=np.float32), tokens, truncated, labels, activation)
 
 
 @pytest.mark.parametrize(
@@ -386,4 +397,19 @@ def test_kserve_v2_outputs_selected_and_binary():
 
 def test_answer_fields_name_what_answers_hold():
     assert tuple(answer([1.0]).fields()) == answer_fields("embedding")
-    assert tuple(answer([0.4, 0.6], labels=("a", "b")).fields()) == answer_fields("classification")
+    assert tuple(answer([0.4, 0.6], labels=("a", "b")).fields()) == answer_fields("classification", 2)
+    assert tuple(answer([0.4], labels=("a",)).fields()) == answer_fields("classification", 1) == (
+        "score", "tokens", "truncated")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("activation", "expected"),
+    [("softmax", [0.0900306, 0.2447285, 0.6652409]), ("sigmoid", [0.7310586, 0.8807971, 0.9525741]),
+     ("identity", [1.0, 2.0, 3.0])],
+)  # fmt: skip
+def test_logits_become_scores_by_the_model_activation(activation, expected):
+    fields = answer([1.0, 2.0, 3.0], labels=("a", "b", "c"), activation=activation).fields()
+    assert fields["label"] == "c" and np.allclose(list(fields["scores"].values()), expected, atol=1e-6)
+    raw = answer([1.0, 2.0, 3.0], labels=("a", "b", "c"), activation=activation).fields(raw_scores=True)
+    assert list(raw["scores"].values()) == [1.0, 2.0, 3.0]
+    assert activate([-800.0, 800.0], "sigmoid") == [0.0, 1.0]  # no overflow at the extremes

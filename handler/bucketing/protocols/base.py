@@ -7,6 +7,7 @@ Pure: no torch, no I/O. A wire format (native, KServe v1/v2, OpenAI) is a module
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,30 +62,49 @@ class Limits:
     dimensions: int = 0  # embedding size (embedding task) or number of labels (classification)
 
 
+ACTIVATIONS = ("softmax", "sigmoid", "identity")  # how a classifier's logits become its scores
+
+
+def activate(logits: Any, activation: str) -> list[float]:
+    """A classifier's scores from its logits: softmax over labels, sigmoid per label, or the logits themselves."""
+    x = [float(v) for v in logits]
+    if activation == "identity":
+        return x
+    if activation == "sigmoid":
+        return [1.0 / (1.0 + math.exp(-v)) if v >= 0 else math.exp(v) / (1.0 + math.exp(v)) for v in x]
+    top = max(x)
+    exp = [math.exp(v - top) for v in x]
+    return [e / sum(exp) for e in exp]
+
+
 @dataclass(frozen=True)
 class Answer:
-    """The result for one input: the model's vector (pooled embedding, or class probabilities) and its tokens."""
+    """The result for one input: the model's vector (pooled embedding, or a classifier's logits) and its tokens."""
 
     values: Any  # a 1-D float32 numpy array
     tokens: int
     truncated: bool
     labels: tuple[str, ...] | None = None  # class names (classification); None for embeddings
+    activation: str = "softmax"  # classification: how the logits become scores (ACTIVATIONS)
 
-    def fields(self) -> dict[str, Any]:
-        """Our native answer object: `embedding`, or `label` and `scores`; then `tokens` and `truncated`
-        (`answer_fields` names them)."""
+    def fields(self, raw_scores: bool = False) -> dict[str, Any]:
+        """Our native answer object: `embedding`; or a one-label model's `score`; or `label` (the top one) and
+        `scores` by label; then `tokens` and `truncated` (`answer_fields` names them). `raw_scores`: logits."""
         if self.labels is None:
             head: dict[str, Any] = {"embedding": self.values.tolist()}
         else:
-            scores = [float(p) for p in self.values]
-            best = max(range(len(scores)), key=scores.__getitem__)
-            head = {"label": self.labels[best], "scores": dict(zip(self.labels, scores))}
+            scores = activate(self.values, "identity" if raw_scores else self.activation)
+            if len(self.labels) == 1:
+                head = {"score": scores[0]}
+            else:
+                best = max(range(len(scores)), key=scores.__getitem__)
+                head = {"label": self.labels[best], "scores": dict(zip(self.labels, scores))}
         return {**head, "tokens": self.tokens, "truncated": self.truncated}
 
 
-def answer_fields(task: str) -> tuple[str, ...]:
-    """The fields of an answer of this task, in order (what `Answer.fields` gives)."""
-    head = ("embedding",) if task == "embedding" else ("label", "scores")
+def answer_fields(task: str, labels: int = 2) -> tuple[str, ...]:
+    """The fields of an answer of this task (and number of labels), in order (what `Answer.fields` gives)."""
+    head = ("embedding",) if task == "embedding" else ("score",) if labels == 1 else ("label", "scores")
     return (*head, "tokens", "truncated")
 
 

@@ -175,7 +175,7 @@ def parse(body: Any, limits: Limits, binary: bytes | None = None) -> V2Request |
     parsed = texts(data, "inputs[0].data", limits.max_texts)
     if isinstance(parsed, RequestError):
         return parsed
-    selection = _outputs(body, limits.task)
+    selection = _outputs(body, answer_fields(limits.task, limits.dimensions))
     if isinstance(selection, RequestError):
         return selection
     return V2Request(parsed, request_id, *selection)
@@ -198,9 +198,10 @@ def _data(tensor: Mapping[str, Any], binary: bytes | None, max_texts: int) -> An
     return decode_bytes(binary, max_texts)
 
 
-def _outputs(body: Mapping[str, Any], task: str) -> tuple[tuple[str, ...] | None, frozenset[str]] | RequestError:
-    """Which outputs to send (the request's `outputs`, else all) and which of them as binary data."""
-    known = answer_fields(task)
+def _outputs(
+    body: Mapping[str, Any], known: tuple[str, ...]
+) -> tuple[tuple[str, ...] | None, frozenset[str]] | RequestError:
+    """Which of the `known` outputs to send (the request's `outputs`, else all) and which of them as binary data."""
     parameters = body.get("parameters")
     all_binary = isinstance(parameters, Mapping) and parameters.get("binary_data_output") is True
     requested = body.get("outputs")

@@ -1,13 +1,14 @@
 """Our own protocol at `/predictions/NAME`: a text/plain body, `{"text": ...}` or `{"texts": [...]}`.
 
-A single text is answered with one object, a `texts` list with a list in the same order. Unknown fields are
-refused (a typo is a 400 naming it, never a silently different request).
+A single text is answered with one object, a `texts` list with a list in the same order; `raw_scores: true`
+answers a classifier's logits instead of its scores. Unknown fields are refused (a typo is a 400 naming it,
+never a silently different request).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .base import Answer, Limits, RequestError, bad, check_count, check_text, json_type, names, texts
@@ -22,13 +23,14 @@ class TextRequest:
 
     inputs: tuple[str, ...]
     single: bool
+    raw_scores: bool = False  # a classifier's logits instead of its scores
 
     def where(self, index: int) -> str:
         return "the text" if self.single else f"texts[{index}]"
 
     def render(self, answers: Sequence[Answer], model_name: str = "") -> Any:
         check_count(self, answers)
-        fields = [a.fields() for a in answers]
+        fields = [a.fields(self.raw_scores) for a in answers]
         return fields[0] if self.single else fields
 
 
@@ -43,7 +45,15 @@ def parse(body: Any, limits: Limits) -> TextRequest | RequestError:
             "InvalidRequest",
             f'expected a JSON object {{"text": ...}} or {{"texts": [...]}}, got a JSON {json_type(body)}',
         )
-    keys = set(body)
+    keys = set(body) - {"raw_scores"}
+    raw = body.get("raw_scores", False)
+    if not isinstance(raw, bool):
+        return bad("InvalidType", f'"raw_scores" must be true or false, got {json_type(raw)}', "raw_scores")
+    parsed = _texts(body, keys, limits)
+    return replace(parsed, raw_scores=raw) if isinstance(parsed, TextRequest) else parsed
+
+
+def _texts(body: Mapping[str, Any], keys: set[Any], limits: Limits) -> TextRequest | RequestError:
     if keys == {"text"}:
         if not isinstance(body["text"], str):
             return bad("InvalidType", f'"text" must be a string, got {json_type(body["text"])}', "text")
@@ -55,7 +65,8 @@ def parse(body: Any, limits: Limits) -> TextRequest | RequestError:
         return bad("InvalidRequest", 'the JSON object is empty; expected {"text": ...} or {"texts": [...]}')
     unknown = sorted(str(k) for k in keys - {"text", "texts"})
     if unknown:
-        return bad("InvalidRequest", f'unknown field(s) {names(unknown)}; expected "text" or "texts"')
+        return bad("InvalidRequest", f'unknown field(s) {names(unknown)}; expected "text" or "texts" (and '
+                   '"raw_scores")')  # fmt: skip
     return bad("InvalidRequest", 'send either "text" or "texts", not both')
 
 
