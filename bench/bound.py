@@ -7,10 +7,18 @@ no HTTP, no JSON: the best real tokens/s this machine reaches with this model.
 from __future__ import annotations
 
 import multiprocessing as mp
+import queue
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+START_TIMEOUT_S = 300.0  # a worker loads the model and warms up within this, or the bound stops
+RUN_TIMEOUT_S = 600.0  # the timed passes of every worker end within this
+
+
+class BoundError(RuntimeError):
+    """The bound could not be measured (a worker died or hung); every worker process has been ended."""
 
 
 def chunks_by_length(lengths: Sequence[int], max_batch_tokens: int) -> list[list[int]]:
@@ -37,6 +45,7 @@ def balance(chunks: list[list[int]], lengths: Sequence[int], workers: int) -> li
 
 
 def _worker(model_dir: str, threads: int, engine: str, rows: list[list[list[int]]], barrier: Any, out: Any) -> None:
+    """One bound worker: the handler's task on its share of exact-length chunks, timed after a common start."""
     import torch
 
     from bucketing.config import HandlerConfig
@@ -47,7 +56,7 @@ def _worker(model_dir: str, threads: int, engine: str, rows: list[list[list[int]
     task = load_task(HandlerConfig(engine=engine, torch_threads=threads), model_dir)  # as the handler runs it
     for chunk in rows[:2]:
         task.forward(*collate(chunk, len(chunk[0]), 0))
-    barrier.wait()
+    barrier.wait(timeout=START_TIMEOUT_S)  # a sibling that died breaks the barrier instead of hanging this one
     start = time.perf_counter()
     for chunk in rows:
         task.forward(*collate(chunk, len(chunk[0]), 0))
@@ -78,15 +87,8 @@ def _bound(
     lengths = [len(e.ids) for e in encoded]
     chunks = chunks_by_length(lengths, max_batch_tokens)
     shares = balance(chunks, lengths, workers)
-    ctx = mp.get_context("spawn")
-    barrier, out = ctx.Barrier(workers), ctx.Queue()
     rows = [[[list(encoded[i].ids) for i in chunk] for chunk in share] for share in shares]
-    procs = [ctx.Process(target=_worker, args=(model_dir, threads, engine, r, barrier, out)) for r in rows]
-    for p in procs:
-        p.start()
-    times = [out.get(timeout=600) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
+    times = run_workers(_worker, [(model_dir, threads, engine, r) for r in rows], START_TIMEOUT_S + RUN_TIMEOUT_S)
     wall = max(times)
     return {
         "tokens_per_s": sum(lengths) / wall,
@@ -98,6 +100,43 @@ def _bound(
         "engine": engine,
         "wall_s": round(wall, 3),
     }
+
+
+def run_workers(target: Callable[..., None], args: Sequence[tuple[Any, ...]], timeout: float) -> list[float]:
+    """Run `target(*a, barrier, out)` in one spawned process per `a`, started together; each puts its seconds on
+    `out`. A worker that exits without a result, or no result within `timeout`, is a BoundError; on every path
+    (Ctrl-C and SIGTERM included) every worker still alive is killed and reaped before this returns."""
+    ctx = mp.get_context("spawn")
+    barrier, out = ctx.Barrier(len(args)), ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*a, barrier, out), daemon=True) for a in args]
+    try:
+        for p in procs:
+            p.start()
+        times: list[float] = []
+        deadline = time.monotonic() + timeout
+        while len(times) < len(procs):
+            try:
+                times.append(out.get(timeout=0.5))
+                continue
+            except queue.Empty:
+                pass
+            dead = [(i, p.exitcode) for i, p in enumerate(procs) if p.exitcode not in (None, 0)]
+            if dead:
+                raise BoundError(f"bound worker {dead[0][0]} exited with {dead[0][1]} before its result")
+            if all(p.exitcode == 0 for p in procs) and out.empty():
+                raise BoundError("every bound worker exited, some without a result")
+            if time.monotonic() > deadline:
+                raise BoundError(f"bound workers gave no result within {timeout:.0f} s")
+        return times
+    finally:
+        for p in procs:  # our own children: their pids cannot be reused before we reap them below
+            if p.is_alive():
+                p.kill()
+        for p in procs:
+            if p.pid is not None:
+                p.join(timeout=10)
+        out.close()
+        out.cancel_join_thread()
 
 
 def calibrated_cost(model_dir: str, engine: str, max_length: int = 256) -> Any:

@@ -108,6 +108,15 @@ class PeerServer:
                 self.spec.command(self.python, self.model_dir, self.port, self.batch_size),
                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=self.log_path.parent,
             )  # fmt: skip
+        try:  # whatever stops the wait (Ctrl-C, SIGTERM, an exit, a time-out), the peer's group is ended
+            self._wait_healthy(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_healthy(self, timeout: float) -> None:
+        assert self.proc is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -115,11 +124,10 @@ class PeerServer:
             try:
                 with urllib.request.urlopen(f"{self.base}/health", timeout=2) as r:
                     if r.status == 200:
-                        return self
+                        return
             except (urllib.error.URLError, OSError):
                 pass
             time.sleep(0.5)
-        self.stop()
         raise PeerUnavailable(f"{self.spec.name} did not answer /health in {timeout:.0f} s; see {self.log_path}")
 
     def _last_log_line(self) -> str:

@@ -55,7 +55,8 @@ class CostConfig:
 
 @dataclass(frozen=True)
 class HandlerConfig:
-    task: str = option("embedding", "`embedding` (mean pooling) or `classification` (softmax over id2label)",
+    task: str = option("embedding", "`embedding` (mean pooling) or `classification` "
+                       "(id2label scores: softmax; sigmoid for one label or multi-label)",
                        choices=TASKS)  # fmt: skip
     strategy: str = option("bucketed", "`bucketed` (sorted sub-batches under a token budget), `dynamic` (one pass "
                            "padded to the longest text) or `static` (padded to max_length)",

@@ -59,6 +59,27 @@ def test_peer_server_lifecycle_and_group_stop(tmp_path):
     assert not _group_alive(pgid)  # the child it started is gone too (zombies count as gone)
 
 
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])  # Ctrl-C; SIGTERM under exit_on_signals
+def test_an_interrupt_while_the_peer_starts_ends_its_whole_group(tmp_path, monkeypatch, interrupt):
+    script = tmp_path / "fake_peer.py"
+    script.write_text(FAKE)
+    spec = FakeSpec("fake", (), script=str(script))
+    server = peers.PeerServer(spec, Path(sys.executable), tmp_path, 16, tmp_path / "logs")
+    calls = []
+
+    def health(*args, **kwargs):
+        calls.append(1)
+        if len(calls) >= 3:  # the peer is up by then, with its child: interrupted while waiting for /health
+            raise interrupt()
+        raise OSError("not yet")
+
+    monkeypatch.setattr(peers.urllib.request, "urlopen", health)
+    with pytest.raises(interrupt):
+        with server:
+            pytest.fail("__enter__ must not return")
+    assert processes_under(script) == [] and not _group_alive(server.proc.pid)
+
+
 def test_a_peer_that_exits_at_start_says_why(tmp_path):
     script = tmp_path / "dies.py"
     script.write_text("import sys; print('cannot load the model: no such folder'); sys.exit(3)")

@@ -104,14 +104,16 @@ def test_concurrent_mixed_load_with_bad_requests(models, reference):
     assert delta["bucketed", "bucket_padded_tokens_total"] < delta["dynamic", "bucket_padded_tokens_total"]
 
 
-def test_token_authorization_is_on(models):
+def test_token_authorization_is_on_for_inference_and_management_not_metrics(models):
     url = f"{models.endpoints.inference}/predictions/bucketed"
     headers = {"Content-Type": "text/plain"}
     assert request(url, "POST", "hello", headers).status == 400
     assert request(url, "POST", "hello", {**headers, "Authorization": "Bearer wrong"}).status == 400
     assert models.client.predict("bucketed", "hello", "text/plain").status == 200
     assert request(f"{models.endpoints.management}/models").status == 400
-    assert request(f"{models.endpoints.metrics}/metrics").status in (200, 400)
+    # TorchServe 0.12 checks no token on the metrics listener (README says so): that is why every config we ship
+    # keeps it on loopback (tests/unit/test_config.py)
+    assert request(f"{models.endpoints.metrics}/metrics").status == 200
 
 
 def test_static_archive_serves_too(torchserve, reference):

@@ -109,6 +109,16 @@ def test_local_serving_config_is_loopback_with_auth_and_store_only_registration(
     assert int(props["job_queue_size"]) > 0 and props["install_py_dep_per_model"] == "false"
 
 
+def test_every_shipped_config_keeps_metrics_on_loopback():
+    """TorchServe 0.12 checks no token on /metrics: no config of ours may open it beyond the machine (or pod)."""
+    shipped = sorted((ROOT / "config").rglob("*.properties"))
+    assert len(shipped) >= 2
+    for path in shipped:
+        props = properties(path)
+        assert props["metrics_address"].startswith("http://127.0.0.1:"), path
+        assert props.get("enable_envvars_config", "false") == "false", path  # no TS_METRICS_* from the environment
+
+
 def test_kserve_config_listens_on_loopback_only_because_its_auth_is_off():
     props = properties(ROOT / "config" / "kserve" / "config.properties")
     for key in ("inference_address", "management_address", "metrics_address"):

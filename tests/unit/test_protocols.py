@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
+import time
 
 import numpy as np
 import pytest
@@ -413,3 +414,72 @@ def test_logits_become_scores_by_the_model_activation(activation, expected):
     raw = answer([1.0, 2.0, 3.0], labels=("a", "b", "c"), activation=activation).fields(raw_scores=True)
     assert list(raw["scores"].values()) == [1.0, 2.0, 3.0]
     assert activate([-800.0, 800.0], "sigmoid") == [0.0, 1.0]  # no overflow at the extremes
+
+
+@pytest.mark.parametrize(
+    ("row", "content_type"),
+    [
+        ({"body": b'\xef\xbb\xbf{"text": "hello"}'}, None),  # a BOM, then JSON, no Content-Type
+        ({"body": b'\xef\xbb\xbf{"text": "hello"}'}, "application/json; charset=utf-8"),
+        ({"body": '{"text": "hello"}'}, "text/json"),  # TorchServe hands a text/* body over as a string
+        ({"body": '\ufeff{"text": "hello"}'}, "text/json"),
+        ({"body": b'{"text": "hello"}'}, "application/vnd.api+json"),
+    ],
+)
+def test_a_json_envelope_is_never_embedded_as_text(row, content_type):
+    assert incoming(None, content_type, row=row).outcome == TextRequest(("hello",), single=True)
+
+
+def test_a_bom_before_a_text_body_is_not_part_of_the_text():
+    assert parse(b"\xef\xbb\xbfhello", "text/plain") == TextRequest(("hello",), single=True)
+    assert parse("\ufeffhello", "text/plain") == TextRequest(("hello",), single=True)
+
+
+def test_duplicate_v2_output_names_are_the_clients_400_even_as_binary():
+    body = v2(["a"], outputs=[{"name": "embedding", "parameters": {"binary_data": True}}, {"name": "embedding"}])
+    error = incoming(body, JSON).outcome
+    assert error == RequestError(400, "InvalidRequest", "output(s) 'embedding' asked for more than once", "outputs")
+
+
+def test_a_huge_v2_id_is_refused_with_what_is_wrong():
+    error = incoming(v2(["a"], id="x" * 7_000_000), JSON).outcome
+    assert error.status == 400 and error.message == '"id" has 7000000 characters; at most 1024 (it is echoed in ' \
+        "the answer)"  # fmt: skip
+
+
+def test_binary_elements_past_the_limit_are_not_miscounted():
+    raw = b"".join(struct.pack("<I", 1) + b"t" for _ in range(100_000))  # the shape says 4; 100,000 elements follow
+    tensor = {"name": "text", "datatype": "BYTES", "shape": [4], "parameters": {"binary_data_size": len(raw)}}
+    head = json.dumps({"inputs": [tensor]}).encode()
+    body, headers = head + raw, {"inference-header-content-length": str(len(head))}
+    error = incoming(body, "application/octet-stream", headers=headers).outcome
+    assert error.status == 413 and error.message == '"inputs[0].data" has more than 4 items; at most 4 per request'
+
+
+def test_openai_token_ids_past_max_length_are_not_all_validated():
+    ids = [5] * 16 + [10**9] * 1_500_000  # out of vocabulary, but past max_length: cut away unread
+    t = time.perf_counter()
+    request = incoming({"input": ids}, JSON, url_path="v1/embeddings").outcome
+    assert isinstance(request, EmbeddingsRequest) and request.inputs == ((5,) * 16 + (10**9,),)
+    assert time.perf_counter() - t < 30  # generous: what matters is that it is not the 1.5 M-id loop of before
+    error = incoming({"input": [5] * 15 + [10**9]}, JSON, url_path="v1/embeddings").outcome
+    assert error.status == 400 and "input[15] = 1000000000 is not a token id" in error.message
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ([True], "input[0] must be a string, a token id or an array of token ids, got boolean"),
+        ([None, "a"], "input[0] must be a string, a token id or an array of token ids, got null"),
+        ([[1], True], "input[1] must be a non-empty array of token ids like input[0], got boolean"),
+        ([1, "a"], "input[1] must be a token id (an integer), got string"),
+    ],
+)
+def test_openai_input_type_messages_say_what_is_wrong(value, message):
+    error = incoming({"input": value}, JSON, url_path="v1/embeddings").outcome
+    assert error.status == 400 and error.message == message
+
+
+def test_an_integer_too_long_for_python_is_invalid_json_without_a_python_hint():
+    error = parse(b'{"text": ' + b"9" * 5000 + b"}", JSON)
+    assert error.type == "InvalidJSON" and "sys." not in error.message and "integer of more than" in error.message

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -16,6 +17,7 @@ from typing import Any, Protocol
 BODY_KEYS = ("body", "data")
 QUOTE_CHARS = 100  # at most this much of anything a client sent is quoted back in an error message
 NAMES_SHOWN = 5  # at most this many unknown keys are named in one message
+BOM = "\ufeff"
 
 # One input: a text, or token ids without special tokens (the model's special tokens are added around them).
 Input = str | tuple[int, ...]
@@ -198,16 +200,19 @@ def texts(value: Any, where: str, max_texts: int) -> tuple[str, ...] | RequestEr
     return tuple(value)
 
 
-def too_many(count: int, where: str, max_texts: int) -> RequestError:
-    return RequestError(413, "TooManyTexts", f'"{where}" has {count} items; at most {max_texts} per request', where)
+def too_many(count: int | None, where: str, max_texts: int) -> RequestError:
+    """More than max_texts items; `count` None when they were not all counted (it stopped past the limit)."""
+    has = f"{count} items" if count is not None else f"more than {max_texts} items"
+    return RequestError(413, "TooManyTexts", f'"{where}" has {has}; at most {max_texts} per request', where)
 
 
 def decode(row: Any, content_type: str | None) -> Any:
     """A request row's body as text or JSON (None when empty), or the error that stops it.
 
-    The rule for JSON: a JSON Content-Type is parsed as JSON; `text/*` is always one text; a body sent with no
-    Content-Type at all (Python `requests` with `data=`, httpx with `content=`) is parsed as JSON when it starts
-    with `{`, and is one text otherwise. A JSON envelope is never embedded as text.
+    The rule for JSON: a JSON Content-Type (`application/json`, `text/json`, `...+json`, any parameters) is
+    parsed as JSON; any other `text/*` is always one text; a body sent with no Content-Type at all (Python
+    `requests` with `data=`, httpx with `content=`) is parsed as JSON when it starts with `{`, and is one text
+    otherwise. A leading UTF-8 byte-order mark is dropped first. A JSON envelope is never embedded as text.
     """
     if not isinstance(row, Mapping):
         return bad("InvalidRequest", f"unexpected request shape {type(row).__name__}")
@@ -222,23 +227,29 @@ def decode(row: Any, content_type: str | None) -> Any:
             )
         return None
     value = row[key]
-    if not isinstance(value, (bytes, bytearray)):
+    if isinstance(value, (bytes, bytearray)):
+        if not value:
+            return None
+        try:
+            text = bytes(value).decode("utf-8")
+        except UnicodeDecodeError as e:
+            return bad("InvalidEncoding", f"the body is not valid UTF-8 (byte {e.start}: {e.reason})")
+    elif isinstance(value, str):  # TorchServe decodes a text/* body (text/json too) to a string itself
+        text = value
+    else:  # TorchServe parsed an application/json body itself
         return value
-    if not value:
-        return None
-    try:
-        text = bytes(value).decode("utf-8")
-    except UnicodeDecodeError as e:
-        return bad("InvalidEncoding", f"the body is not valid UTF-8 (byte {e.start}: {e.reason})")
+    text = text.removeprefix(BOM)  # a byte-order mark says how the body is encoded; it is not content
     ctype = (content_type or "").strip().lower()
+    media = ctype.split(";", 1)[0].strip()
     sniffed = not ctype and text.lstrip()[:1] == "{"
-    if not ("json" in ctype or sniffed):
+    if not (media.endswith("/json") or media.endswith("+json") or sniffed):
         return text
     try:
         return json.loads(text)
     except ValueError as e:  # JSONDecodeError, or an integer too long to convert
         if not isinstance(e, json.JSONDecodeError):
-            return bad("InvalidJSON", f"the body is not valid JSON: {str(e)[:QUOTE_CHARS]}")
+            return bad("InvalidJSON", f"the body is not valid JSON here: it holds an integer of more than "
+                       f"{sys.get_int_max_str_digits()} digits")  # fmt: skip
         hint = (
             " (no Content-Type was sent and the body starts with '{', so it was read as JSON; "
             "send Content-Type: text/plain to embed it as text)"

@@ -44,6 +44,7 @@ from .base import error_body as error_body
 
 NAME = "kserve-v2"
 MAX_RANK = 2  # [n] or [n, 1]
+MAX_ID_CHARS = 1024  # a request id is echoed back; longer is a client's mistake, not an answer too large
 HEADER_LENGTH = "inference-header-content-length"
 BINARY_TYPES = {"FP32": "<f4", "INT64": "<i8", "BOOL": "?"}
 
@@ -121,7 +122,7 @@ def decode_bytes(raw: bytes, max_items: int) -> list[str] | RequestError:
     items, offset = [], 0
     while offset < len(raw):
         if len(items) >= max_items:
-            return too_many(len(items) + 1, "inputs[0].data", max_items)
+            return too_many(None, "inputs[0].data", max_items)
         if offset + 4 > len(raw):
             return bad("InvalidRequest", f"inputs[0] binary data ends inside the length of element {len(items)}")
         (length,) = struct.unpack_from("<I", raw, offset)
@@ -157,6 +158,9 @@ def parse(body: Any, limits: Limits, binary: bytes | None = None) -> V2Request |
     request_id = body.get("id")
     if request_id is not None and not isinstance(request_id, str):
         return bad("InvalidType", f'"id" must be a string, got {json_type(request_id)}', "id")
+    if request_id is not None and len(request_id) > MAX_ID_CHARS:
+        return bad("InvalidRequest", f'"id" has {len(request_id)} characters; at most {MAX_ID_CHARS} (it is echoed '
+                   "in the answer)", "id")  # fmt: skip
     inputs = body["inputs"]
     if not isinstance(inputs, list) or len(inputs) != 1 or not isinstance(inputs[0], Mapping):
         return bad("InvalidRequest", '"inputs" must be a list of exactly one tensor object (the texts)', "inputs")
@@ -210,6 +214,9 @@ def _outputs(
     if not isinstance(requested, list) or not all(isinstance(o, Mapping) and "name" in o for o in requested):
         return bad("InvalidRequest", '"outputs" must be a list of objects with a "name"', "outputs")
     unknown = [str(o["name"]) for o in requested if o["name"] not in known]
+    twice = sorted({str(o["name"]) for o in requested if [r["name"] for r in requested].count(o["name"]) > 1})
+    if twice and not unknown:
+        return bad("InvalidRequest", f"output(s) {names(twice)} asked for more than once", "outputs")
     if unknown:
         return bad("InvalidRequest", f"unknown output(s) {names(unknown)}; this model has {', '.join(known)}",
                    "outputs")  # fmt: skip

@@ -151,17 +151,22 @@ def _inputs(value: Any, limits: Limits) -> tuple[Input, ...] | RequestError:
         return bad("InvalidType", f"'input' must be a string or an array, got {json_type(value)}", "input")
     if not value:
         return bad("EmptyText", "'input' is an empty array", "input")
-    if all(is_int(x) for x in value):
+    first = value[0]
+    if is_int(first):
         ids = _ids(value, "input", limits)
         return ids if isinstance(ids, RequestError) else (ids,)
+    if not isinstance(first, (str, list)):
+        return bad("InvalidType", f"input[0] must be a string, a token id or an array of token ids, got "
+                   f"{json_type(first)}", "input")  # fmt: skip
     if len(value) > limits.max_texts:
         return _param(too_many(len(value), "input", limits.max_texts))
-    kind = str if isinstance(value[0], str) else list
+    kind = str if isinstance(first, str) else list
     out: list[Input] = []
     for i, item in enumerate(value):
         if not isinstance(item, kind) or (kind is list and not item):
             expected = "a string" if kind is str else "a non-empty array of token ids"
-            return bad("InvalidType", f"input[{i}] must be {expected} like input[0], got {json_type(item)}"
+            like = " like input[0]" if i else ""
+            return bad("InvalidType", f"input[{i}] must be {expected}{like}, got {json_type(item)}"
                        f"{' (empty)' if isinstance(item, list) else ''}", "input")  # fmt: skip
         parsed = (check_text(item, f"input[{i}]") or item) if kind is str else _ids(item, f"input[{i}]", limits)
         if isinstance(parsed, RequestError):
@@ -171,15 +176,18 @@ def _inputs(value: Any, limits: Limits) -> tuple[Input, ...] | RequestError:
 
 
 def _ids(value: list[Any], where: str, limits: Limits) -> tuple[int, ...] | RequestError:
-    """Token ids, each in the vocabulary; how many fit is max_length's business (truncate or 413)."""
+    """Token ids, each an integer; those max_length keeps (the first max_length) in the vocabulary. The rest is
+    cut away by max_length (truncate, or a 413 under on_overflow: reject), so only one more is kept, unchecked."""
     for j, token in enumerate(value):
-        if not is_int(token):
+        if type(token) is not int:  # noqa: E721 - bool is not a token id; one fast pass over a long list
             return bad("InvalidType", f"{where}[{j}] must be a token id (an integer), got {json_type(token)}", "input")
+    kept = value[: limits.max_length]
+    for j, token in enumerate(kept):
         if not 0 <= token < limits.vocab_size:
             shown = token if abs(token) < 10**12 else "a larger number"
             return bad("InvalidRequest", f"{where}[{j}] = {shown} is not a token id of this model's vocabulary "
                        f"(0 to {limits.vocab_size - 1})", "input")  # fmt: skip
-    return tuple(value)
+    return tuple(value[: limits.max_length + 1])
 
 
 def _param(error: RequestError) -> RequestError:

@@ -1,0 +1,59 @@
+"""What one long text costs the handler's tokenizer: 6 MB bodies of prose and of the shapes that once cost seconds.
+
+`python -m bench.tokenize_cost [--mb 6] [--repeat 5]`: each body through `Tokenizer.encode` as a worker runs it
+(MiniLM, max_length 256), best of `--repeat`, and its cost as a multiple of English prose's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from bucketing.tokenizer import Tokenizer
+from model_store.archives import minilm_dir
+
+SHAPES = {
+    "English prose": "The quick brown fox jumps over the lazy dog. ",
+    "Chinese prose (no spaces)": "中文的句子很长，没有空格。",
+    "one word a line": "word\n",
+    "tab-separated": "word\t",
+    "NBSP-separated": "word\u00a0",
+    "one word (no boundary)": "a",
+}
+
+
+def bodies(chars: int) -> dict[str, str]:
+    """Each shape repeated to `chars` characters."""
+    return {name: unit * (chars // len(unit)) for name, unit in SHAPES.items()}
+
+
+def best_seconds(tokenizer: Tokenizer, text: str, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        tokenizer.encode([text])
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=float, default=6.0, help="characters per body, in millions")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--max-length", type=int, default=256)
+    args = parser.parse_args(argv)
+    tokenizer = Tokenizer(str(minilm_dir()), args.max_length)
+    base = None
+    print(f"{'body':28} {'ms':>8} {'x prose':>8}  outcome")
+    for name, text in bodies(int(args.mb * 1e6)).items():
+        seconds = best_seconds(tokenizer, text, args.repeat)
+        base = base or seconds
+        (e,) = tokenizer.encode([text])
+        outcome = "refused (413 TextTooLong)" if e.unbounded else f"{len(e.ids)} tokens, truncated={e.truncated}"
+        print(f"{name:28} {seconds * 1e3:8.1f} {seconds / base:8.1f}  {outcome}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
