@@ -5,12 +5,18 @@ files (under `model/`; all-MiniLM-L6-v2 from its package by default), and its mo
 `config/minilm.yaml` with `handler.strategy` set (and `handler.torch_threads` for `--threads N` variants, named
 `minilm-tN-<strategy>`). With `--config FILE --name NAME`, one archive NAME.mar from that model-config instead
 (a tuned configuration, as `bench/compare.py --suite tune` writes it).
+
+`--print-commands` stages the archive's files into `--stage-dir` (the `bucketing/` package, the model folder, the
+exported ONNX graph for the onnxruntime engine), writes each archive's model-config beside them, and prints the
+exact `torch-model-archiver` command line the build would run for each, building nothing: TorchServe's own
+archiver, run by hand or in a user's own build, then makes the same archives.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -44,9 +50,13 @@ def stage(staging: Path, model_dir: Path, engine: str, task: str) -> Path:
     return staging
 
 
-def build(name: str, config: Path, staging: Path, out: Path, archiver: str, tmp: Path) -> Path:
+def archiver_command(
+    name: str, config: Path, staging: Path, out: Path, archiver: str = "torch-model-archiver"
+) -> list[str]:
+    """The torch-model-archiver command line of one archive: the handler module, the staged extra files, the
+    model-config, uncompressed (`zip-store`: the model is already compressed, and TorchServe unpacks it faster)."""
     module, _ = archives.handler_sources()
-    cmd = [
+    return [
         archiver,
         "--model-name", name,
         "--version", "1.0",
@@ -57,9 +67,39 @@ def build(name: str, config: Path, staging: Path, out: Path, archiver: str, tmp:
         "--archive-format", "zip-store",
         "--force",
     ]  # fmt: skip
+
+
+def build(name: str, config: Path, staging: Path, out: Path, archiver: str, tmp: Path) -> Path:
     # The archiver stages its files under the temp folder: keep that inside a folder of ours.
+    cmd = archiver_command(name, config, staging, out, archiver)
     subprocess.run(cmd, check=True, env={**os.environ, "TMPDIR": str(tmp), "TEMP": str(tmp)})
     return out / f"{name}.mar"
+
+
+def shown(path: Path) -> str:
+    """A path as a user types it here: relative to the working directory when it lies inside it."""
+    path = path.resolve()
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+
+
+def print_commands(configs: dict[str, dict[str, Any]], model_dir: Path, engine: str, task: str, out: Path,
+                   stage_dir: Path) -> int:  # fmt: skip
+    """Stage the files and model-configs into `stage_dir` and print the archiver command of each archive."""
+    staging = stage(stage_dir / "extra", model_dir, engine, task)
+    model_files = sorted(p.name for p in (staging / "model").iterdir() if p.suffix != ".onnx")
+    _, package = archives.handler_sources()
+    print(f"# staged {shown(staging)}/: bucketing/ (the handler package, from {shown(package)}), model/ "
+          f"({len(model_files)} files from {shown(model_dir)}"
+          f"{'; model.onnx exported for the onnxruntime engine' if engine == 'onnxruntime' else ''})")  # fmt: skip
+    for name, cfg in configs.items():
+        config = stage_dir / f"{name}.yaml"
+        config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        print(f"# {name}: model-config {shown(config)} (handler.strategy {cfg['handler'].get('strategy')}, "
+              f"engine {cfg['handler'].get('engine')}, batchSize {cfg.get('batchSize')})")  # fmt: skip
+        cmd = archiver_command(name, Path(shown(config)), Path(shown(staging)), Path(shown(out)))
+        cmd[cmd.index("--handler") + 1] = shown(Path(cmd[cmd.index("--handler") + 1]))
+        print(" ".join(shlex.quote(part) for part in cmd))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,6 +113,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task", choices=TASKS, default=None, help="with --model-dir: embedding or classification")
     parser.add_argument("--if-stale", action="store_true", help="only archives missing or older than a source")
     parser.add_argument("--config", type=Path, help="one archive, NAME.mar, from this model-config YAML")
+    parser.add_argument(
+        "--print-commands",
+        action="store_true",
+        help="stage into --stage-dir and print the torch-model-archiver commands; build nothing",
+    )
+    parser.add_argument(
+        "--stage-dir",
+        type=Path,
+        default=Path(".tmp") / "stage",
+        help="with --print-commands: where the archive's files and model-configs are laid out",
+    )
     args = parser.parse_args(argv)
     if args.config is not None:
         return from_config(args.config, args.name, args.out, args.model_dir)
@@ -99,7 +150,11 @@ def main(argv: list[str] | None = None) -> int:
             print("archives are up to date")
             return 0
     configs = {name: archives.model_config(strategy, args.threads, **overrides) for strategy, name in names.items()}
-    return build_all(configs, args.model_dir or archives.minilm_dir(), engine, task, args.out)
+    model_dir = args.model_dir or archives.minilm_dir()
+    if args.print_commands:
+        args.stage_dir.mkdir(parents=True, exist_ok=True)
+        return print_commands(configs, model_dir, engine, task, args.out, args.stage_dir)
+    return build_all(configs, model_dir, engine, task, args.out)
 
 
 def build_all(configs: dict[str, dict[str, Any]], model_dir: Path, engine: str, task: str, out: Path) -> int:
