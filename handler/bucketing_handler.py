@@ -34,10 +34,12 @@ class BucketingHandler:
         torch.set_num_threads(self.config.torch_threads)
         model_dir = os.path.join(context.system_properties.get("model_dir", "."), self.config.model_path)
         self.task = load_task(self.config, model_dir, context.system_properties.get("gpu_id"))
-        self.tokenizer = Tokenizer(model_dir, self.config.max_length)
+        chain = getattr(self.task, "chain", None)
+        self.tokenizer = Tokenizer(model_dir, self.config.max_length, lower_case=bool(chain and chain.do_lower_case))
         self.cost = self._cost_model()
         self.pipeline = Pipeline(self.config, self.tokenizer, self.task, make_planner(self.config, self.cost))
-        logger.info("bucketing handler ready: %s, cost model %s", self.config, self.cost)
+        described = f", model chain {chain.describe()}" if chain is not None else ""
+        logger.info("bucketing handler ready: %s%s, cost model %s", self.config, described, self.cost)
         self.initialized = True
 
     def _cost_model(self) -> CostModel:

@@ -97,6 +97,7 @@ def check_model_dir(model_dir: Path, task: str) -> int:
             activation(config)
         except (ValueError, EngineError) as e:
             raise ModelFolderError(f"{model_dir}: {e}") from None
+    chain = read_model_chain(model_dir) if task == "embedding" else None
     from bucketing.tokenizer import Tokenizer
 
     try:
@@ -107,8 +108,18 @@ def check_model_dir(model_dir: Path, task: str) -> int:
     from bucketing.engines import usable_positions
 
     positions = usable_positions(config)
-    limit = tokenizer.model_max_length
-    return min(positions, limit) if limit else positions
+    limits = [positions, tokenizer.model_max_length, chain.max_seq_length if chain is not None else None]
+    return min(n for n in limits if n)
+
+
+def read_model_chain(model_dir: Path) -> Any:
+    """The folder's sentence-transformers module chain (`bucketing.chain.Chain`), or ModelFolderError in one line."""
+    from bucketing.chain import ChainError, read_chain
+
+    try:
+        return read_chain(model_dir)
+    except ChainError as e:
+        raise ModelFolderError(str(e)) from None
 
 
 def engine_model_dir(model_dir: Path, engine: str, task: str, target: Path) -> Path:
@@ -119,11 +130,27 @@ def engine_model_dir(model_dir: Path, engine: str, task: str, target: Path) -> P
     from bucketing.engines import ONNX_FILE, export_onnx
 
     target.mkdir(parents=True, exist_ok=True)
-    for item in model_dir.iterdir():
-        if item.is_file() and not (target / item.name).exists():
-            (target / item.name).symlink_to(item.resolve())
+    for name in model_files(model_dir):
+        if not (target / name).exists():
+            (target / name).symlink_to((model_dir / name).resolve())
     export_onnx(task, str(model_dir), target / ONNX_FILE)
     return target
+
+
+# sentence-transformers' files beside the model's: the module chain, its Transformer's settings, its prompts.
+ST_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
+
+
+def model_files(model_dir: Path) -> list[str]:
+    """What an archive carries of a model folder: its top-level files (the bundled MiniLM: those the handler
+    reads) but exported graphs, and the folders its sentence-transformers chain reads (`1_Pooling`, `2_Dense`)."""
+    from bucketing.chain import module_folders
+
+    bundled = model_dir.resolve() == minilm_dir().resolve()
+    files = [p.name for p in sorted(model_dir.iterdir()) if p.is_file() and p.suffix != ".onnx"]
+    if bundled:
+        files = [f for f in files if f in MODEL_FILES or f in ST_FILES]
+    return files + [f for f in module_folders(model_dir) if (model_dir / f).is_dir()]
 
 
 def sources(template: Path = TEMPLATE) -> list[Path]:

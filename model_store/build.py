@@ -33,16 +33,18 @@ from model_store import archives
 
 def stage(staging: Path, model_dir: Path, engine: str, task: str) -> Path:
     """Lay out the archive's extra files: `bucketing/` (from the installed sources) and `model/` (the folder's
-    files; for onnxruntime, with the exported graph)."""
+    files and the folders of its sentence-transformers chain; for onnxruntime, with the exported graph)."""
     if staging.exists():
         shutil.rmtree(staging)
     _, package = archives.handler_sources()
     shutil.copytree(package, staging / "bucketing", ignore=shutil.ignore_patterns("__pycache__"))
     (staging / "model").mkdir(parents=True)
-    bundled = model_dir.resolve() == archives.minilm_dir().resolve()
-    for item in sorted(model_dir.iterdir()):
-        if item.is_file() and (item.name in archives.MODEL_FILES if bundled else item.suffix != ".onnx"):
-            shutil.copy2(item, staging / "model" / item.name)
+    for name in archives.model_files(model_dir):
+        item = model_dir / name
+        if item.is_dir():
+            shutil.copytree(item, staging / "model" / name, ignore=shutil.ignore_patterns("*.onnx"))
+        else:
+            shutil.copy2(item, staging / "model" / name)
     if engine == "onnxruntime":
         from bucketing.engines import ONNX_FILE, export_onnx
 
@@ -102,6 +104,17 @@ def print_commands(configs: dict[str, dict[str, Any]], model_dir: Path, engine: 
     return 0
 
 
+def parse_prompts(values: list[str]) -> dict[str, str]:
+    """`--prompt NAME=TEXT` values as a mapping (TEXT may hold `=` and end in a space, as "query: " does)."""
+    prompts = {}
+    for value in values:
+        name, sep, text = value.partition("=")
+        if not sep or not name.strip():
+            raise archives.ModelFolderError(f"--prompt {value!r}: expected NAME=TEXT, e.g. query='query: '")
+        prompts[name.strip()] = text
+    return prompts
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated subset")
@@ -124,20 +137,36 @@ def main(argv: list[str] | None = None) -> int:
         default=Path(".tmp") / "stage",
         help="with --print-commands: where the archive's files and model-configs are laid out",
     )
+    parser.add_argument(
+        "--prompt",
+        action="append",
+        default=[],
+        metavar="NAME=TEXT",
+        help="a prompt requests may name (repeatable): e5's query='query: ', bge's query instruction",
+    )
+    parser.add_argument("--default-prompt", metavar="NAME", help="the prompt used when a request names none")
     args = parser.parse_args(argv)
     if args.config is not None:
         return from_config(args.config, args.name, args.out, args.model_dir)
     engine = args.engine or archives.default_engine()
     task = args.task or "embedding"
     overrides: dict[str, object] = {"engine": engine}
-    if args.model_dir is not None:
-        try:
+    model_dir = args.model_dir or archives.minilm_dir()
+    try:
+        prompts = parse_prompts(args.prompt)
+        if args.model_dir is not None:
             longest = archives.check_model_dir(args.model_dir, task)
-        except archives.ModelFolderError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        template_length = archives.model_config("bucketed")["handler"].get("max_length", 256)
-        overrides.update(task=task, max_length=min(template_length, longest))
+            template_length = archives.model_config("bucketed")["handler"].get("max_length", 256)
+            overrides.update(task=task, max_length=min(template_length, longest))
+        chain = archives.read_model_chain(model_dir) if task == "embedding" else None
+        known = {**(dict(chain.prompts) if chain else {}), **prompts}
+        if args.default_prompt is not None and args.default_prompt not in known:
+            raise archives.ModelFolderError(f"--default-prompt {args.default_prompt!r}: not a prompt of the model or "
+                                            f"of --prompt ({', '.join(known) or 'none'})")  # fmt: skip
+    except archives.ModelFolderError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    overrides.update(prompts=prompts or None, default_prompt_name=args.default_prompt)
 
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     unknown = sorted(set(strategies) - set(STRATEGIES))
@@ -150,7 +179,11 @@ def main(argv: list[str] | None = None) -> int:
             print("archives are up to date")
             return 0
     configs = {name: archives.model_config(strategy, args.threads, **overrides) for strategy, name in names.items()}
-    model_dir = args.model_dir or archives.minilm_dir()
+    if (
+        chain is not None
+    ):  # what was read, for a person reading the archive's model-config (the worker reads the folder)
+        for cfg in configs.values():
+            cfg["model_chain"] = chain.describe()
     if args.print_commands:
         args.stage_dir.mkdir(parents=True, exist_ok=True)
         return print_commands(configs, model_dir, engine, task, args.out, args.stage_dir)

@@ -102,3 +102,32 @@ def build_tiny(target: Path, arch: str, classifier: bool = False, seed: int = 0)
     auto = AutoModelForSequenceClassification if classifier else AutoModel
     auto.from_config(config).eval().save_pretrained(target)
     return target
+
+
+def build_sentence_transformer(target: Path, arch: str = "bert", pooling: str | tuple[str, ...] = "mean",
+                               dense: tuple[tuple[int, bool, str], ...] = (), normalize: bool = False,
+                               include_prompt: bool = True, prompts: dict[str, str] | None = None,
+                               default_prompt: str | None = None, max_seq_length: int | None = None,
+                               seed: int = 0) -> Path:  # fmt: skip
+    """A tiny random encoder saved by sentence-transformers itself: `SentenceTransformer(modules=[...]).save()`.
+
+    `dense`: (out_features, bias, torch.nn activation class name) per Dense module, in order."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Dense, Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    body = build_tiny(target.parent / f"{target.name}-body", arch, seed=seed)
+    torch.manual_seed(seed + 1)
+    transformer = Transformer(str(body), max_seq_length=max_seq_length)
+    width = transformer.get_embedding_dimension()
+    modules: list = [transformer, Pooling(width, pooling_mode=pooling, include_prompt=include_prompt)]
+    width *= 1 if isinstance(pooling, str) else len(pooling)
+    for out, bias, activation in dense:
+        modules.append(Dense(width, out, bias=bias, activation_function=getattr(torch.nn, activation)()))
+        width = out
+    if normalize:
+        modules.append(Normalize())
+    model = SentenceTransformer(modules=modules, prompts=prompts, default_prompt_name=default_prompt)
+    model.save(str(target))
+    return target

@@ -17,6 +17,7 @@ STRATEGIES = ("bucketed", "dynamic", "static")
 OVERFLOW = ("truncate", "reject")
 ENGINES = ("torch", "onnxruntime")
 DTYPES = ("float32", "float16", "bfloat16")
+NORMALIZE = ("auto", "true", "false")  # YAML's true/false are read as "true"/"false"
 
 # The largest position count of BERT-family encoders; the model's own limit is checked at load.
 MAX_LENGTH_CAP = 8192
@@ -36,7 +37,7 @@ def option(
 ) -> Any:
     """A config key: its default, what is allowed (choices, or a range for numbers) and its documentation."""
     metadata = {"doc": doc, "choices": choices, "low": low, "high": high}
-    if dataclasses.is_dataclass(default):
+    if dataclasses.is_dataclass(default) or isinstance(default, dict):
         return field(default_factory=type(default), metadata=metadata)
     return field(default=default, metadata=metadata)
 
@@ -81,9 +82,15 @@ class HandlerConfig:
                         "error on the CPU)", choices=DTYPES)  # fmt: skip
     torch_threads: int = option(1, "threads per worker, for either engine: 2 workers x 1 thread measured best on "
                                 "2 cores", low=1, high=256)  # fmt: skip
-    normalize: bool = option(True, "L2-normalise embeddings")
+    normalize: str = option("auto", "L2-normalise embeddings: `auto` (as the model's sentence-transformers chain says: "
+                            "when it ends in `Normalize`; a plain Hugging Face folder: yes), `true` or `false` "
+                            "(a request may still ask with `normalize`)", choices=NORMALIZE)  # fmt: skip
     torchscript: bool = option(True, "trace the model with TorchScript at load (about 1 ms less per pass); the "
                                "trace is checked against the eager model and dropped on any mismatch")  # fmt: skip
+    prompts: dict = option({}, "prompts by name, added to the model's own (`config_sentence_transformers.json`); a "
+                           "request picks one with `prompt_name` (`model_store.build --prompt NAME=TEXT`)")  # fmt: skip
+    default_prompt_name: str = option("", "the prompt used when a request names none (empty: the model's "
+                                      "`default_prompt_name`, if any; `build --default-prompt NAME`)")  # fmt: skip
     cost: CostConfig = option(CostConfig(), "the planner's cost model")
 
     @classmethod
@@ -131,6 +138,11 @@ def _value(f: dataclasses.Field, value: Any, key: str) -> Any:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{key}: got {value!r}; allowed: a mapping")
         return _build(type(default), value, key)
+    if isinstance(default, dict):
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in
+                                                     value.items()):  # fmt: skip
+            raise ConfigError(f"{key}: got {value!r:.80}; allowed: a mapping of names to texts")
+        return dict(value)
     if isinstance(default, bool):
         if not isinstance(value, bool):
             raise ConfigError(f"{key}: got {value!r}; allowed: true | false")
@@ -143,6 +155,8 @@ def _value(f: dataclasses.Field, value: Any, key: str) -> Any:
             raise ConfigError(f"{key}: got {value!r}; allowed: {what}")
         return value if kind is int else float(value)
     if meta["choices"]:
+        if isinstance(value, bool) and "true" in meta["choices"]:  # `normalize: true` in YAML is a boolean
+            value = str(value).lower()
         if value not in meta["choices"]:
             raise ConfigError(f"{key}: got {value!r}; allowed: {' | '.join(meta['choices'])}")
         return value
@@ -160,6 +174,10 @@ def markdown_table() -> str:
 
 
 def _shown(default: Any) -> str:
+    if isinstance(default, dict):
+        return "{}"
+    if isinstance(default, str) and not default:
+        return '""'
     if isinstance(default, bool):
         return str(default).lower()
     if isinstance(default, str):

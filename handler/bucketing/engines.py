@@ -1,5 +1,6 @@
-"""Forward-pass engines: the model's pooled output from padded ids and mask (the mean over real tokens for
-embeddings, the logits for classification), as float32 numpy, on the CPU or the worker's GPU.
+"""Forward-pass engines: the model's output from padded ids and mask (for embeddings, the module chain of a
+sentence-transformers folder after the encoder: its pooling over a pooling mask, then its Dense layers; for
+classification, the logits), as float32 numpy, on the CPU or the worker's GPU.
 
 - `torch`: the Hugging Face model, eager or traced with TorchScript (the trace is checked against eager at load
   and dropped on any mismatch: both give the same numbers, the trace only faster);
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,6 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from .chain import Chain, ChainError, read_chain
 from .config import ConfigError, HandlerConfig
 
 logger = logging.getLogger(__name__)
@@ -41,7 +44,7 @@ class Engine(Protocol):
     name: str
     device: str
 
-    def __call__(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray: ...
+    def __call__(self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -53,22 +56,79 @@ class ModelInfo:
     labels: tuple[str, ...]
     vocab_size: int
     activation: str = "softmax"  # classification: how logits become scores (protocols.base.ACTIVATIONS)
+    chain: Chain = Chain()  # embedding: the sentence-transformers module chain (a plain folder: mean pooling)
 
 
 class Head(torch.nn.Module):
-    """The model and its pooling: the mean over real tokens (embedding) or the logits (classification)."""
+    """The model and what follows it: for embeddings, the chain's pooling (over `pool_mask`: the real tokens,
+    less any prompt tokens the chain leaves out) and Dense layers; for classification, the logits."""
 
-    def __init__(self, model: torch.nn.Module, pooled: bool) -> None:
+    def __init__(self, model: torch.nn.Module, pooled: bool, chain: Chain | None = None,
+                 dense: Sequence[torch.nn.Module] = ()) -> None:  # fmt: skip
         super().__init__()
         self.model = model
         self.pooled = pooled
+        self.modes = tuple((chain or Chain()).pooling)
+        self.dense = torch.nn.ModuleList(dense)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                pool_mask: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=False)[0]
         if not self.pooled:
             return out
-        weights = attention_mask.unsqueeze(-1).to(out.dtype)
-        return (out * weights).sum(dim=1) / weights.sum(dim=1)
+        mask = attention_mask if pool_mask is None else pool_mask
+        pooled = torch.cat([pool(mode, out, mask, attention_mask) for mode in self.modes], dim=-1)
+        for layer in self.dense:
+            pooled = layer(pooled)
+        return pooled
+
+
+def pool(mode: str, tokens: torch.Tensor, mask: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """One sentence-transformers pooling mode over the rows' `mask`ed tokens (right-padded rows), as it computes
+    it: cls (the first pooled token), max, mean, mean_sqrt_len_tokens, weightedmean, lasttoken."""
+    weights = mask.unsqueeze(-1).to(tokens.dtype)
+    if mode == "cls":
+        first = mask.to(torch.int32).argmax(dim=1)
+        return torch.gather(tokens, 1, first.view(-1, 1, 1).expand(-1, 1, tokens.shape[-1])).squeeze(1)
+    if mode == "max":
+        return tokens.masked_fill(weights == 0, float("-inf")).max(dim=1).values
+    if mode in ("mean", "mean_sqrt_len_tokens"):
+        total = (tokens * weights).sum(dim=1)
+        count = torch.clamp(weights.sum(dim=1), min=1e-9)
+        return total / (count if mode == "mean" else torch.sqrt(count))
+    if mode == "weightedmean":
+        positions = torch.arange(1, tokens.shape[1] + 1, device=tokens.device, dtype=tokens.dtype).view(1, -1, 1)
+        start = attention_mask.to(torch.int32).argmax(dim=1).to(tokens.dtype).view(-1, 1, 1)  # 0: right padding
+        weighted = weights * (positions - start)
+        return (tokens * weighted).sum(dim=1) / torch.clamp(weighted.sum(dim=1), min=1e-9)
+    if mode == "lasttoken":
+        length = tokens.shape[1]
+        values, indices = mask.to(torch.int32).flip(1).max(1)
+        indices = torch.where(values == 0, length - 1, indices)
+        last = (length - indices - 1).view(-1, 1, 1).expand(-1, 1, tokens.shape[-1])
+        return torch.gather(tokens * weights, 1, last).squeeze(1)
+    raise EngineError(f"pooling mode {mode!r} is not served")
+
+
+def dense_layers(model_dir: str, chain: Chain) -> list[torch.nn.Module]:
+    """The chain's Dense modules as torch layers: Linear (weights from the module's folder), then activation."""
+    import importlib
+
+    layers = []
+    for d in chain.dense:
+        folder = Path(model_dir) / d.path
+        linear = torch.nn.Linear(d.in_features, d.out_features, bias=d.bias)
+        if (folder / "model.safetensors").is_file():
+            from safetensors.torch import load_file
+
+            state = load_file(str(folder / "model.safetensors"))
+        else:
+            state = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        linear.load_state_dict({k.removeprefix("linear."): v for k, v in state.items()})
+        module, _, name = d.activation.rpartition(".")
+        activation = getattr(importlib.import_module(module), name)()
+        layers.append(torch.nn.Sequential(linear, activation))
+    return layers
 
 
 def load_head(task: str, model_dir: str) -> tuple[Head, ModelInfo]:
@@ -81,10 +141,13 @@ def load_head(task: str, model_dir: str) -> tuple[Head, ModelInfo]:
     positions = usable_positions(cfg)
     try:
         labels = class_labels(cfg)
-    except ValueError as e:
+        chain = read_chain(model_dir) if task != "classification" else Chain()
+    except (ValueError, ChainError) as e:
         raise EngineError(f"{model_dir}: {e}") from None
-    info = ModelInfo(positions, int(cfg.hidden_size), labels, int(cfg.vocab_size), activation(cfg))
-    return Head(model, pooled=task != "classification").eval(), info
+    dims = chain.dimensions(int(cfg.hidden_size))
+    info = ModelInfo(positions, dims, labels, int(cfg.vocab_size), activation(cfg), chain)
+    head = Head(model, pooled=task != "classification", chain=chain, dense=dense_layers(model_dir, chain))
+    return head.eval(), info
 
 
 def class_labels(config: Any) -> tuple[str, ...]:
@@ -143,15 +206,18 @@ def check_dtype(config: HandlerConfig, device: str) -> torch.dtype:
     return DTYPES[config.dtype]
 
 
-def probe(vocab_size: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Padded inputs to compare engines on: three rows of 24 tokens, two of them padded."""
+def probe(vocab_size: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Padded inputs to compare engines on: three rows of 24 tokens, two of them padded, and a pooling mask
+    that leaves two leading (prompt) tokens of the last row out."""
     rng = np.random.default_rng(seed)
     low = min(1000, vocab_size // 2)
     ids = rng.integers(low, max(low + 1, min(2000, vocab_size)), size=(3, 24), dtype=np.int64)
     mask = np.ones_like(ids)
     mask[1, 9:] = 0
     mask[2, 17:] = 0
-    return ids, mask
+    pool_mask = mask.copy()
+    pool_mask[2, :2] = 0
+    return ids, mask, pool_mask
 
 
 class TorchEngine:
@@ -164,20 +230,20 @@ class TorchEngine:
         self.head = head.to(device=device, dtype=dtype) if dtype != torch.float32 else head.to(device)
         self.traced: torch.jit.ScriptModule | None = self._trace(vocab_size) if torchscript else None
 
-    def _run(self, module: Any, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def _run(self, module: Any, *arrays: np.ndarray) -> np.ndarray:
         with torch.inference_mode():
-            out = module(torch.from_numpy(ids).to(self.device), torch.from_numpy(mask).to(self.device))
+            out = module(*(torch.from_numpy(a).to(self.device) for a in arrays))
             return out.float().cpu().numpy()
 
     def _trace(self, vocab_size: int) -> torch.jit.ScriptModule | None:
-        ids, mask = probe(vocab_size)
+        inputs = head_inputs(self.head, *probe(vocab_size))
         try:
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                example = (torch.from_numpy(ids[:2, :16]).to(self.device), torch.ones((2, 16), dtype=torch.long,
-                                                                                       device=self.device))  # fmt: skip
-                traced = torch.jit.trace(self.head, example, strict=False)
-            diff = float(np.abs(self._run(traced, ids, mask) - self._run(self.head, ids, mask)).max())
+                ids = torch.from_numpy(inputs[0][:2, :16]).to(self.device)
+                ones = torch.ones((2, 16), dtype=torch.long, device=self.device)
+                traced = torch.jit.trace(self.head, (ids, *[ones] * (len(inputs) - 1)), strict=False)
+            diff = float(np.abs(self._run(traced, *inputs) - self._run(self.head, *inputs)).max())
             if diff > TOLERANCE:
                 raise ValueError(f"traced output differs from eager by {diff:.2e}")
             return traced
@@ -185,8 +251,16 @@ class TorchEngine:
             logger.warning("TorchScript trace unusable (%s: %s); using the eager model", type(e).__name__, str(e)[:200])
             return None
 
-    def __call__(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        return self._run(self.traced if self.traced is not None else self.head, ids, mask)
+    def __call__(self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None) -> np.ndarray:
+        module = self.traced if self.traced is not None else self.head
+        return self._run(module, *head_inputs(self.head, ids, mask, pool_mask))
+
+
+def head_inputs(head: Head, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None) -> tuple:
+    """What a head takes: ids and mask; and for embeddings the pooling mask (the attention mask unless told)."""
+    if not head.pooled:
+        return ids, mask
+    return ids, mask, mask if pool_mask is None else pool_mask
 
 
 class OrtEngine:
@@ -210,25 +284,23 @@ class OrtEngine:
                 device = "cpu"
         self.device = device
         self.session = ort.InferenceSession(str(path), options, providers=providers)
+        self.inputs = [i.name for i in self.session.get_inputs()]
 
-    def __call__(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        return self.session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+    def __call__(self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None) -> np.ndarray:
+        feed = {"input_ids": ids, "attention_mask": mask, "pool_mask": mask if pool_mask is None else pool_mask}
+        return self.session.run(None, {name: feed[name] for name in self.inputs})[0]
 
 
 def export_onnx(task: str, model_dir: str, path: Path) -> Path:
     """Export the task's head to ONNX with dynamic batch and sequence axes (done when an archive is built)."""
     head, info = load_head(task, model_dir)
-    ids, mask = probe(info.vocab_size)
-    axes = {
-        "input_ids": {0: "batch", 1: "sequence"},
-        "attention_mask": {0: "batch", 1: "sequence"},
-        "output": {0: "batch"},
-    }
+    inputs = head_inputs(head, *probe(info.vocab_size))
+    names = ["input_ids", "attention_mask", "pool_mask"][: len(inputs)]
+    axes = {**{name: {0: "batch", 1: "sequence"} for name in names}, "output": {0: "batch"}}
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(head, (torch.from_numpy(ids), torch.from_numpy(mask)), str(path),
-                          input_names=["input_ids", "attention_mask"], output_names=["output"], dynamic_axes=axes,
-                          opset_version=17, dynamo=False)  # fmt: skip
+        torch.onnx.export(head, tuple(torch.from_numpy(a) for a in inputs), str(path), input_names=names,
+                          output_names=["output"], dynamic_axes=axes, opset_version=17, dynamo=False)  # fmt: skip
     return path
 
 
@@ -245,9 +317,9 @@ def load_engine(config: HandlerConfig, model_dir: str, gpu_id: Any = None) -> tu
                           "`python -m model_store.build --engine onnxruntime` (it exports the graph)")  # fmt: skip
     try:
         engine = OrtEngine(path, config.torch_threads, device)
-        ids, mask = probe(info.vocab_size)
-        reference = TorchEngine(head, device, torch.float32, False, info.vocab_size)(ids, mask)
-        diff = float(np.abs(engine(ids, mask) - reference).max())
+        inputs = probe(info.vocab_size)
+        reference = TorchEngine(head, device, torch.float32, False, info.vocab_size)(*inputs)
+        diff = float(np.abs(engine(*inputs) - reference).max())
     except Exception as e:
         raise EngineError(f"handler.engine onnxruntime: {path} could not be checked against the torch model "
                           f"({type(e).__name__}: {str(e)[:300]})") from e  # fmt: skip

@@ -68,7 +68,7 @@ def compute(items: Sequence[Item], plan_fn: Planner, task: Task, pad_id: int) ->
     results = []
     for sb in plan.sub_batches:
         ids, mask = collate([rows[i] for i in sb.indices], sb.padded_len, pad_id)
-        results.append(task.forward(ids, mask))
+        results.append(task.forward(ids, mask, [items[i].encoded.skip for i in sb.indices]))
     forward_ms = (time.perf_counter() - start) * 1000.0
     stats = BatchStats(
         batches=0,
@@ -90,18 +90,27 @@ class Pipeline:
         self.tokenizer = tokenizer
         self.task = task
         self.plan = plan
+        prompts, default_prompt = model_prompts(config, getattr(task, "chain", None))
         self.limits = Limits(
             max_texts=config.max_texts_per_request,
             max_length=config.max_length,
             vocab_size=tokenizer.vocab_size,
             task=task.name,
             dimensions=task.dimensions,
+            prompts=tuple(prompts.items()),
+            default_prompt=default_prompt,
         )
         self._check_fits()
 
     def _check_fits(self) -> None:
         """Start-up checks that need the loaded model: its positions, and the largest answer against the cap."""
         config = self.config
+        chain = getattr(self.task, "chain", None)
+        if chain is not None and chain.max_seq_length and config.max_length > chain.max_seq_length:
+            raise ConfigError(
+                f"handler.max_length: got {config.max_length}; allowed: at most the model's max_seq_length "
+                f"({chain.max_seq_length}, sentence_bert_config.json), where sentence-transformers cuts its texts"
+            )
         if config.max_length > self.task.max_positions:
             raise ConfigError(
                 f"handler.max_length: got {config.max_length}; allowed: at most the model's "
@@ -157,10 +166,20 @@ class Pipeline:
             return incoming.fail(server_error(f"answering failed: {type(e).__name__}")).reply([], model_name, 0)
 
     def encode(self, request: Any) -> list[Encoded]:
-        """The tokens of one request's inputs: texts tokenized, token ids wrapped in the special tokens."""
-        texts = [x for x in request.inputs if isinstance(x, str)]
-        encoded = iter(self.tokenizer.encode(texts))
-        return [next(encoded) if isinstance(x, str) else self.tokenizer.wrap(x) for x in request.inputs]
+        """The tokens of one request's inputs: texts tokenized after their prompt (the pooling leaves the prompt's
+        tokens out where the model's chain says so), token ids wrapped in the special tokens."""
+        prompts = request.prompts if isinstance(request, _Merged) else (request.options.prompt,) * len(request.inputs)
+        pairs = [(p, x) for p, x in zip(prompts, request.inputs) if isinstance(x, str)]
+        encoded = iter(self.tokenizer.encode([p + x for p, x in pairs]))
+        skips = iter([self.tokenizer.prompt_length(p) if p and self.excludes_prompt else 0 for p, _ in pairs])
+        return [replace(next(encoded), skip=next(skips)) if isinstance(x, str) else self.tokenizer.wrap(x)
+                for x in request.inputs]  # fmt: skip
+
+    @property
+    def excludes_prompt(self) -> bool:
+        """Whether the model's pooling leaves prompt tokens out (sentence-transformers' `include_prompt: false`)."""
+        chain = getattr(self.task, "chain", None)
+        return chain is not None and not chain.include_prompt
 
     def _tokenize(self, incoming: list[Incoming]) -> tuple[list[Incoming], list[Item]]:
         """Every input's tokens, one tokenizer call for the batch (redone per request if it fails)."""
@@ -226,12 +245,24 @@ class Pipeline:
         return out, outputs, stats
 
 
+def model_prompts(config: HandlerConfig, chain: Any) -> tuple[dict[str, str], str | None]:
+    """The prompts a request may name: the model's own (config_sentence_transformers.json), then those the
+    model-config adds (`handler.prompts`); and the default one's name (the model-config's, else the model's)."""
+    prompts = {**(dict(chain.prompts) if chain is not None else {}), **dict(config.prompts)}
+    default = config.default_prompt_name or (chain.default_prompt_name if chain is not None else None)
+    if default and default not in prompts:
+        raise ConfigError(f"handler.default_prompt_name: got {default!r}; allowed: one of the model's prompts "
+                          f"({', '.join(prompts) or 'none'})")  # fmt: skip
+    return prompts, default or None
+
+
 class _Merged:
     """Several requests' inputs as one, so the batch is tokenized in one call; `split` gives each its share."""
 
     def __init__(self, requests: Sequence[Any]) -> None:
         self.counts = [len(r.inputs) for r in requests]
         self.inputs = tuple(x for r in requests for x in r.inputs)
+        self.prompts = tuple(r.options.prompt for r in requests for _ in r.inputs)
 
     def split(self, encoded: list[Encoded]) -> list[list[Encoded]]:
         out, start = [], 0

@@ -1,12 +1,14 @@
-"""The two tasks over an engine's pooled output: embeddings (optionally L2-normalised) and classification
+"""The two tasks over an engine's output: embeddings (the model's chain; L2-normalised as it says) and classification
 (the model's logits, scored by its activation over id2label), and one answer per text."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
 
+from .chain import Chain
 from .config import HandlerConfig
 from .engines import Engine, ModelInfo, load_engine
 from .protocols.base import Answer
@@ -22,13 +24,14 @@ class Task(Protocol):
     labels: tuple[str, ...] | None  # class names (classification); None for embeddings
     engine: Engine
 
-    def forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray: ...
+    def forward(self, ids: np.ndarray, mask: np.ndarray, skip: Sequence[int] | None = None) -> np.ndarray: ...
 
     def answer(self, output: np.ndarray, encoded: Encoded) -> Answer: ...
 
 
 class EmbeddingTask:
-    """Mean pooling over real tokens (in the engine), optionally L2-normalised."""
+    """The model's module chain (pooling, Dense) in the engine; normalised when answered (`normalize`: the
+    chain's Normalize, or the handler's setting; a request may ask otherwise)."""
 
     name = "embedding"
     labels = None
@@ -37,16 +40,20 @@ class EmbeddingTask:
         self.engine = engine
         self.max_positions = info.max_positions
         self.dimensions = info.hidden_size
+        self.chain = info.chain
         self.normalize = normalize
 
-    def forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        pooled = self.engine(ids, mask)
-        if self.normalize:
-            pooled = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), np.float32(1e-12))
-        return pooled
+    def forward(self, ids: np.ndarray, mask: np.ndarray, skip: Sequence[int] | None = None) -> np.ndarray:
+        """Pooled outputs of a padded sub-batch; `skip[r]`: leading (prompt) tokens of row r left out of pooling."""
+        if not skip or not any(skip):
+            return self.engine(ids, mask)
+        pool_mask = mask.copy()
+        for row, count in enumerate(skip):
+            pool_mask[row, :count] = 0
+        return self.engine(ids, mask, pool_mask)
 
     def answer(self, output: np.ndarray, encoded: Encoded) -> Answer:
-        return Answer(output, len(encoded.ids), encoded.truncated)
+        return Answer(output, len(encoded.ids), encoded.truncated, normalize=self.normalize)
 
 
 class ClassificationTask:
@@ -62,7 +69,7 @@ class ClassificationTask:
         self.dimensions = len(info.labels)
         self.activation = info.activation
 
-    def forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def forward(self, ids: np.ndarray, mask: np.ndarray, skip: Sequence[int] | None = None) -> np.ndarray:
         return self.engine(ids, mask)
 
     def answer(self, output: np.ndarray, encoded: Encoded) -> Answer:
@@ -74,4 +81,12 @@ def load_task(config: HandlerConfig, model_dir: str, gpu_id: int | None = None) 
     engine, info = load_engine(config, model_dir, gpu_id)
     if config.task == "classification":
         return ClassificationTask(engine, info)
-    return EmbeddingTask(engine, info, config.normalize)
+    return EmbeddingTask(engine, info, normalizes(config.normalize, info.chain))
+
+
+def normalizes(setting: str, chain: Chain) -> bool:
+    """Whether embeddings are L2-normalised by default: forced by `handler.normalize: true|false`; with `auto`,
+    as the sentence-transformers chain says (it ends in Normalize), and always for a plain Hugging Face folder."""
+    if setting != "auto":
+        return setting == "true"
+    return chain.normalize if chain.normalize is not None else True

@@ -18,6 +18,7 @@ class Encoded:
     ids: tuple[int, ...]
     truncated: bool
     unbounded: bool = False
+    skip: int = 0  # leading tokens (a prompt's, with the first special token) the pooling leaves out
 
 
 class Tokenizer:
@@ -34,7 +35,7 @@ class Tokenizer:
     characters, say) is marked `unbounded` and refused, so no text costs more than reading `max_cut_chars`.
     """
 
-    def __init__(self, model_dir: str, max_length: int) -> None:
+    def __init__(self, model_dir: str, max_length: int, lower_case: bool = False) -> None:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         from transformers import AutoTokenizer
 
@@ -48,12 +49,15 @@ class Tokenizer:
         self.model_max_length = limit if 0 < limit < 10**6 else None  # what the tokenizer says the model takes
         self.max_length = max_length
         self._backend = hf.backend_tokenizer
+        if lower_case:
+            lowercase_first(self._backend)
         self._backend.no_padding()
         self._backend.no_truncation()
         self.prefix, self.suffix = self._special_tokens()
         self._backend.enable_truncation(max_length)
         self.vocab_size = int(self._backend.get_vocab_size(with_added_tokens=True))
         self.cut_chars = CUT_CHARS_PER_TOKEN * max_length
+        self._prompt_lengths: dict[str, int] = {}
 
     @property
     def max_cut_chars(self) -> int:
@@ -94,6 +98,13 @@ class Tokenizer:
             pending, budget = retry, budget * GROWTH
         return [e for e in out if e is not None]
 
+    def prompt_length(self, prompt: str) -> int:
+        """Tokens of a prompt as sentence-transformers counts them to leave out of pooling: the prompt tokenized
+        alone, special tokens included, less one."""
+        if prompt not in self._prompt_lengths:
+            self._prompt_lengths[prompt] = len(self._backend.encode(prompt).ids) - 1
+        return self._prompt_lengths[prompt]
+
     def wrap(self, ids: Sequence[int]) -> Encoded:
         """Token ids given without special tokens, truncated to fit max_length and wrapped in the special tokens."""
         room = self.max_length - self.specials
@@ -107,6 +118,17 @@ class Tokenizer:
 PROBE = "hello"
 CUT_CHARS_PER_TOKEN = 32  # the first prefix tried: enough for max_length tokens of any ordinary prose
 GROWTH = 4  # the one longer prefix tried when the first settles nothing (so a text costs at most 1 + 4 prefixes)
+
+
+def lowercase_first(backend: Any) -> None:
+    """Lowercase every text before the tokenizer's own normalizer, unless that already lowercases (what
+    sentence-transformers does for `do_lower_case: true`)."""
+    from tokenizers.normalizers import Lowercase, Sequence
+
+    current = backend.normalizer
+    if current is not None and current.normalize_str("A") == "a":
+        return
+    backend.normalizer = Sequence([Lowercase(), *([current] if current is not None else [])])
 
 
 def _settled(e: Any) -> bool:

@@ -19,6 +19,7 @@ from bucketing.protocols.base import (
     Binary,
     Limits,
     Meta,
+    Options,
     RequestError,
     activate,
     answer_fields,
@@ -43,9 +44,9 @@ def parse(body, content_type=None, max_texts=4):
     return incoming(body, content_type, limits=Limits(max_texts, 16, 1000, "embedding", 4)).outcome
 
 
-def answer(values, tokens=3, truncated=False, labels=None, activation="identity"):
-    """An answer whose classification scores are `values` as given (identity activation, unless told)."""
-    return Answer(np.asarray(values, dtype=np.float32), tokens, truncated, labels, activation)
+def answer(values, tokens=3, truncated=False, labels=None, activation="identity", normalize=False):
+    """An answer whose values are answered as given (identity activation, no normalisation, unless told)."""
+    return Answer(np.asarray(values, dtype=np.float32), tokens, truncated, labels, activation, normalize)
 
 
 @pytest.mark.parametrize(
@@ -284,10 +285,13 @@ def test_openai_render_float_base64_and_dimensions():
     assert encoded["model"] == "served"
     decoded = np.frombuffer(base64.b64decode(encoded["data"][0]["embedding"]), dtype="<f4")
     assert np.array_equal(decoded, np.array([0.6, 0.8, 0.0, 0.0], dtype=np.float32))
-    short = EmbeddingsRequest(("a", "b"), dimensions=2).render(answers, "m")
+    normalized = [answer([0.6, 0.8, 0.0, 0.0], normalize=True), answer([0.0, 0.0, 3.0, 4.0], normalize=True)]
+    short = EmbeddingsRequest(("a", "b"), options=Options(dimensions=2)).render(normalized, "m")
     assert np.allclose(short["data"][0]["embedding"], [0.6, 0.8]) and short["data"][1]["embedding"] == [0.0, 0.0]
-    three = EmbeddingsRequest(("b",), dimensions=3).render(answers[1:], "m")["data"][0]["embedding"]
+    three = EmbeddingsRequest(("b",), options=Options(dimensions=3)).render(normalized[1:], "m")["data"][0]["embedding"]
     assert np.allclose(three, [0.0, 0.0, 1.0])
+    raw = EmbeddingsRequest(("b",), options=Options(normalize=False)).render(normalized[1:], "m")["data"][0]
+    assert np.allclose(raw["embedding"], [0.0, 0.0, 3.0, 4.0])  # a request may ask for the vector unnormalised
 
 
 def test_openai_models_and_unknown_paths():
@@ -411,7 +415,7 @@ def test_answer_fields_name_what_answers_hold():
 def test_logits_become_scores_by_the_model_activation(activation, expected):
     fields = answer([1.0, 2.0, 3.0], labels=("a", "b", "c"), activation=activation).fields()
     assert fields["label"] == "c" and np.allclose(list(fields["scores"].values()), expected, atol=1e-6)
-    raw = answer([1.0, 2.0, 3.0], labels=("a", "b", "c"), activation=activation).fields(raw_scores=True)
+    raw = answer([1.0, 2.0, 3.0], labels=("a", "b", "c"), activation=activation).fields(Options(raw_scores=True))
     assert list(raw["scores"].values()) == [1.0, 2.0, 3.0]
     assert activate([-800.0, 800.0], "sigmoid") == [0.0, 1.0]  # no overflow at the extremes
 

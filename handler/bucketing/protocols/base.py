@@ -1,6 +1,6 @@
 """What every wire format shares: client errors, limits, one input's answer, body decoding and safe quoting.
 
-Pure: no torch, no I/O. A wire format (native, KServe v1/v2, OpenAI) is a module that offers `NAME`,
+Pure: no torch, no I/O (numpy for vectors). A wire format (native, KServe v1/v2, OpenAI) is a module that offers `NAME`,
 `parse(body, limits) -> Request | RequestError` and `error_body(error)`; see `protocols/__init__.py`.
 """
 
@@ -14,9 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
+
 BODY_KEYS = ("body", "data")
 QUOTE_CHARS = 100  # at most this much of anything a client sent is quoted back in an error message
 NAMES_SHOWN = 5  # at most this many unknown keys are named in one message
+MAX_PROMPT_CHARS = 4096  # a request's own `prompt`
 BOM = "\ufeff"
 
 # One input: a text, or token ids without special tokens (the model's special tokens are added around them).
@@ -62,6 +65,8 @@ class Limits:
     vocab_size: int
     task: str = "embedding"
     dimensions: int = 0  # embedding size (embedding task) or number of labels (classification)
+    prompts: tuple[tuple[str, str], ...] = ()  # the model's prompts by name (sentence-transformers' `prompts`)
+    default_prompt: str | None = None  # the prompt's name used when a request names none
 
 
 ACTIVATIONS = ("softmax", "sigmoid", "identity")  # how a classifier's logits become its scores
@@ -81,27 +86,91 @@ def activate(logits: Any, activation: str) -> list[float]:
 
 @dataclass(frozen=True)
 class Answer:
-    """The result for one input: the model's vector (pooled embedding, or a classifier's logits) and its tokens."""
+    """The result for one input: the model's vector (an embedding before normalisation, or a classifier's
+    logits) and its tokens."""
 
     values: Any  # a 1-D float32 numpy array
     tokens: int
     truncated: bool
     labels: tuple[str, ...] | None = None  # class names (classification); None for embeddings
     activation: str = "softmax"  # classification: how the logits become scores (ACTIVATIONS)
+    normalize: bool = False  # embeddings: L2-normalised unless a request says otherwise
 
-    def fields(self, raw_scores: bool = False) -> dict[str, Any]:
+    def vector(self, dimensions: int | None = None, normalize: bool | None = None) -> Any:
+        """The embedding as answered: its first `dimensions` components, L2-normalised (after the cut) when
+        `normalize` says so (None: the model's default)."""
+        vector = np.asarray(self.values, dtype=np.float32)[:dimensions]
+        if self.normalize if normalize is None else normalize:
+            vector = vector / np.maximum(np.linalg.norm(vector), np.float32(1e-12))
+        return vector
+
+    def fields(self, options: Options | None = None) -> dict[str, Any]:
         """Our native answer object: `embedding`; or a one-label model's `score`; or `label` (the top one) and
-        `scores` by label; then `tokens` and `truncated` (`answer_fields` names them). `raw_scores`: logits."""
+        `scores` by label; then `tokens` and `truncated` (`answer_fields` names them). `options`: the request's."""
+        o = options or Options()
         if self.labels is None:
-            head: dict[str, Any] = {"embedding": self.values.tolist()}
+            head: dict[str, Any] = {"embedding": self.vector(o.dimensions, o.normalize).tolist()}
         else:
-            scores = activate(self.values, "identity" if raw_scores else self.activation)
+            scores = activate(self.values, "identity" if o.raw_scores else self.activation)
             if len(self.labels) == 1:
                 head = {"score": scores[0]}
             else:
                 best = max(range(len(scores)), key=scores.__getitem__)
                 head = {"label": self.labels[best], "scores": dict(zip(self.labels, scores))}
         return {**head, "tokens": self.tokens, "truncated": self.truncated}
+
+
+@dataclass(frozen=True)
+class Options:
+    """What a request may ask of its answers besides its inputs (each wire format reads its own fields)."""
+
+    normalize: bool | None = None  # None: the model's default
+    dimensions: int | None = None  # keep the first components (then re-normalised if normalised)
+    raw_scores: bool = False  # classification: logits instead of scores
+    prompt: str = ""  # put before each text (a named prompt of the model's, resolved; or the request's own)
+
+
+OPTION_FIELDS = ("prompt_name", "prompt", "normalize", "dimensions", "raw_scores")
+
+
+def read_options(
+    body: Mapping[str, Any], limits: Limits, fields: Sequence[str] = OPTION_FIELDS
+) -> Options | RequestError:
+    """The request's options among `fields` of `body`, checked; the prompt resolved against the model's prompts
+    (none named and no `prompt`: the model's default prompt, if it has one)."""
+    values: dict[str, Any] = {}
+    for name in ("normalize", "raw_scores"):
+        value = body.get(name) if name in fields else None
+        if value is not None and not isinstance(value, bool):
+            return bad("InvalidType", f'"{name}" must be true or false, got {json_type(value)}', name)
+        values[name] = value
+    dimensions = body.get("dimensions") if "dimensions" in fields else None
+    if dimensions is not None and (not is_int(dimensions) or not 1 <= dimensions <= limits.dimensions):
+        return bad("InvalidRequest", f'"dimensions" must be an integer from 1 to {limits.dimensions} (this model\'s '
+                   f"embedding size), got {quote(dimensions, 40)}", "dimensions")  # fmt: skip
+    prompt = resolve_prompt(body.get("prompt_name") if "prompt_name" in fields else None,
+                            body.get("prompt") if "prompt" in fields else None, limits)  # fmt: skip
+    if isinstance(prompt, RequestError):
+        return prompt
+    return Options(values["normalize"], dimensions, bool(values["raw_scores"]), prompt)
+
+
+def resolve_prompt(name: Any, text: Any, limits: Limits) -> str | RequestError:
+    """The text to put before each input: the request's `prompt`, or the model's prompt `name`, or its default."""
+    prompts = dict(limits.prompts)
+    if name is not None and text is not None:
+        return bad("InvalidRequest", 'send "prompt_name" or "prompt", not both', "prompt")
+    if text is not None:
+        if not isinstance(text, str) or len(text) > MAX_PROMPT_CHARS:
+            return bad("InvalidType", f'"prompt" must be a string of at most {MAX_PROMPT_CHARS} characters', "prompt")
+        return text
+    if name is None:
+        return prompts.get(limits.default_prompt, "") if limits.default_prompt else ""
+    if not isinstance(name, str) or name not in prompts:
+        known = ", ".join(quote(k, 40) for k in prompts) or "none (this model has no prompts)"
+        return bad("InvalidRequest", f'"prompt_name" {quote(name, 40)} is not a prompt of this model; its prompts: '
+                   f"{known}", "prompt_name")  # fmt: skip
+    return prompts[name]
 
 
 def answer_fields(task: str, labels: int = 2) -> tuple[str, ...]:
@@ -111,9 +180,10 @@ def answer_fields(task: str, labels: int = 2) -> tuple[str, ...]:
 
 
 class Request(Protocol):
-    """A parsed request: its inputs in order, and how to answer them."""
+    """A parsed request: its inputs in order, its options, and how to answer them."""
 
     inputs: tuple[Input, ...]
+    options: Options
 
     def where(self, index: int) -> str:
         """Names input `index` in an error message, in the request's own terms."""

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Answer, Limits, RequestError, bad, check_count, json_type, texts
+from .base import Answer, Limits, Options, RequestError, bad, check_count, json_type, read_options, texts
 from .base import error_body as error_body
 
 NAME = "kserve-v1"
@@ -18,13 +18,14 @@ NAME = "kserve-v1"
 @dataclass(frozen=True)
 class V1Request:
     inputs: tuple[str, ...]
+    options: Options = Options()  # v1 has no parameters: the model's default prompt, if it has one
 
     def where(self, index: int) -> str:
         return f"instances[{index}]"
 
     def render(self, answers: Sequence[Answer], model_name: str = "") -> Any:
         check_count(self, answers)
-        return {"predictions": [a.fields() for a in answers]}
+        return {"predictions": [a.fields(self.options) for a in answers]}
 
 
 def claims(body: Any) -> bool:
@@ -40,4 +41,7 @@ def parse(body: Any, limits: Limits) -> V1Request | RequestError:
         return bad("InvalidType", f'"instances" must be a list, got {json_type(instances)}', "instances")
     unwrapped = [i["text"] if isinstance(i, Mapping) and set(i) == {"text"} else i for i in instances]
     parsed = texts(unwrapped, "instances", limits.max_texts)
-    return parsed if isinstance(parsed, RequestError) else V1Request(parsed)
+    if isinstance(parsed, RequestError):
+        return parsed
+    options = read_options({}, limits)
+    return options if isinstance(options, RequestError) else V1Request(parsed, options)

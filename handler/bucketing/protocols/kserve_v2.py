@@ -5,7 +5,8 @@ Request: `{"id"?, "parameters"?, "inputs": [{"name", "datatype": "BYTES", "shape
 checked (rank, then each dimension against max_texts_per_request) before any arithmetic on it.
 Answer: `{"id"?, "model_name", "outputs": [...]}`, one tensor per answer field: `embedding` FP32 [n, dim];
 classification `label` BYTES [n] and `scores` FP32 [n, labels]; `tokens` INT64 [n]; `truncated` BOOL [n].
-`outputs` in the request selects among them.
+`outputs` in the request selects among them. The request's `parameters` may carry `prompt_name` or `prompt`,
+`normalize`, `dimensions` and `raw_scores`, as in our JSON.
 
 The binary tensor data extension, as KServe's and Triton's clients send it: the request's JSON is the first
 `Inference-Header-Content-Length` bytes of the body, and an input with `parameters.binary_data_size` carries its
@@ -29,6 +30,7 @@ from .base import (
     Answer,
     Binary,
     Limits,
+    Options,
     RequestError,
     answer_fields,
     bad,
@@ -37,6 +39,7 @@ from .base import (
     json_type,
     names,
     quote,
+    read_options,
     texts,
     too_many,
 )
@@ -55,13 +58,14 @@ class V2Request:
     id: str | None = None
     outputs: tuple[str, ...] | None = None  # the outputs asked for, in the request's order (None: all)
     binary: frozenset[str] = frozenset()  # outputs to send as binary data
+    options: Options = Options()  # from the request's `parameters`: prompt_name, prompt, normalize, dimensions
 
     def where(self, index: int) -> str:
         return f"inputs[0].data[{index}]"
 
     def render(self, answers: Sequence[Answer], model_name: str = "") -> Any:
         check_count(self, answers)
-        tensors = outputs([a.fields() for a in answers])
+        tensors = outputs([a.fields(self.options) for a in answers])
         if self.outputs is not None:
             by_name = {t["name"]: t for t in tensors}
             tensors = [by_name[name] for name in self.outputs]
@@ -182,7 +186,11 @@ def parse(body: Any, limits: Limits, binary: bytes | None = None) -> V2Request |
     selection = _outputs(body, answer_fields(limits.task, limits.dimensions))
     if isinstance(selection, RequestError):
         return selection
-    return V2Request(parsed, request_id, *selection)
+    parameters = body.get("parameters")
+    options = read_options(parameters if isinstance(parameters, Mapping) else {}, limits)
+    if isinstance(options, RequestError):
+        return options
+    return V2Request(parsed, request_id, *selection, options)
 
 
 def _data(tensor: Mapping[str, Any], binary: bytes | None, max_texts: int) -> Any:

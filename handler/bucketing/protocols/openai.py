@@ -1,7 +1,8 @@
 """OpenAI's embeddings API at `/predictions/NAME/VERSION/v1/embeddings`, and `v1/models`.
 
 Request: `{"input": str | [str] | [int] | [[int]], "model"?, "encoding_format"?: "float" | "base64",
-"dimensions"?, "user"?}`; other fields are tolerated (as Text Embeddings Inference and infinity do).
+"dimensions"?, "user"?}`, and our extra fields `prompt_name` or `prompt` and `normalize`; other fields are
+tolerated (as Text Embeddings Inference and infinity do).
 Token ids are the text's tokens without special tokens (what OpenAI's tiktoken ids are, or
 `tokenizer(text, add_special_tokens=False)`); the model's special tokens are added around them.
 Answer: `{"object": "list", "data": [{"object": "embedding", "index", "embedding"}], "model", "usage"}`, the
@@ -16,12 +17,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from .base import (
     Answer,
     Input,
     Limits,
+    Options,
     RequestError,
     bad,
     check_count,
@@ -29,6 +29,7 @@ from .base import (
     is_int,
     json_type,
     quote,
+    read_options,
     snake,
     too_many,
 )
@@ -50,14 +51,14 @@ class EmbeddingsRequest:
     inputs: tuple[Input, ...]
     model: str | None = None
     encoding_format: str = "float"
-    dimensions: int | None = None
+    options: Options = Options()  # dimensions; and our extra fields prompt_name, prompt, normalize
 
     def where(self, index: int) -> str:
         return f"input[{index}]"
 
     def render(self, answers: Sequence[Answer], model_name: str) -> Any:
         check_count(self, answers)
-        data = [{"object": "embedding", "index": i, "embedding": self._encode(a.values)} for i, a in enumerate(answers)]
+        data = [{"object": "embedding", "index": i, "embedding": self._encode(a)} for i, a in enumerate(answers)]
         tokens = sum(a.tokens for a in answers)
         return {
             "object": "list",
@@ -66,13 +67,8 @@ class EmbeddingsRequest:
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
 
-    def _encode(self, values: Any) -> Any:
-        vector = np.asarray(values, dtype=np.float32)
-        if self.dimensions is not None:
-            vector = vector[: self.dimensions]
-            norm = float(np.linalg.norm(vector))
-            if norm > 0.0:
-                vector = vector / np.float32(norm)
+    def _encode(self, answer: Answer) -> Any:
+        vector = answer.vector(self.options.dimensions, self.options.normalize)
         if self.encoding_format == "base64":
             return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
         return vector.tolist()
@@ -83,6 +79,7 @@ class ModelsRequest:
     """`GET .../v1/models`: lists this model."""
 
     inputs: tuple[Input, ...] = ()
+    options: Options = Options()
 
     def where(self, index: int) -> str:
         return f"input[{index}]"
@@ -135,11 +132,10 @@ def _options(body: Mapping[str, Any], limits: Limits) -> dict[str, Any] | Reques
     if encoding not in ENCODINGS:
         return bad("InvalidRequest", f"'encoding_format' must be 'float' or 'base64', got {quote(encoding, 40)}",
                    "encoding_format")  # fmt: skip
-    dimensions = body.get("dimensions")
-    if dimensions is not None and (not is_int(dimensions) or not 1 <= dimensions <= limits.dimensions):
-        return bad("InvalidRequest", f"'dimensions' must be an integer from 1 to {limits.dimensions} (this model's "
-                   f"embedding size), got {quote(dimensions, 40)}", "dimensions")  # fmt: skip
-    return {"model": model, "encoding_format": encoding, "dimensions": dimensions}
+    options = read_options(body, limits, ("prompt_name", "prompt", "normalize", "dimensions"))
+    if isinstance(options, RequestError):
+        return options
+    return {"model": model, "encoding_format": encoding, "options": options}
 
 
 def _inputs(value: Any, limits: Limits) -> tuple[Input, ...] | RequestError:

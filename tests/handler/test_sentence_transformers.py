@@ -1,0 +1,131 @@
+"""Our answer equals sentence-transformers' own `encode()` (within 1e-5 per component) for folders it saved itself:
+every pooling mode, Dense chains, Normalize or not, prompts, `include_prompt: false`, the legacy layout, on BERT,
+RoBERTa and DistilBERT bodies, on both engines and every strategy, texts batched with others."""
+
+from __future__ import annotations
+
+import pytest
+
+from model_store.archives import engine_model_dir
+from tests.handler.test_handler import make_handler, mixed_texts, serve
+from tests.models import build_sentence_transformer
+
+np = pytest.importorskip("numpy")
+sentence_transformers = pytest.importorskip("sentence_transformers")
+
+TOLERANCE = 1e-5
+VARIANTS = {
+    "cls": {"pooling": "cls"},
+    "max": {"pooling": "max"},
+    "mean-normalize": {"pooling": "mean", "normalize": True},
+    "mean_sqrt_len": {"pooling": "mean_sqrt_len_tokens"},
+    "weightedmean": {"pooling": "weightedmean"},
+    "lasttoken": {"pooling": "lasttoken"},
+    "cls+mean+max": {"pooling": ("cls", "mean", "max")},
+    "dense-chain": {"dense": ((24, True, "Tanh"), (16, False, "Identity")), "normalize": True},
+    "prompts": {"prompts": {"query": "query: ", "passage": "passage: "}, "default_prompt": "query"},
+    "prompt-excluded": {
+        "pooling": "cls",
+        "prompts": {"query": "Represent this sentence for searching: "},
+        "include_prompt": False,
+        "normalize": True,
+    },  # fmt: skip
+    "roberta-cls": {"arch": "roberta", "pooling": "cls", "normalize": True, "max_seq_length": 120},
+    "roberta-prompt-excluded": {
+        "arch": "roberta",
+        "pooling": "weightedmean",
+        "include_prompt": False,
+        "prompts": {"query": "query: "},
+        "max_seq_length": 120,
+    },  # fmt: skip
+    "distilbert-dense": {"arch": "distilbert", "dense": ((8, True, "ReLU"),), "max_seq_length": 120},
+}
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("st")
+    return {name: build_sentence_transformer(root / name, **spec) for name, spec in VARIANTS.items()}
+
+
+def reference(folder, texts, **kwargs):
+    model = sentence_transformers.SentenceTransformer(str(folder), device="cpu")
+    return model.encode(texts, batch_size=len(texts), convert_to_numpy=True, **kwargs)
+
+
+def ours(folder, engine, texts, tmp_path, strategy="bucketed", **options):
+    model_dir = engine_model_dir(folder, engine, "embedding", tmp_path / f"{engine}-{folder.name}")
+    length = VARIANTS.get(folder.name, {}).get("max_seq_length", 128)
+    handler, context = make_handler(model_dir, engine=engine, strategy=strategy, max_length=length)
+    half = len(texts) // 2  # two requests in one delivered batch, so each is planned with the other's texts
+    rows = [{"body": {"texts": texts[:half], **options}}, {"body": {"texts": texts[half:], **options}}]
+    answers = serve(handler, context, rows)
+    assert [s for s, _ in answers] == [200, 200], answers
+    return np.array([a["embedding"] for _, body in answers for a in body])
+
+
+def close(got, expected):
+    assert got.shape == expected.shape
+    diff = float(np.max(np.abs(got - expected)))
+    assert diff <= TOLERANCE, diff
+
+
+@pytest.mark.parametrize("engine", ["torch", "onnxruntime"])
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_each_chain_answers_as_sentence_transformers_encodes(folders, variant, engine, tmp_path):
+    texts = mixed_texts(8, seed=5)[:7] + ["short"]
+    close(ours(folders[variant], engine, texts, tmp_path), reference(folders[variant], texts))
+
+
+@pytest.mark.parametrize("strategy", ["dynamic", "static"])
+def test_every_strategy_answers_the_same(folders, strategy, tmp_path):
+    texts = mixed_texts(6, seed=6)
+    folder = folders["prompt-excluded"]
+    close(ours(folder, "torch", texts, tmp_path, strategy), reference(folder, texts))
+
+
+def test_prompt_names_a_raw_prompt_and_the_default(folders, tmp_path):
+    folder, texts = folders["prompts"], mixed_texts(4, seed=7)
+    close(ours(folder, "torch", texts, tmp_path), reference(folder, texts))  # the default: query
+    close(
+        ours(folder, "torch", texts, tmp_path, prompt_name="passage"), reference(folder, texts, prompt_name="passage")
+    )
+    close(ours(folder, "torch", texts, tmp_path, prompt="custom: "), reference(folder, texts, prompt="custom: "))
+    close(ours(folder, "torch", texts, tmp_path, prompt=""), reference(folder, texts, prompt=""))
+
+
+def test_normalize_and_dimensions_on_request(folders, tmp_path):
+    folder, texts = folders["dense-chain"], mixed_texts(4, seed=8)
+    raw = ours(folder, "torch", texts, tmp_path, normalize=False)
+    model = sentence_transformers.SentenceTransformer(str(folder), device="cpu")
+    unnormalized = model.encode(texts, convert_to_numpy=True, output_value="sentence_embedding")
+    assert not np.allclose(np.linalg.norm(raw, axis=1), 1.0)  # the chain's Normalize left out on request
+    close(raw / np.linalg.norm(raw, axis=1, keepdims=True), unnormalized)
+    cut = ours(folder, "torch", texts, tmp_path, dimensions=4)
+    expected = reference(folder, texts, truncate_dim=4)
+    close(cut, expected / np.linalg.norm(expected, axis=1, keepdims=True))
+
+
+def test_an_unknown_prompt_name_is_a_400_listing_the_prompts(folders):
+    handler, context = make_handler(folders["prompts"], max_length=128)
+    ((status, body),) = serve(handler, context, [{"body": {"text": "x", "prompt_name": "qeury"}}])
+    assert status == 400 and body["message"] == ('"prompt_name" \'qeury\' is not a prompt of this model; its '
+                                                 "prompts: 'document', 'passage', 'query'")  # fmt: skip
+
+
+def test_the_shipped_minilm_equals_sentence_transformers_on_real_prose(minilm_dir, tmp_path):
+    """The legacy layout (sentence_bert_config.json, pooling_mode_* keys, a Normalize without a folder)."""
+    texts = [
+        "TorchServe hands the handler a list of requests.",
+        "Dynamic padding pads the batch to its longest text, so a short query shares the cost of a long passage.",
+        "Un texte en français, avec des accents.",
+        "A much longer passage about serving transformer encoders in production, where requests have very "
+        "different lengths and most of the compute of a padded batch goes into padding tokens. " * 3,
+    ]
+    expected = reference(minilm_dir, texts)
+    for engine in ("torch", "onnxruntime"):
+        model_dir = engine_model_dir(minilm_dir, engine, "embedding", tmp_path / engine)
+        handler, context = make_handler(model_dir, engine=engine, max_length=256)
+        ((status, body),) = serve(handler, context, [{"body": {"texts": texts}}])
+        assert status == 200
+        close(np.array([a["embedding"] for a in body]), expected)
