@@ -86,3 +86,33 @@ def test_a_folder_it_cannot_serve_gets_one_line(tmp_path, capsys, make, words):
     assert build.main(["--model-dir", str(folder), "--name", "x", "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and words in err and "\n" not in err
+
+
+@pytest.mark.parametrize("engine", ["torch", "onnxruntime"])
+def test_a_sentence_transformers_folder_serves_exactly_what_it_encodes(torchserve, model_store, tmp_path, engine):
+    """A bge-style chain (CLS pooling, a Dense, Normalize, a query prompt) saved by sentence-transformers, built
+    with one command and served by a real TorchServe: every answer equals SentenceTransformer.encode()."""
+    from sentence_transformers import SentenceTransformer
+
+    from tests.models import build_sentence_transformer
+
+    folder = build_sentence_transformer(tmp_path / "bge", pooling="cls", dense=((16, True, "Tanh"),), normalize=True,
+                                        prompts={"query": "Represent this sentence for searching: "})  # fmt: skip
+    name = f"tiny-st-{engine}"
+    argv = ["--model-dir", str(folder), "--name", name, "--engine", engine, "--strategies", "bucketed",
+            "--out", str(model_store)]  # fmt: skip
+    assert build.main(argv) == 0
+    client = torchserve.client
+    client.register(f"{name}-bucketed.mar", name, batch_size=8, max_batch_delay=50, workers=1)
+    try:
+        texts = texts_for_load(10, seed=4)
+        bodies = [{"text": t} if i % 2 else {"text": t, "prompt_name": "query"} for i, t in enumerate(texts)]
+        with ThreadPoolExecutor(len(texts)) as pool:
+            replies = list(pool.map(lambda b: client.predict(name, json.dumps(b)), bodies))
+        model = SentenceTransformer(str(folder), device="cpu")
+        for i, (text, reply) in enumerate(zip(texts, replies, strict=True)):
+            assert reply.status == 200, reply.text[:300]
+            expected = model.encode([text], prompt_name=None if i % 2 else "query")[0]
+            assert np.max(np.abs(np.array(reply.json()["embedding"]) - expected)) <= 1e-5
+    finally:
+        client.unregister(name)

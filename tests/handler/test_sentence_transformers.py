@@ -129,3 +129,55 @@ def test_the_shipped_minilm_equals_sentence_transformers_on_real_prose(minilm_di
         ((status, body),) = serve(handler, context, [{"body": {"texts": texts}}])
         assert status == 200
         close(np.array([a["embedding"] for a in body]), expected)
+
+
+@pytest.mark.parametrize(
+    "module_type",
+    ["sentence_transformers.models.CLIPModel", "sentence_transformers.models.Asym",
+     "sentence_transformers.sentence_transformer.modules.word_embeddings.WordEmbeddings",
+     "sentence_transformers.models.LSTM"],
+)  # fmt: skip
+def test_a_module_we_cannot_serve_stops_the_build_and_the_worker_in_one_line(folders, tmp_path, module_type):
+    import json
+    import shutil
+
+    from bucketing.engines import EngineError
+    from model_store import archives, build
+
+    folder = tmp_path / "odd"
+    shutil.copytree(folders["cls"], folder)
+    modules = json.loads((folder / "modules.json").read_text())
+    modules.insert(2, {"idx": 2, "name": "2", "path": "2_Odd", "type": module_type})
+    (folder / "modules.json").write_text(json.dumps(modules))
+    expected = f"module {module_type!r} in {folder / '2_Odd'} is not served (served: Transformer, Pooling, Dense, "
+    with pytest.raises(archives.ModelFolderError) as e:
+        archives.check_model_dir(folder, "embedding")
+    assert str(e.value).startswith(expected) and "\n" not in str(e.value)
+    assert build.main(["--model-dir", str(folder), "--out", str(tmp_path / "store")]) == 2
+    with pytest.raises(EngineError, match="is not served"):
+        make_handler(folder, max_length=128)
+
+
+def test_the_build_records_the_chain_and_writes_prompts(folders, tmp_path, capsys):
+    import yaml
+
+    from model_store import build
+
+    stage = tmp_path / "stage"
+    argv = ["--model-dir", str(folders["prompt-excluded"]), "--name", "bge", "--strategies", "bucketed", "--engine",
+            "torch", "--print-commands", "--stage-dir", str(stage), "--prompt", "query=query: ", "--prompt",
+            "passage=passage: ", "--default-prompt", "passage"]  # fmt: skip
+    assert build.main(argv) == 0
+    cfg = yaml.safe_load((stage / "bge-bucketed.yaml").read_text())
+    assert cfg["handler"]["prompts"] == {"query": "query: ", "passage": "passage: "}
+    assert cfg["handler"]["default_prompt_name"] == "passage"
+    assert cfg["model_chain"]["pooling"] == ["cls"] and cfg["model_chain"]["include_prompt"] is False
+    assert cfg["model_chain"]["normalize"] is True and cfg["handler"]["max_length"] == 256
+    assert sorted(p.name for p in (stage / "extra" / "model").iterdir() if p.is_dir()) == ["1_Pooling", "2_Normalize"]
+    section = {k: v for k, v in cfg["handler"].items() if k != "model_path"} | {"cost": {"calibrate": False}}
+    handler, context = make_handler(stage / "extra" / "model", **section)
+    texts = mixed_texts(3, seed=9)
+    ((status, body),) = serve(handler, context, [{"body": {"texts": texts}}])  # the build's default: passage
+    close(np.array([a["embedding"] for a in body]), reference(folders["prompt-excluded"], texts, prompt="passage: "))
+    assert build.main([*argv[:-1], "nope"]) == 2
+    assert "--default-prompt 'nope': not a prompt" in capsys.readouterr().err

@@ -487,3 +487,48 @@ def test_openai_input_type_messages_say_what_is_wrong(value, message):
 def test_an_integer_too_long_for_python_is_invalid_json_without_a_python_hint():
     error = parse(b'{"text": ' + b"9" * 5000 + b"}", JSON)
     assert error.type == "InvalidJSON" and "sys." not in error.message and "integer of more than" in error.message
+
+
+PROMPTED = Limits(4, 16, 1000, "embedding", 4, prompts=(("query", "query: "), ("doc", "")), default_prompt="query")
+
+
+@pytest.mark.parametrize(
+    ("body", "url_path", "prompt"),
+    [
+        ({"text": "a"}, None, "query: "),  # the model's default prompt
+        ({"text": "a", "prompt_name": "doc"}, None, ""),
+        ({"text": "a", "prompt": "custom: "}, None, "custom: "),
+        ({"input": "a", "prompt_name": "doc"}, "v1/embeddings", ""),  # OpenAI: an extra field
+        ({"input": ["a"]}, "v1/embeddings", "query: "),
+        ({"inputs": [{"name": "t", "datatype": "BYTES", "shape": [1], "data": ["a"]}],
+          "parameters": {"prompt": "p: "}}, None, "p: "),  # KServe v2: in parameters
+        ({"instances": ["a"]}, None, "query: "),  # KServe v1: no parameters, the default
+    ],
+)  # fmt: skip
+def test_every_wire_format_picks_a_prompt(body, url_path, prompt):
+    request = incoming(body, JSON, url_path=url_path, limits=PROMPTED).outcome
+    assert not isinstance(request, RequestError), request
+    assert request.options.prompt == prompt
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (
+            {"text": "a", "prompt_name": "nope"},
+            "\"prompt_name\" 'nope' is not a prompt of this model; its prompts: 'query', 'doc'",
+        ),  # fmt: skip
+        ({"text": "a", "prompt_name": "doc", "prompt": "x"}, 'send "prompt_name" or "prompt", not both'),
+        ({"text": "a", "normalize": "yes"}, '"normalize" must be true or false, got string'),
+        ({"text": "a", "dimensions": 5}, '"dimensions" must be an integer from 1 to 4'),
+        ({"text": "a", "prompt": 3}, '"prompt" must be a string of at most 4096 characters'),
+    ],
+)
+def test_option_mistakes_are_400s_saying_what_is_wrong(body, words):
+    error = incoming(body, JSON, limits=PROMPTED).outcome
+    assert isinstance(error, RequestError) and error.status == 400 and words in error.message
+
+
+def test_a_model_without_prompts_says_so():
+    error = incoming({"text": "a", "prompt_name": "query"}, JSON).outcome
+    assert error.message.endswith("its prompts: none (this model has no prompts)")
