@@ -56,8 +56,8 @@ class CostConfig:
 
 @dataclass(frozen=True)
 class HandlerConfig:
-    task: str = option("embedding", "`embedding` (mean pooling) or `classification` "
-                       "(id2label scores: softmax; sigmoid for one label or multi-label)",
+    task: str = option("embedding", "`embedding` (the model's sentence-transformers chain; mean pooling for a plain "
+                       "folder) or `classification` (id2label scores: softmax; sigmoid for one label or multi-label)",
                        choices=TASKS)  # fmt: skip
     strategy: str = option("bucketed", "`bucketed` (sorted sub-batches under a token budget), `dynamic` (one pass "
                            "padded to the longest text) or `static` (padded to max_length)",

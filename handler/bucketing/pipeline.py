@@ -167,13 +167,25 @@ class Pipeline:
 
     def encode(self, request: Any) -> list[Encoded]:
         """The tokens of one request's inputs: texts tokenized after their prompt (the pooling leaves the prompt's
-        tokens out where the model's chain says so), token ids wrapped in the special tokens."""
-        prompts = request.prompts if isinstance(request, _Merged) else (request.options.prompt,) * len(request.inputs)
-        pairs = [(p, x) for p, x in zip(prompts, request.inputs) if isinstance(x, str)]
-        encoded = iter(self.tokenizer.encode([p + x for p, x in pairs]))
-        skips = iter([self.tokenizer.prompt_length(p) if p and self.excludes_prompt else 0 for p, _ in pairs])
-        return [replace(next(encoded), skip=next(skips)) if isinstance(x, str) else self.tokenizer.wrap(x)
-                for x in request.inputs]  # fmt: skip
+        tokens out where the model's chain says so), token ids wrapped in the special tokens; each cut at the end
+        its request says (`truncation_direction`)."""
+        merged = request if isinstance(request, _Merged) else _Merged([request])
+        out: list[Encoded | None] = [None] * len(merged.inputs)
+        for left in (False, True):
+            mine = [i for i, o in enumerate(merged.options) if (o.truncation_direction == "left") == left]
+            texts = [i for i in mine if isinstance(merged.inputs[i], str)]
+            encoded = (
+                self.tokenizer.encode([merged.options[i].prompt + merged.inputs[i] for i in texts], left)
+                if texts
+                else []
+            )
+            for i, e in zip(texts, encoded):
+                prompt = merged.options[i].prompt
+                out[i] = replace(e, skip=self.tokenizer.prompt_length(prompt) if prompt and self.excludes_prompt else 0)
+            for i in mine:
+                if not isinstance(merged.inputs[i], str):
+                    out[i] = self.tokenizer.wrap(merged.inputs[i], left)
+        return [e for e in out if e is not None]
 
     @property
     def excludes_prompt(self) -> bool:
@@ -218,9 +230,16 @@ class Pipeline:
             if self.tokenizer.empty(e):
                 return RequestError(400, "EmptyText", f"{request.where(index)} has no tokens once normalised "
                                     "(only invisible, control or zero-width characters)", "input")  # fmt: skip
-            if e.truncated and self.config.on_overflow == "reject":
+            options = request.options
+            if e.truncated and not (options.truncate if options.truncate is not None else
+                                    self.config.on_overflow == "truncate"):  # fmt: skip
+                why = "truncate: false" if options.truncate is False else "on_overflow: reject"
                 return RequestError(413, "TextTooLong", f"{request.where(index)} has more than max_length="
-                                    f"{self.config.max_length} tokens (on_overflow: reject)", "input")  # fmt: skip
+                                    f"{self.config.max_length} tokens ({why})", "input")  # fmt: skip
+            if options.truncation_direction == "left" and options.prompt and self.excludes_prompt:
+                return RequestError(400, "InvalidRequest", 'truncation_direction "left" with a prompt is not served '
+                                    "by this model: its pooling leaves the prompt's tokens out, and a left cut "
+                                    "removes them first", "truncation_direction")  # fmt: skip
         return None
 
     def _run(self, incoming: list[Incoming], items: list[Item]) -> tuple[list[Incoming], list[Any], BatchStats]:
@@ -262,7 +281,7 @@ class _Merged:
     def __init__(self, requests: Sequence[Any]) -> None:
         self.counts = [len(r.inputs) for r in requests]
         self.inputs = tuple(x for r in requests for x in r.inputs)
-        self.prompts = tuple(r.options.prompt for r in requests for _ in r.inputs)
+        self.options = tuple(r.options for r in requests for _ in r.inputs)
 
     def split(self, encoded: list[Encoded]) -> list[list[Encoded]]:
         out, start = [], 0

@@ -78,18 +78,28 @@ class Tokenizer:
         """How many special tokens every input carries."""
         return len(self.prefix) + len(self.suffix)
 
-    def encode(self, texts: Sequence[str]) -> list[Encoded]:
-        """Each text's tokens, truncated at max_length, exactly as the tokenizer gives them for the whole text (or
-        `unbounded`, for a text over `max_cut_chars` characters that its prefix does not settle)."""
+    def encode(self, texts: Sequence[str], left: bool = False) -> list[Encoded]:
+        """Each text's tokens, truncated at max_length (`left`: its last tokens kept, not its first), exactly as the
+        tokenizer gives them for the whole text (or `unbounded`, for a text over `max_cut_chars` characters that
+        its prefix, or suffix, does not settle)."""
+        if left:
+            self._backend.enable_truncation(self.max_length, direction="left")
+        try:
+            return self._encode(texts, left)
+        finally:
+            if left:
+                self._backend.enable_truncation(self.max_length)
+
+    def _encode(self, texts: Sequence[str], left: bool) -> list[Encoded]:
         out: list[Encoded | None] = [None] * len(texts)
         pending, budget = list(range(len(texts))), self.cut_chars
         while pending:
-            pieces = [texts[i][:budget] for i in pending]
+            pieces = [texts[i][-budget:] if left else texts[i][:budget] for i in pending]
             retry = []
             for i, piece, e in zip(pending, pieces, self._backend.encode_batch(pieces)):
                 if len(piece) == len(texts[i]):
                     out[i] = Encoded(tuple(e.ids), bool(e.overflowing))
-                elif e.overflowing and _settled(e):
+                elif e.overflowing and (_settled_left(e) if left else _settled(e)):
                     out[i] = Encoded(tuple(e.ids), True)
                 elif budget >= self.max_cut_chars:
                     out[i] = Encoded((), True, unbounded=True)
@@ -105,10 +115,12 @@ class Tokenizer:
             self._prompt_lengths[prompt] = len(self._backend.encode(prompt).ids) - 1
         return self._prompt_lengths[prompt]
 
-    def wrap(self, ids: Sequence[int]) -> Encoded:
-        """Token ids given without special tokens, truncated to fit max_length and wrapped in the special tokens."""
+    def wrap(self, ids: Sequence[int], left: bool = False) -> Encoded:
+        """Token ids given without special tokens, truncated to fit max_length (`left`: the last ones kept) and
+        wrapped in the special tokens."""
         room = self.max_length - self.specials
-        return Encoded(self.prefix + tuple(ids[:room]) + self.suffix, len(ids) > room)
+        kept = tuple(ids[-room:] if left else ids[:room]) if len(ids) > room else tuple(ids)
+        return Encoded(self.prefix + kept + self.suffix, len(ids) > room)
 
     def empty(self, encoded: Encoded) -> bool:
         """Whether a text gave no token of its own (only invisible or control characters, say)."""
@@ -118,6 +130,13 @@ class Tokenizer:
 PROBE = "hello"
 CUT_CHARS_PER_TOKEN = 32  # the first prefix tried: enough for max_length tokens of any ordinary prose
 GROWTH = 4  # the one longer prefix tried when the first settles nothing (so a text costs at most 1 + 4 prefixes)
+
+
+def _settled_left(e: Any) -> bool:
+    """For a left-truncated suffix: a whole word of the suffix lies between its first word (the one a cut may have
+    damaged) and the first kept token's word."""
+    kept = min((w for w in e.word_ids if w is not None), default=0)
+    return kept >= 2
 
 
 def lowercase_first(backend: Any) -> None:

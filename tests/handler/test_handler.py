@@ -233,10 +233,10 @@ def test_a_tokenizer_fault_fails_its_request_alone_and_is_counted(tiny_embedder_
     handler, context = make_handler(tiny_embedder_dir)
     encode = handler.tokenizer.encode
 
-    def flaky(texts):
+    def flaky(texts, left=False):
         if any("poison" in t for t in texts):
             raise RuntimeError("tokenizer fault")
-        return encode(texts)
+        return encode(texts, left)
 
     monkeypatch.setattr(handler.tokenizer, "encode", flaky)
     answers = serve(handler, context, [{"body": {"text": "fine"}}, {"body": {"text": "poison"}}, {"body": b""}])

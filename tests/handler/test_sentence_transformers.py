@@ -181,3 +181,30 @@ def test_the_build_records_the_chain_and_writes_prompts(folders, tmp_path, capsy
     close(np.array([a["embedding"] for a in body]), reference(folders["prompt-excluded"], texts, prompt="passage: "))
     assert build.main([*argv[:-1], "nope"]) == 2
     assert "--default-prompt 'nope': not a prompt" in capsys.readouterr().err
+
+
+def test_truncation_on_request_right_left_or_refused(minilm_dir):
+    """`truncate: false` is that request's 413; `truncation_direction: left` keeps a text's last tokens, as
+    sentence-transformers does with its tokenizer's truncation_side set to left."""
+    long = " ".join(f"word{i} of a long passage" for i in range(200))
+    handler, context = make_handler(minilm_dir, max_length=64)
+    (refused, right, left, plain) = serve(handler, context, [
+        {"body": {"text": long, "truncate": False}},
+        {"body": {"text": long, "truncation_direction": "right"}},
+        {"body": {"text": long, "truncation_direction": "left"}},
+        {"body": {"text": "short", "truncate": False}},
+    ])  # fmt: skip
+    assert refused[0] == 413 and "(truncate: false)" in refused[1]["message"] and plain[0] == 200
+    model = sentence_transformers.SentenceTransformer(str(minilm_dir), device="cpu")
+    model.max_seq_length = 64
+    close(np.array(right[1]["embedding"]), model.encode([long])[0])
+    model.tokenizer.truncation_side = "left"
+    close(np.array(left[1]["embedding"]), model.encode([long])[0])
+    assert right[1]["truncated"] and left[1]["truncated"]
+
+
+def test_a_left_cut_with_an_excluded_prompt_is_refused(folders):
+    handler, context = make_handler(folders["prompt-excluded"], max_length=128)
+    ((status, body),) = serve(handler, context, [{"body": {"text": "x", "prompt": "q: ",
+                                                           "truncation_direction": "left"}}])  # fmt: skip
+    assert status == 400 and body["message"].startswith('truncation_direction "left" with a prompt is not served')

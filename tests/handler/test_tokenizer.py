@@ -21,9 +21,14 @@ def tokenizer(request, minilm_dir, tmp_path_factory) -> Tokenizer:
     return tok
 
 
-def whole(tok: Tokenizer, text: str) -> Encoded:
-    """The reference: the tokenizer on the whole text, no cut."""
-    e = tok._backend.encode(text)
+def whole(tok: Tokenizer, text: str, left: bool = False) -> Encoded:
+    """The reference: the tokenizer on the whole text, no cut (`left`: truncated from the left)."""
+    if left:
+        tok._backend.enable_truncation(tok.max_length, direction="left")
+    try:
+        e = tok._backend.encode(text)
+    finally:
+        tok._backend.enable_truncation(tok.max_length)
     return Encoded(tuple(e.ids), bool(e.overflowing))
 
 
@@ -40,6 +45,7 @@ texts = st.lists(st.tuples(st.sampled_from(PIECES), st.sampled_from(GLUE)), min_
 @given(st.lists(texts, min_size=1, max_size=4))
 def test_cut_tokenizing_matches_the_whole_text(tokenizer, batch):
     assert tokenizer.encode(batch) == [whole(tokenizer, t) for t in batch]
+    assert tokenizer.encode(batch, left=True) == [whole(tokenizer, t, left=True) for t in batch]
 
 
 def exact_or_refused(tok: Tokenizer, text: str, e: Encoded) -> bool:
@@ -55,6 +61,9 @@ def test_long_texts_cut_and_degenerate_ones(tokenizer):
              "a" * (tokenizer.max_cut_chars + 1), " " * tokenizer.max_cut_chars + "end"]  # fmt: skip
     encoded = tokenizer.encode(batch)
     assert all(exact_or_refused(tokenizer, t, e) for t, e in zip(batch, encoded))
+    from_left = tokenizer.encode(batch, left=True)
+    assert all(e == whole(tokenizer, t, True) or (e.unbounded and len(t) > tokenizer.max_cut_chars)
+               for t, e in zip(batch, from_left))  # fmt: skip
     assert not encoded[0].unbounded and encoded[-2].unbounded  # prose with spaces; one 97-character "word"
 
 
@@ -73,6 +82,8 @@ def test_token_ids_are_wrapped_and_truncated(tokenizer):
     assert tokenizer.wrap(ids) == whole(tokenizer, "serving a transformer")
     long = tokenizer.wrap(list(range(5, 40)))
     assert len(long.ids) == 8 and long.truncated and long.ids[: len(tokenizer.prefix)] == tokenizer.prefix
+    tail = tokenizer.wrap(list(range(5, 40)), left=True)
+    assert tail.ids == tokenizer.prefix + tuple(range(40 - 8 + tokenizer.specials, 40)) + tokenizer.suffix
 
 
 def test_invisible_texts_are_empty(minilm_dir):

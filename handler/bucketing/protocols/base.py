@@ -128,9 +128,12 @@ class Options:
     dimensions: int | None = None  # keep the first components (then re-normalised if normalised)
     raw_scores: bool = False  # classification: logits instead of scores
     prompt: str = ""  # put before each text (a named prompt of the model's, resolved; or the request's own)
+    truncate: bool | None = None  # a text over max_length: cut (true) or a 413 (false); None: handler.on_overflow
+    truncation_direction: str = "right"  # which end of a text over max_length is cut: right or left
 
 
-OPTION_FIELDS = ("prompt_name", "prompt", "normalize", "dimensions", "raw_scores")
+OPTION_FIELDS = ("prompt_name", "prompt", "normalize", "dimensions", "raw_scores", "truncate", "truncation_direction")
+DIRECTIONS = ("right", "left")
 
 
 def read_options(
@@ -139,7 +142,7 @@ def read_options(
     """The request's options among `fields` of `body`, checked; the prompt resolved against the model's prompts
     (none named and no `prompt`: the model's default prompt, if it has one)."""
     values: dict[str, Any] = {}
-    for name in ("normalize", "raw_scores"):
+    for name in ("normalize", "raw_scores", "truncate"):
         value = body.get(name) if name in fields else None
         if value is not None and not isinstance(value, bool):
             return bad("InvalidType", f'"{name}" must be true or false, got {json_type(value)}', name)
@@ -148,11 +151,15 @@ def read_options(
     if dimensions is not None and (not is_int(dimensions) or not 1 <= dimensions <= limits.dimensions):
         return bad("InvalidRequest", f'"dimensions" must be an integer from 1 to {limits.dimensions} (this model\'s '
                    f"embedding size), got {quote(dimensions, 40)}", "dimensions")  # fmt: skip
+    direction = body.get("truncation_direction", "right") if "truncation_direction" in fields else "right"
+    if direction not in DIRECTIONS:
+        return bad("InvalidRequest", f'"truncation_direction" must be "right" or "left", got {quote(direction, 40)}',
+                   "truncation_direction")  # fmt: skip
     prompt = resolve_prompt(body.get("prompt_name") if "prompt_name" in fields else None,
                             body.get("prompt") if "prompt" in fields else None, limits)  # fmt: skip
     if isinstance(prompt, RequestError):
         return prompt
-    return Options(values["normalize"], dimensions, bool(values["raw_scores"]), prompt)
+    return Options(values["normalize"], dimensions, bool(values["raw_scores"]), prompt, values["truncate"], direction)
 
 
 def resolve_prompt(name: Any, text: Any, limits: Limits) -> str | RequestError:

@@ -1,8 +1,8 @@
 """OpenAI's embeddings API at `/predictions/NAME/VERSION/v1/embeddings`, and `v1/models`.
 
 Request: `{"input": str | [str] | [int] | [[int]], "model"?, "encoding_format"?: "float" | "base64",
-"dimensions"?, "user"?}`, and our extra fields `prompt_name` or `prompt` and `normalize`; other fields are
-tolerated (as Text Embeddings Inference and infinity do).
+"dimensions"?, "user"?}`, and our extra fields `prompt_name` or `prompt`, `normalize`, `truncate` and
+`truncation_direction`; other fields are tolerated (as Text Embeddings Inference and infinity do).
 Token ids are the text's tokens without special tokens (what OpenAI's tiktoken ids are, or
 `tokenizer(text, add_special_tokens=False)`); the model's special tokens are added around them.
 Answer: `{"object": "list", "data": [{"object": "embedding", "index", "embedding"}], "model", "usage"}`, the
@@ -132,7 +132,8 @@ def _options(body: Mapping[str, Any], limits: Limits) -> dict[str, Any] | Reques
     if encoding not in ENCODINGS:
         return bad("InvalidRequest", f"'encoding_format' must be 'float' or 'base64', got {quote(encoding, 40)}",
                    "encoding_format")  # fmt: skip
-    options = read_options(body, limits, ("prompt_name", "prompt", "normalize", "dimensions"))
+    fields = ("prompt_name", "prompt", "normalize", "dimensions", "truncate", "truncation_direction")
+    options = read_options(body, limits, fields)
     if isinstance(options, RequestError):
         return options
     return {"model": model, "encoding_format": encoding, "options": options}
