@@ -94,7 +94,7 @@ def check_model_dir(model_dir: Path, task: str) -> int:
 
         try:
             class_labels(config)
-            activation(config)
+            activation(config, model_dir)
         except (ValueError, EngineError) as e:
             raise ModelFolderError(f"{model_dir}: {e}") from None
     chain = read_model_chain(model_dir) if task == "embedding" else None

@@ -44,7 +44,8 @@ class Engine(Protocol):
     name: str
     device: str
 
-    def __call__(self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None) -> np.ndarray: ...
+    def __call__(self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None,
+                 types: np.ndarray | None = None) -> np.ndarray: ...  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -70,17 +71,31 @@ class Head(torch.nn.Module):
         self.pooled = pooled
         self.modes = tuple((chain or Chain()).pooling)
         self.dense = torch.nn.ModuleList(dense)
+        # A classifier of text pairs takes token types (BERT's segments) where its model has more than one.
+        self.types = not pooled and takes_token_types(model)
+        self.inputs = ("input_ids", "attention_mask", *(("pool_mask",) if pooled else ()),
+                       *(("token_type_ids",) if self.types else ()))  # fmt: skip
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                pool_mask: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=False)[0]
+                extra: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+        """`extra`: the pooling mask (embeddings) or the token types (a pair classifier)."""
         if not self.pooled:
-            return out
-        mask = attention_mask if pool_mask is None else pool_mask
+            kwargs = {"token_type_ids": extra} if self.types and extra is not None else {}
+            return self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=False, **kwargs)[0]
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=False)[0]
+        mask = attention_mask if extra is None else extra
         pooled = torch.cat([pool(mode, out, mask, attention_mask) for mode in self.modes], dim=-1)
         for layer in self.dense:
             pooled = layer(pooled)
         return pooled
+
+
+def takes_token_types(model: torch.nn.Module) -> bool:
+    """Whether the model reads token types that can differ (BERT: 2; RoBERTa, XLM-R: 1; DistilBERT: none)."""
+    import inspect
+
+    accepts = "token_type_ids" in inspect.signature(model.forward).parameters
+    return accepts and int(getattr(model.config, "type_vocab_size", 0) or 0) > 1
 
 
 def pool(mode: str, tokens: torch.Tensor, mask: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -145,7 +160,7 @@ def load_head(task: str, model_dir: str) -> tuple[Head, ModelInfo]:
     except (ValueError, ChainError) as e:
         raise EngineError(f"{model_dir}: {e}") from None
     dims = chain.dimensions(int(cfg.hidden_size))
-    info = ModelInfo(positions, dims, labels, int(cfg.vocab_size), activation(cfg), chain)
+    info = ModelInfo(positions, dims, labels, int(cfg.vocab_size), activation(cfg, model_dir), chain)
     head = Head(model, pooled=task != "classification", chain=chain, dense=dense_layers(model_dir, chain))
     return head.eval(), info
 
@@ -165,20 +180,35 @@ def class_labels(config: Any) -> tuple[str, ...]:
 CROSS_ENCODER_ACTIVATIONS = {"Sigmoid": "sigmoid", "Identity": "identity", "Softmax": "softmax"}
 
 
-def activation(config: Any) -> str:
-    """How a classifier's logits become scores: the CrossEncoder's own activation when its config names one,
-    else as Hugging Face's text-classification pipeline decides (sigmoid for one label or a multi-label model,
-    softmax over the labels otherwise)."""
-    named = str((getattr(config, "sentence_transformers", None) or {}).get("activation_fn") or "")
+def activation(config: Any, model_dir: str | Path | None = None) -> str:
+    """How a classifier's logits become scores: a CrossEncoder's as CrossEncoder decides it (its saved
+    `activation_fn`, in config_sentence_transformers.json or config.json's `sentence_transformers`; else sigmoid
+    for one label, identity otherwise); any other classifier as Hugging Face's text-classification pipeline does
+    (sigmoid for one label or a multi-label model, softmax over the labels otherwise)."""
+    st = _json_file(Path(model_dir) / "config_sentence_transformers.json") if model_dir else {}
+    named = str(st.get("activation_fn") or (getattr(config, "sentence_transformers", None) or {}).get("activation_fn")
+                or "")  # fmt: skip
     if named:
         short = named.rsplit(".", 1)[-1]
         if short not in CROSS_ENCODER_ACTIVATIONS:
-            raise EngineError(f"config.json sentence_transformers.activation_fn {named!r} is not served; served: "
+            raise EngineError(f"the model's activation_fn {named!r} is not served; served: "
                               f"{', '.join(CROSS_ENCODER_ACTIVATIONS)}")  # fmt: skip
         return CROSS_ENCODER_ACTIVATIONS[short]
+    if st.get("model_type") == "CrossEncoder":
+        return "sigmoid" if int(config.num_labels) == 1 else "identity"
     if int(config.num_labels) == 1 or getattr(config, "problem_type", None) == "multi_label_classification":
         return "sigmoid"
     return "softmax"
+
+
+def _json_file(path: Path) -> dict[str, Any]:
+    import json
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def usable_positions(config: Any) -> int:
@@ -220,6 +250,14 @@ def probe(vocab_size: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.nd
     return ids, mask, pool_mask
 
 
+def probe_types(mask: np.ndarray) -> np.ndarray:
+    """Token types to compare engines on: the second half of each row's real tokens of type 1 (a pair)."""
+    types = np.zeros_like(mask)
+    for row, n in enumerate(mask.sum(axis=1)):
+        types[row, n // 2 : n] = 1
+    return types
+
+
 class TorchEngine:
     """The model on torch, eager or traced with TorchScript."""
 
@@ -236,7 +274,8 @@ class TorchEngine:
             return out.float().cpu().numpy()
 
     def _trace(self, vocab_size: int) -> torch.jit.ScriptModule | None:
-        inputs = head_inputs(self.head, *probe(vocab_size))
+        ids, mask, pool_mask = probe(vocab_size)
+        inputs = head_inputs(self.head, ids, mask, pool_mask, probe_types(mask))
         try:
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -251,16 +290,21 @@ class TorchEngine:
             logger.warning("TorchScript trace unusable (%s: %s); using the eager model", type(e).__name__, str(e)[:200])
             return None
 
-    def __call__(self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None) -> np.ndarray:
+    def __call__(self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None,
+                 types: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
         module = self.traced if self.traced is not None else self.head
-        return self._run(module, *head_inputs(self.head, ids, mask, pool_mask))
+        return self._run(module, *head_inputs(self.head, ids, mask, pool_mask, types))
 
 
-def head_inputs(head: Head, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None) -> tuple:
-    """What a head takes: ids and mask; and for embeddings the pooling mask (the attention mask unless told)."""
-    if not head.pooled:
-        return ids, mask
-    return ids, mask, mask if pool_mask is None else pool_mask
+def head_inputs(head: Head, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None,
+                types: np.ndarray | None = None) -> tuple:  # fmt: skip
+    """What a head takes, in its order: ids and mask; for embeddings the pooling mask (the attention mask unless
+    told); for a pair classifier the token types (zeros unless told)."""
+    if head.pooled:
+        return ids, mask, mask if pool_mask is None else pool_mask
+    if head.types:
+        return ids, mask, np.zeros_like(ids) if types is None else types
+    return ids, mask
 
 
 class OrtEngine:
@@ -286,16 +330,19 @@ class OrtEngine:
         self.session = ort.InferenceSession(str(path), options, providers=providers)
         self.inputs = [i.name for i in self.session.get_inputs()]
 
-    def __call__(self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None) -> np.ndarray:
-        feed = {"input_ids": ids, "attention_mask": mask, "pool_mask": mask if pool_mask is None else pool_mask}
+    def __call__(self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None,
+                 types: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+        feed = {"input_ids": ids, "attention_mask": mask, "pool_mask": mask if pool_mask is None else pool_mask,
+                "token_type_ids": np.zeros_like(ids) if types is None else types}  # fmt: skip
         return self.session.run(None, {name: feed[name] for name in self.inputs})[0]
 
 
 def export_onnx(task: str, model_dir: str, path: Path) -> Path:
     """Export the task's head to ONNX with dynamic batch and sequence axes (done when an archive is built)."""
     head, info = load_head(task, model_dir)
-    inputs = head_inputs(head, *probe(info.vocab_size))
-    names = ["input_ids", "attention_mask", "pool_mask"][: len(inputs)]
+    ids, mask, pool_mask = probe(info.vocab_size)
+    inputs = head_inputs(head, ids, mask, pool_mask, probe_types(mask))
+    names = list(head.inputs)
     axes = {**{name: {0: "batch", 1: "sequence"} for name in names}, "output": {0: "batch"}}
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -317,9 +364,10 @@ def load_engine(config: HandlerConfig, model_dir: str, gpu_id: Any = None) -> tu
                           "`python -m model_store.build --engine onnxruntime` (it exports the graph)")  # fmt: skip
     try:
         engine = OrtEngine(path, config.torch_threads, device)
-        inputs = probe(info.vocab_size)
-        reference = TorchEngine(head, device, torch.float32, False, info.vocab_size)(*inputs)
-        diff = float(np.abs(engine(*inputs) - reference).max())
+        ids, mask, pool_mask = probe(info.vocab_size)
+        reference = TorchEngine(head, device, torch.float32, False, info.vocab_size)(ids, mask, pool_mask,
+                                                                                     probe_types(mask))  # fmt: skip
+        diff = float(np.abs(engine(ids, mask, pool_mask, probe_types(mask)) - reference).max())
     except Exception as e:
         raise EngineError(f"handler.engine onnxruntime: {path} could not be checked against the torch model "
                           f"({type(e).__name__}: {str(e)[:300]})") from e  # fmt: skip

@@ -67,8 +67,12 @@ def compute(items: Sequence[Item], plan_fn: Planner, task: Task, pad_id: int) ->
     start = time.perf_counter()
     results = []
     for sb in plan.sub_batches:
-        ids, mask = collate([rows[i] for i in sb.indices], sb.padded_len, pad_id)
-        results.append(task.forward(ids, mask, [items[i].encoded.skip for i in sb.indices]))
+        encoded = [items[i].encoded for i in sb.indices]
+        ids, mask = collate([e.ids for e in encoded], sb.padded_len, pad_id)
+        types = None
+        if any(e.type_ids for e in encoded):
+            types, _ = collate([e.type_ids or (0,) * len(e.ids) for e in encoded], sb.padded_len, 0)
+        results.append(task.forward(ids, mask, [e.skip for e in encoded], types))
     forward_ms = (time.perf_counter() - start) * 1000.0
     stats = BatchStats(
         batches=0,

@@ -24,7 +24,8 @@ class Task(Protocol):
     labels: tuple[str, ...] | None  # class names (classification); None for embeddings
     engine: Engine
 
-    def forward(self, ids: np.ndarray, mask: np.ndarray, skip: Sequence[int] | None = None) -> np.ndarray: ...
+    def forward(self, ids: np.ndarray, mask: np.ndarray, skip: Sequence[int] | None = None,
+                types: np.ndarray | None = None) -> np.ndarray: ...  # fmt: skip
 
     def answer(self, output: np.ndarray, encoded: Encoded) -> Answer: ...
 
@@ -43,7 +44,8 @@ class EmbeddingTask:
         self.chain = info.chain
         self.normalize = normalize
 
-    def forward(self, ids: np.ndarray, mask: np.ndarray, skip: Sequence[int] | None = None) -> np.ndarray:
+    def forward(self, ids: np.ndarray, mask: np.ndarray, skip: Sequence[int] | None = None,
+                types: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
         """Pooled outputs of a padded sub-batch; `skip[r]`: leading (prompt) tokens of row r left out of pooling."""
         if not skip or not any(skip):
             return self.engine(ids, mask)
@@ -69,8 +71,10 @@ class ClassificationTask:
         self.dimensions = len(info.labels)
         self.activation = info.activation
 
-    def forward(self, ids: np.ndarray, mask: np.ndarray, skip: Sequence[int] | None = None) -> np.ndarray:
-        return self.engine(ids, mask)
+    def forward(self, ids: np.ndarray, mask: np.ndarray, skip: Sequence[int] | None = None,
+                types: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+        """The logits of a padded sub-batch; `types`: token types of text pairs (zeros for single texts)."""
+        return self.engine(ids, mask, types=types)
 
     def answer(self, output: np.ndarray, encoded: Encoded) -> Answer:
         return Answer(output, len(encoded.ids), encoded.truncated, self.labels, self.activation)

@@ -19,6 +19,7 @@ class Encoded:
     truncated: bool
     unbounded: bool = False
     skip: int = 0  # leading tokens (a prompt's, with the first special token) the pooling leaves out
+    type_ids: tuple[int, ...] | None = None  # a text pair's token types (None: all 0, a single text)
 
 
 class Tokenizer:
@@ -54,6 +55,7 @@ class Tokenizer:
         self._backend.no_padding()
         self._backend.no_truncation()
         self.prefix, self.suffix = self._special_tokens()
+        self.pair = self._pair_template()
         self._backend.enable_truncation(max_length)
         self.vocab_size = int(self._backend.get_vocab_size(with_added_tokens=True))
         self.cut_chars = CUT_CHARS_PER_TOKEN * max_length
@@ -72,6 +74,55 @@ class Tokenizer:
             if full[start : start + len(bare)] == bare:
                 return tuple(full[:start]), tuple(full[start + len(bare) :])
         raise ValueError("cannot locate a text's tokens among the special tokens the tokenizer adds")
+
+    def _pair_template(self) -> PairTemplate | None:
+        """Where the tokenizer puts its special tokens and token types around a pair's two texts (None: it has no
+        pair template)."""
+        a, b = (self._backend.encode(t, add_special_tokens=False).ids for t in PAIR_PROBE)
+        full = self._backend.encode(*PAIR_PROBE)
+        ids, types = full.ids, full.type_ids
+        for i in range(len(ids)):
+            if ids[i : i + len(a)] != a:
+                continue
+            for j in range(i + len(a), len(ids)):
+                if ids[j : j + len(b)] == b:
+                    cut = (i, i + len(a), j, j + len(b))
+                    segments = [(0, cut[0]), cut[:2], (cut[1], cut[2]), cut[2:], (cut[3], len(ids))]
+                    parts = [tuple(ids[x:y]) for x, y in segments[::2]]
+                    kinds = [tuple(types[x:y]) for x, y in segments]
+                    return PairTemplate(*parts, kinds, types[i], types[j])  # type: ignore[arg-type]
+        return None
+
+    def encode_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[Encoded]:
+        """Each pair's tokens as the tokenizer gives them for the whole pair truncated `longest_first` at
+        max_length (what CrossEncoder does): each side from a bounded prefix (`encode`), then the pair's
+        truncation and special tokens applied here; both sides over max_length: both tokenized whole (when each is
+        at most `max_cut_chars` characters; `unbounded` otherwise), since which is longer decides the split."""
+        if self.pair is None:
+            raise ValueError("this tokenizer has no pair template (post-processor): it cannot encode text pairs")
+        sides = self.encode([t for pair in pairs for t in pair])
+        out = []
+        for k, (first, second) in enumerate(pairs):
+            a, b = sides[2 * k], sides[2 * k + 1]
+            if a.unbounded or b.unbounded:
+                out.append(Encoded((), True, unbounded=True))
+                continue
+            lengths = [len(e.ids) - self.specials + (1 if e.truncated else 0) for e in (a, b)]
+            content = [e.ids[len(self.prefix) : len(e.ids) - len(self.suffix)] for e in (a, b)]
+            # Both cut (which is longer decides the split), or a pair template with fewer special tokens than a text's
+            # (a side's prefix then holds too few tokens): the sides are tokenized whole, if not too long.
+            if (a.truncated and b.truncated) or ((a.truncated or b.truncated) and self.pair.specials < self.specials):
+                if max(len(first), len(second)) > self.max_cut_chars:
+                    out.append(Encoded((), True, unbounded=True))
+                    continue
+                self._backend.no_truncation()
+                try:
+                    whole = [self._backend.encode(t, add_special_tokens=False).ids for t in (first, second)]
+                finally:
+                    self._backend.enable_truncation(self.max_length)
+                lengths, content = [len(w) for w in whole], whole
+            out.append(self.pair.join(content[0], content[1], *lengths, self.max_length))
+        return out
 
     @property
     def specials(self) -> int:
@@ -128,6 +179,48 @@ class Tokenizer:
 
 
 PROBE = "hello"
+PAIR_PROBE = ("hello", "world")
+
+
+@dataclass(frozen=True)
+class PairTemplate:
+    """A tokenizer's pair layout: special tokens before, between and after the two texts, and token types."""
+
+    before: tuple[int, ...]
+    between: tuple[int, ...]
+    after: tuple[int, ...]
+    kinds: list[tuple[int, ...]]  # token types of: before, first text, between, second text, after
+    first_type: int
+    second_type: int
+
+    @property
+    def specials(self) -> int:
+        return len(self.before) + len(self.between) + len(self.after)
+
+    def join(self, a: Sequence[int], b: Sequence[int], n_a: int, n_b: int, max_length: int) -> Encoded:
+        """The pair's ids and types, its texts cut as the tokenizers library's `longest_first` does; `n_a`, `n_b`:
+        each text's token count (at least what is given, plus one when more was cut off)."""
+        keep_a, keep_b = longest_first(n_a, n_b, max_length - self.specials)
+        a, b = tuple(a[:keep_a]), tuple(b[:keep_b])
+        ids = self.before + a + self.between + b + self.after
+        k = self.kinds
+        types = k[0] + (self.first_type,) * len(a) + k[2] + (self.second_type,) * len(b) + k[4]
+        return Encoded(ids, keep_a < n_a or keep_b < n_b, type_ids=types)
+
+
+def longest_first(n1: int, n2: int, budget: int) -> tuple[int, int]:
+    """How many tokens of each text `longest_first` truncation keeps (the tokenizers library's rule): the longer is
+    cut to what the shorter leaves; if that is not enough, both to half the budget (the longer gets the odd one)."""
+    if n1 + n2 <= budget:
+        return n1, n2
+    swap = n1 > n2
+    short, _ = (n2, n1) if swap else (n1, n2)
+    long = short if short > budget else max(short, budget - short)
+    if short + long > budget:
+        short, long = budget // 2, budget // 2 + budget % 2
+    return (long, short) if swap else (short, long)
+
+
 CUT_CHARS_PER_TOKEN = 32  # the first prefix tried: enough for max_length tokens of any ordinary prose
 GROWTH = 4  # the one longer prefix tried when the first settles nothing (so a text costs at most 1 + 4 prefixes)
 

@@ -144,10 +144,10 @@ def test_a_failing_text_fails_alone(tiny_embedder_dir, monkeypatch):
     poison = handler.tokenizer.encode(["poison"])[0].ids
     forward = handler.task.forward
 
-    def flaky(ids, mask, skip=None):
+    def flaky(ids, mask, skip=None, types=None):
         if any(tuple(row[: len(poison)]) == poison for row in ids.tolist()):
             raise RuntimeError("boom")
-        return forward(ids, mask, skip)
+        return forward(ids, mask, skip, types)
 
     monkeypatch.setattr(handler.task, "forward", flaky)
     answers = serve(handler, context, [{"body": {"text": "fine"}}, {"body": {"text": "poison"}}, {"body": b"x"}],
@@ -249,8 +249,8 @@ def test_a_tokenizer_fault_fails_its_request_alone_and_is_counted(tiny_embedder_
 def test_one_by_one_retries_are_counted(tiny_embedder_dir, monkeypatch):
     handler, context = make_handler(tiny_embedder_dir)
     forward = handler.task.forward
-    monkeypatch.setattr(handler.task, "forward", lambda ids, mask, skip=None: (_ for _ in ()).throw(
-                        RuntimeError("x")) if ids.shape[0] > 1 else forward(ids, mask, skip))  # fmt: skip
+    monkeypatch.setattr(handler.task, "forward", lambda ids, mask, skip=None, types=None: (_ for _ in ()).throw(
+                        RuntimeError("x")) if ids.shape[0] > 1 else forward(ids, mask, skip, types))  # fmt: skip
     answers = serve(handler, context, [{"body": {"text": "one"}}, {"body": {"texts": ["two", "three words here"]}}])
     assert [s for s, _ in answers] == [200, 500]
     totals = context.metrics.totals()

@@ -90,3 +90,26 @@ def test_invisible_texts_are_empty(minilm_dir):
     tok = Tokenizer(str(minilm_dir), max_length=16)
     empty, real = tok.encode(["\u200b\u200b\x00 \ufeff", "hello"])
     assert tok.empty(empty) and not tok.empty(real)
+
+
+def whole_pair(tok: Tokenizer, a: str, b: str) -> Encoded:
+    """The reference: the tokenizer on the whole pair, truncated longest_first at max_length (CrossEncoder's)."""
+    e = tok._backend.encode(a, b)
+    return Encoded(tuple(e.ids), bool(e.overflowing), type_ids=tuple(e.type_ids))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(texts, texts), min_size=1, max_size=3))
+def test_pairs_are_tokenized_as_the_whole_pair(tokenizer, pairs):
+    for (a, b), e in zip(pairs, tokenizer.encode_pairs(pairs)):  # both sides long and one past the cut: refused
+        assert e == whole_pair(tokenizer, a, b) or (e.unbounded and max(len(a), len(b)) > tokenizer.max_cut_chars)
+
+
+@pytest.mark.parametrize("max_length", [7, 8, 9, 12])  # odd and even budgets: which side gets the odd token
+def test_long_pairs_split_the_budget_as_the_tokenizer_does(minilm_dir, max_length):
+    tok = Tokenizer(str(minilm_dir), max_length)
+    pairs = [("word " * 50, "short"), ("short", "word " * 50), ("word " * 40, "serving " * 41),
+             ("serving " * 41, "word " * 40), ("a b", "c d"), ("word " * 20, "serving " * 20)]  # fmt: skip
+    assert tok.encode_pairs(pairs) == [whole_pair(tok, a, b) for a, b in pairs]
+    (huge,) = tok.encode_pairs([("word " * 3000, "serving " * 3000)])  # both sides long, past max_cut_chars
+    assert huge.unbounded
