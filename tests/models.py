@@ -72,10 +72,11 @@ def build_tokenizer(target: Path, kind: str) -> Path:
     return target
 
 
-def build_tiny(target: Path, arch: str, classifier: bool = False, seed: int = 0) -> Path:
+def build_tiny(target: Path, arch: str, classifier: bool = False, seed: int = 0,
+               labels_by_id: dict[int, str] = LABELS) -> Path:  # fmt: skip
     """A randomly initialised tiny encoder of a family: bert, roberta (byte-level BPE) or distilbert."""
     if arch == "bert":
-        return build_tiny_bert(target, classifier, seed)
+        return build_tiny_bert(target, classifier, seed, labels=labels_by_id)
     import shutil
 
     import torch
@@ -83,7 +84,8 @@ def build_tiny(target: Path, arch: str, classifier: bool = False, seed: int = 0)
 
     torch.manual_seed(seed)
     target.mkdir(parents=True, exist_ok=True)
-    labels = {"num_labels": len(LABELS), "id2label": LABELS, "label2id": {v: k for k, v in LABELS.items()}}
+    labels = {"num_labels": len(labels_by_id), "id2label": labels_by_id,
+              "label2id": {v: k for k, v in labels_by_id.items()}}  # fmt: skip
     if arch == "roberta":
         build_tokenizer(target, "bpe")
         from transformers import AutoTokenizer
@@ -130,4 +132,14 @@ def build_sentence_transformer(target: Path, arch: str = "bert", pooling: str | 
         modules.append(Normalize())
     model = SentenceTransformer(modules=modules, prompts=prompts, default_prompt_name=default_prompt)
     model.save(str(target))
+    return target
+
+
+def build_cross_encoder(target: Path, arch: str = "bert", labels: int = 1, seed: int = 0) -> Path:
+    """A tiny random cross-encoder saved by sentence-transformers itself (`CrossEncoder(body).save()`)."""
+    from sentence_transformers import CrossEncoder
+
+    names = {i: f"LABEL_{i}" for i in range(labels)}
+    body = build_tiny(target.parent / f"{target.name}-body", arch, classifier=True, seed=seed, labels_by_id=names)
+    CrossEncoder(str(body), device="cpu").save(str(target))
     return target

@@ -21,7 +21,7 @@ from .config import ConfigError, HandlerConfig
 from .metrics import BatchStats
 from .planner import CostModel, Plan, plan_bucketed, plan_dynamic, plan_static, round_up
 from .protocols import Incoming, Reply
-from .protocols.base import Answer, Limits, Meta, RequestError
+from .protocols.base import Answer, Limits, Meta, Pair, RequestError
 from .tasks import Task
 from .tokenizer import Encoded, Tokenizer, collate
 
@@ -187,8 +187,13 @@ class Pipeline:
                 prompt = merged.options[i].prompt
                 out[i] = replace(e, skip=self.tokenizer.prompt_length(prompt) if prompt and self.excludes_prompt else 0)
             for i in mine:
-                if not isinstance(merged.inputs[i], str):
+                if isinstance(merged.inputs[i], tuple):
                     out[i] = self.tokenizer.wrap(merged.inputs[i], left)
+        pairs = [i for i, x in enumerate(merged.inputs) if isinstance(x, Pair)]
+        if pairs:  # a cross-encoder's query and document, cut longest_first as CrossEncoder does
+            encoded = self.tokenizer.encode_pairs([(merged.inputs[i].query, merged.inputs[i].document) for i in pairs])
+            for i, e in zip(pairs, encoded):
+                out[i] = e
         return [e for e in out if e is not None]
 
     @property
@@ -225,6 +230,11 @@ class Pipeline:
     def _check(self, request: Any, encoded: list[Encoded]) -> RequestError | None:
         """An input that normalised to nothing is a 400; one over max_length is a 413 under `on_overflow: reject`."""
         for index, e in enumerate(encoded):
+            if isinstance(request.inputs[index], Pair):
+                error = self._check_pair(request, index, e)
+                if error:
+                    return error
+                continue
             if e.unbounded:
                 return RequestError(413, "TextTooLong", f"{request.where(index)} is over "
                                     f"{self.tokenizer.max_cut_chars} characters and its first "
@@ -244,6 +254,21 @@ class Pipeline:
                 return RequestError(400, "InvalidRequest", 'truncation_direction "left" with a prompt is not served '
                                     "by this model: its pooling leaves the prompt's tokens out, and a left cut "
                                     "removes them first", "truncation_direction")  # fmt: skip
+        return None
+
+    def _check_pair(self, request: Any, index: int, e: Encoded) -> RequestError | None:
+        where, options = request.where(index), request.options
+        if options.truncation_direction == "left":
+            return RequestError(400, "InvalidRequest", 'truncation_direction "left" is not served for text pairs '
+                                "(cut longest_first, as CrossEncoder cuts them)", "truncation_direction")  # fmt: skip
+        if e.unbounded:
+            return RequestError(413, "TextTooLong", f"{where}: both texts are over max_length={self.config.max_length} "
+                                f"tokens and one is over {self.tokenizer.max_cut_chars} characters; send shorter "
+                                "texts", "input")  # fmt: skip
+        if e.truncated and not (options.truncate if options.truncate is not None else
+                                self.config.on_overflow == "truncate"):  # fmt: skip
+            return RequestError(413, "TextTooLong", f"{where}: the pair has more than max_length="
+                                f"{self.config.max_length} tokens", "input")  # fmt: skip
         return None
 
     def _run(self, incoming: list[Incoming], items: list[Item]) -> tuple[list[Incoming], list[Any], BatchStats]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -49,6 +49,8 @@ class Tokenizer:
         limit = int(getattr(hf, "model_max_length", 0) or 0)
         self.model_max_length = limit if 0 < limit < 10**6 else None  # what the tokenizer says the model takes
         self.max_length = max_length
+        # Token types reach the model only where its tokenizer gives them (BERT's do; RoBERTa's do not).
+        self.token_types = "token_type_ids" in getattr(hf, "model_input_names", ())
         self._backend = hf.backend_tokenizer
         if lower_case:
             lowercase_first(self._backend)
@@ -121,7 +123,8 @@ class Tokenizer:
                 finally:
                     self._backend.enable_truncation(self.max_length)
                 lengths, content = [len(w) for w in whole], whole
-            out.append(self.pair.join(content[0], content[1], *lengths, self.max_length))
+            joined = self.pair.join(content[0], content[1], *lengths, self.max_length)
+            out.append(joined if self.token_types else replace(joined, type_ids=None))
         return out
 
     @property

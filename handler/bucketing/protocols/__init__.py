@@ -1,9 +1,12 @@
 """Wire formats, one module each, behind one interface; `parse` picks the format of each request.
 
-A wire format is a module with `NAME`, `parse(body, limits) -> Request | RequestError` and
-`error_body(error)`. The format comes from TorchServe's `url_path` (what follows `/predictions/NAME/VERSION/`)
-and, at the plain predictions path, from the body: `inputs` is KServe v2, `instances` KServe v1, anything else
-ours. Each request then carries its own outcome (`Incoming`): a request to run, or the error to answer.
+A wire format is a module that declares, in one place, how requests reach it and how it answers:
+- `ROUTES`: the paths it serves after `/predictions/NAME/VERSION/` (TorchServe's `url_path`), each with its
+  parser `(body, limits) -> Request | RequestError`; `""` is the plain predictions path;
+- `claims(body)` (optional): whether a body at the plain path is its own (KServe v2: `inputs`; v1: `instances`);
+- `SERVED`: what it serves, for the 404 that lists everything; `error_body(error)`: its error shape.
+Everything below is derived from `WIRES`: adding a wire format is its module and one entry there. Each request then
+carries its own outcome (`Incoming`): a request to run, or the error to answer.
 """
 
 from __future__ import annotations
@@ -14,22 +17,15 @@ from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any
 
-from . import kserve_v1, kserve_v2, native, openai
+from . import cohere_rerank, kserve_v1, kserve_v2, native, openai, tei_rerank
 from .base import Answer, Binary, Limits, Meta, Request, RequestError, decode, quote
 
-WIRES: tuple[ModuleType, ...] = (native, kserve_v1, kserve_v2, openai)
+# Body claims are tried in this order at the plain path; the wire that routes "" answers what none claims.
+WIRES: tuple[ModuleType, ...] = (kserve_v2, kserve_v1, openai, tei_rerank, cohere_rerank, native)
 Parser = Callable[[Any, Limits], Any]
 
-# url_path -> (wire format, its parser); "" is the plain predictions path, where the body decides.
-ROUTES: dict[str, tuple[ModuleType, Parser]] = {
-    openai.EMBEDDINGS: (openai, openai.parse),
-    openai.MODELS: (openai, openai.parse_models),
-}
-SERVED = (
-    'POST /predictions/NAME[/VERSION] (JSON {"text"} or {"texts"}, text/plain, KServe v1/v2 bodies), '
-    f"POST /predictions/NAME/VERSION/{openai.EMBEDDINGS} (OpenAI, embedding models), "
-    f"GET /predictions/NAME/VERSION/{openai.MODELS}"
-)
+ROUTES: dict[str, tuple[ModuleType, Parser]] = {path: (w, parser) for w in WIRES for path, parser in w.ROUTES.items()}
+SERVED = "; ".join(w.SERVED for w in WIRES)
 
 
 @dataclass(frozen=True)
@@ -88,10 +84,10 @@ def parse(row: Any, meta: Meta, limits: Limits) -> Incoming:
     """One TorchServe request row to its wire format and outcome; never raises."""
     content_type = meta.content_type
     path = (meta.url_path or "").strip("/")
-    if path and path not in ROUTES:
-        wire = openai if path.startswith("v1/") else native
-        return Incoming(wire, RequestError(404, "NotFound", f"no endpoint {quote(path, 60)} here; served: {SERVED}"))
-    wire, parser = ROUTES.get(path, (native, native.parse))
+    if path not in ROUTES:
+        return Incoming(_nearest(path), RequestError(404, "NotFound", f"no endpoint {quote(path, 60)} here; served: "
+                                                     f"{SERVED}"))  # fmt: skip
+    wire, parser = ROUTES[path]
     try:
         header_length = meta.header(kserve_v2.HEADER_LENGTH)
         if not path and header_length is not None and isinstance(row, dict):
@@ -121,10 +117,19 @@ def _binary_request(row: dict[str, Any], header_length: str, limits: Limits) -> 
 
 
 def _by_body(body: Any) -> tuple[ModuleType, Parser]:
-    for wire in (kserve_v2, kserve_v1):
-        if wire.claims(body):
+    for wire in WIRES:
+        claims = getattr(wire, "claims", None)
+        if claims is not None and claims(body):
             return wire, wire.parse
-    return native, native.parse
+    return ROUTES[""]
+
+
+def _nearest(path: str) -> ModuleType:
+    """The wire format whose routes share the unknown path's first segment (`v1/...`: OpenAI's), for its error
+    shape; else the plain path's."""
+    head = path.split("/", 1)[0]
+    near = [w for w in WIRES for route in w.ROUTES if "/" in route and route.split("/", 1)[0] == head]
+    return near[0] if near else ROUTES[""][0]
 
 
 FLOAT_CHARS = 26  # the longest float32 as JSON writes it ("-1.2345678901234567e-05"), and ", "

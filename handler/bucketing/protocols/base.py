@@ -22,8 +22,18 @@ NAMES_SHOWN = 5  # at most this many unknown keys are named in one message
 MAX_PROMPT_CHARS = 4096  # a request's own `prompt`
 BOM = "\ufeff"
 
-# One input: a text, or token ids without special tokens (the model's special tokens are added around them).
-Input = str | tuple[int, ...]
+
+@dataclass(frozen=True)
+class Pair:
+    """Two texts scored together by a cross-encoder: a query and a document."""
+
+    query: str
+    document: str
+
+
+# One input: a text, token ids without special tokens (the model's special tokens are added around them), or a
+# text pair (classification models: a cross-encoder's query and document).
+Input = str | tuple[int, ...] | Pair
 
 
 @dataclass(frozen=True)
@@ -275,6 +285,30 @@ def texts(value: Any, where: str, max_texts: int) -> tuple[str, ...] | RequestEr
         if error:
             return error
     return tuple(value)
+
+
+def pairs(value: Any, where: str, limits: Limits) -> tuple[Pair, ...] | RequestError:
+    """A non-empty list of at most max_texts [query, document] pairs of texts, for a classification model."""
+    if limits.task != "classification":
+        return bad("InvalidRequest", f'"{where}": text pairs need a classification model (a cross-encoder); this '
+                   f"is an {limits.task} model", where)  # fmt: skip
+    if not isinstance(value, list):
+        return bad("InvalidType", f'"{where}" must be a list of [query, document] pairs, got {json_type(value)}', where)
+    if not value:
+        return bad("EmptyText", f'"{where}" is an empty list', where)
+    if len(value) > limits.max_texts:
+        return too_many(len(value), where, limits.max_texts)
+    out = []
+    for i, pair in enumerate(value):
+        if not isinstance(pair, list) or len(pair) != 2 or not all(isinstance(t, str) for t in pair):
+            size = f" of {len(pair)} items" if isinstance(pair, list) else ""
+            return bad("InvalidType", f"{where}[{i}] must be a [query, document] pair of two strings, got "
+                       f"{json_type(pair)}{size}", where)  # fmt: skip
+        error = check_text(pair[0], f"{where}[{i}][0]") or check_text(pair[1], f"{where}[{i}][1]")
+        if error:
+            return error
+        out.append(Pair(pair[0], pair[1]))
+    return tuple(out)
 
 
 def too_many(count: int | None, where: str, max_texts: int) -> RequestError:

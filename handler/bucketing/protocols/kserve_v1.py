@@ -13,6 +13,8 @@ from .base import Answer, Limits, Options, RequestError, bad, check_count, json_
 from .base import error_body as error_body
 
 NAME = "kserve-v1"
+SERVED = 'POST /v1/models/NAME:predict (KServe v1 {"instances"})'
+ROUTES: dict[str, Any] = {}  # reached at the plain predictions path; its body is claimed (`claims`)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from .base import (
     Binary,
     Limits,
     Options,
+    Pair,
     RequestError,
     answer_fields,
     bad,
@@ -38,6 +39,7 @@ from .base import (
     is_int,
     json_type,
     names,
+    pairs,
     quote,
     read_options,
     texts,
@@ -46,6 +48,8 @@ from .base import (
 from .base import error_body as error_body
 
 NAME = "kserve-v2"
+SERVED = "POST /v2/models/NAME/infer (KServe v2, one BYTES input of texts; a classifier: text and text_pair)"
+ROUTES: dict[str, Any] = {}  # reached at the plain predictions path; its body is claimed (`claims`)
 MAX_RANK = 2  # [n] or [n, 1]
 MAX_ID_CHARS = 1024  # a request id is echoed back; longer is a client's mistake, not an answer too large
 HEADER_LENGTH = "inference-header-content-length"
@@ -54,14 +58,14 @@ BINARY_TYPES = {"FP32": "<f4", "INT64": "<i8", "BOOL": "?"}
 
 @dataclass(frozen=True)
 class V2Request:
-    inputs: tuple[str, ...]
+    inputs: tuple[str, ...] | tuple[Pair, ...]
     id: str | None = None
     outputs: tuple[str, ...] | None = None  # the outputs asked for, in the request's order (None: all)
     binary: frozenset[str] = frozenset()  # outputs to send as binary data
     options: Options = Options()  # from the request's `parameters`: prompt_name, prompt, normalize, dimensions
 
     def where(self, index: int) -> str:
-        return f"inputs[0].data[{index}]"
+        return f"inputs[0].data[{index}]" if not isinstance(self.inputs[index], Pair) else f"pair {index}"
 
     def render(self, answers: Sequence[Answer], model_name: str = "") -> Any:
         check_count(self, answers)
@@ -121,23 +125,23 @@ def encode(datatype: str, data: list[Any]) -> bytes:
     return np.asarray(data, dtype=BINARY_TYPES[datatype]).tobytes()
 
 
-def decode_bytes(raw: bytes, max_items: int) -> list[str] | RequestError:
+def decode_bytes(raw: bytes, max_items: int, t: str = "inputs[0]") -> list[str] | RequestError:
     """BYTES elements from binary data: a uint32 length, then that many bytes of UTF-8, each."""
     items, offset = [], 0
     while offset < len(raw):
         if len(items) >= max_items:
-            return too_many(None, "inputs[0].data", max_items)
+            return too_many(None, f"{t}.data", max_items)
         if offset + 4 > len(raw):
-            return bad("InvalidRequest", f"inputs[0] binary data ends inside the length of element {len(items)}")
+            return bad("InvalidRequest", f"{t} binary data ends inside the length of element {len(items)}")
         (length,) = struct.unpack_from("<I", raw, offset)
         offset += 4
         if offset + length > len(raw):
-            return bad("InvalidRequest", f"inputs[0] binary element {len(items)} claims {length} bytes; "
+            return bad("InvalidRequest", f"{t} binary element {len(items)} claims {length} bytes; "
                        f"{len(raw) - offset} are left")  # fmt: skip
         try:
             items.append(raw[offset : offset + length].decode("utf-8"))
         except UnicodeDecodeError as e:
-            return bad("InvalidEncoding", f"inputs[0] binary element {len(items)} is not UTF-8 (byte {e.start})")
+            return bad("InvalidEncoding", f"{t} binary element {len(items)} is not UTF-8 (byte {e.start})")
         offset += length
     return items
 
@@ -166,23 +170,34 @@ def parse(body: Any, limits: Limits, binary: bytes | None = None) -> V2Request |
         return bad("InvalidRequest", f'"id" has {len(request_id)} characters; at most {MAX_ID_CHARS} (it is echoed '
                    "in the answer)", "id")  # fmt: skip
     inputs = body["inputs"]
-    if not isinstance(inputs, list) or len(inputs) != 1 or not isinstance(inputs[0], Mapping):
-        return bad("InvalidRequest", '"inputs" must be a list of exactly one tensor object (the texts)', "inputs")
-    tensor = inputs[0]
-    if tensor.get("datatype") != "BYTES":
-        return bad("InvalidType", f'inputs[0].datatype must be "BYTES", got {quote(tensor.get("datatype"))}')
-    shape = _shape(tensor.get("shape"), limits.max_texts)
-    if isinstance(shape, RequestError):
-        return shape
-    data = _data(tensor, binary, limits.max_texts)
-    if isinstance(data, RequestError):
-        return data
-    items = shape[0] * (shape[1] if len(shape) == 2 else 1)
-    if isinstance(data, list) and items != len(data):
-        return bad("InvalidRequest", f"inputs[0].shape {shape} holds {items} items but data has {len(data)}")
-    parsed = texts(data, "inputs[0].data", limits.max_texts)
-    if isinstance(parsed, RequestError):
-        return parsed
+    if not isinstance(inputs, list) or not 1 <= len(inputs) <= 2 or not all(isinstance(i, Mapping) for i in inputs):
+        return bad("InvalidRequest", '"inputs" must be a list of exactly one tensor object (the texts), or for a '
+                   'classifier two, "text" and "text_pair"', "inputs")  # fmt: skip
+    if len(inputs) == 2 and sorted(str(i.get("name")) for i in inputs) != ["text", "text_pair"]:
+        return bad("InvalidRequest", 'two inputs must be named "text" and "text_pair" (text pairs)', "inputs")
+    columns = []
+    for tensor in sorted(inputs, key=lambda i: i.get("name") == "text_pair"):
+        t = f"inputs[{inputs.index(tensor)}]"
+        size = (tensor.get("parameters") or {}).get("binary_data_size") if isinstance(tensor.get("parameters"),
+                                                                                      Mapping) else None  # fmt: skip
+        mine = binary
+        if binary is not None and len(inputs) == 2 and is_int(size):  # each input's bytes in order, as sent
+            start = 0 if inputs.index(tensor) == 0 else _first_size(inputs)
+            mine = binary[start : start + size] if start is not None else None
+        column = _column(tensor, mine, limits, t)
+        if isinstance(column, RequestError):
+            return column
+        columns.append(column)
+    if len(columns) == 2:
+        if len(columns[0]) != len(columns[1]):
+            return bad("InvalidRequest", f'"text" has {len(columns[0])} items but "text_pair" {len(columns[1])}; '
+                       "one pair per row", "inputs")  # fmt: skip
+        parsed_pairs = pairs([list(p) for p in zip(*columns)], "inputs", limits)
+        if isinstance(parsed_pairs, RequestError):
+            return parsed_pairs
+        parsed: tuple[Any, ...] = parsed_pairs
+    else:
+        parsed = columns[0]
     selection = _outputs(body, answer_fields(limits.task, limits.dimensions))
     if isinstance(selection, RequestError):
         return selection
@@ -193,7 +208,29 @@ def parse(body: Any, limits: Limits, binary: bytes | None = None) -> V2Request |
     return V2Request(parsed, request_id, *selection, options)
 
 
-def _data(tensor: Mapping[str, Any], binary: bytes | None, max_texts: int) -> Any:
+def _column(tensor: Mapping[str, Any], binary: bytes | None, limits: Limits, t: str) -> tuple[str, ...] | RequestError:
+    """One BYTES tensor's texts: its datatype, its shape (checked before anything is computed from it), its data."""
+    if tensor.get("datatype") != "BYTES":
+        return bad("InvalidType", f'{t}.datatype must be "BYTES", got {quote(tensor.get("datatype"))}')
+    shape = _shape(tensor.get("shape"), limits.max_texts, t)
+    if isinstance(shape, RequestError):
+        return shape
+    data = _data(tensor, binary, limits.max_texts, t)
+    if isinstance(data, RequestError):
+        return data
+    items = shape[0] * (shape[1] if len(shape) == 2 else 1)
+    if isinstance(data, list) and items != len(data):
+        return bad("InvalidRequest", f"{t}.shape {shape} holds {items} items but data has {len(data)}")
+    return texts(data, f"{t}.data", limits.max_texts)
+
+
+def _first_size(inputs: list[Any]) -> int | None:
+    parameters = inputs[0].get("parameters")
+    size = parameters.get("binary_data_size") if isinstance(parameters, Mapping) else None
+    return size if is_int(size) else None
+
+
+def _data(tensor: Mapping[str, Any], binary: bytes | None, max_texts: int, t: str = "inputs[0]") -> Any:
     parameters = tensor.get("parameters")
     size = parameters.get("binary_data_size") if isinstance(parameters, Mapping) else None
     if size is None:
@@ -202,12 +239,12 @@ def _data(tensor: Mapping[str, Any], binary: bytes | None, max_texts: int) -> An
             data = [x for row in data for x in row]  # a [n, 1] tensor given row by row
         return data
     if binary is None:
-        return bad("InvalidRequest", "inputs[0] has binary_data_size but the request has no binary data "
+        return bad("InvalidRequest", f"{t} has binary_data_size but the request has no binary data "
                    "(send the Inference-Header-Content-Length header)")  # fmt: skip
     if not is_int(size) or size != len(binary):
-        return bad("InvalidRequest", f"inputs[0].parameters.binary_data_size is {quote(size, 40)} but "
+        return bad("InvalidRequest", f"{t}.parameters.binary_data_size is {quote(size, 40)} but "
                    f"{len(binary)} bytes follow the JSON")  # fmt: skip
-    return decode_bytes(binary, max_texts)
+    return decode_bytes(binary, max_texts, t)
 
 
 def _outputs(
@@ -236,19 +273,19 @@ def _outputs(
     return tuple(o["name"] for o in requested), frozenset(binary)
 
 
-def _shape(shape: Any, max_texts: int) -> list[int] | RequestError:
+def _shape(shape: Any, max_texts: int, t: str = "inputs[0]") -> list[int] | RequestError:
     """[n] or [n, 1] with n <= max_texts, checked dimension by dimension before any product."""
     if not isinstance(shape, list) or not shape or len(shape) > MAX_RANK:
         return bad(
             "InvalidType",
-            f"inputs[0].shape must be a list of 1 or 2 integers ([n] or [n, 1]), got "
+            f"{t}.shape must be a list of 1 or 2 integers ([n] or [n, 1]), got "
             f"{json_type(shape) if not isinstance(shape, list) else f'{len(shape)} dimensions'}",
         )
     for i, d in enumerate(shape):
         if not is_int(d) or d < 0:
-            return bad("InvalidType", f"inputs[0].shape[{i}] must be a non-negative integer, got {quote(d, 40)}")
+            return bad("InvalidType", f"{t}.shape[{i}] must be a non-negative integer, got {quote(d, 40)}")
     if shape[0] > max_texts:
-        return too_many(shape[0], "inputs[0].data", max_texts)
+        return too_many(shape[0], f"{t}.data", max_texts)
     if len(shape) == 2 and shape[1] != 1:
-        return bad("InvalidRequest", f"inputs[0].shape {quote(shape, 60)}: one text per row ([n, 1]) is expected")
+        return bad("InvalidRequest", f"{t}.shape {quote(shape, 60)}: one text per row ([n, 1]) is expected")
     return shape

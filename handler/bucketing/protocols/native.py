@@ -1,4 +1,5 @@
-"""Our own protocol at `/predictions/NAME`: a text/plain body, `{"text": ...}` or `{"texts": [...]}`.
+"""Our own protocol at `/predictions/NAME`: a text/plain body, `{"text": ...}` or `{"texts": [...]}`; for a
+classification model (a cross-encoder) also text pairs, `{"text": q, "text_pair": p}` or `{"pairs": [[q, p]]}`.
 
 A single text is answered with one object, a `texts` list with a list in the same order. Options: `prompt_name`
 (one of the model's prompts) or `prompt` (text put before each input), `normalize`, `dimensions`, and for
@@ -17,30 +18,39 @@ from .base import (
     Answer,
     Limits,
     Options,
+    Pair,
     RequestError,
     bad,
     check_count,
     check_text,
     json_type,
     names,
+    pairs,
     read_options,
     texts,
 )
 from .base import error_body as error_body
 
 NAME = "native"
+SERVED = (
+    'POST /predictions/NAME[/VERSION]: JSON {"text"} or {"texts"}, a classifier\'s {"text", "text_pair"} or '
+    '{"pairs"}, text/plain, and KServe v1/v2 bodies'
+)
 
 
 @dataclass(frozen=True)
 class TextRequest:
-    """One text (answered with one object) or a `texts` list (answered with a list)."""
+    """One text or pair (answered with one object), or a `texts` or `pairs` list (answered with a list)."""
 
-    inputs: tuple[str, ...]
+    inputs: tuple[str, ...] | tuple[Pair, ...]
     single: bool
     options: Options = Options()  # prompt, normalize, dimensions, raw_scores
+    key: str = "texts"  # what a list came as: texts or pairs
 
     def where(self, index: int) -> str:
-        return "the text" if self.single else f"texts[{index}]"
+        if self.single:
+            return "the pair" if isinstance(self.inputs[0], Pair) else "the text"
+        return f"{self.key}[{index}]"
 
     def render(self, answers: Sequence[Answer], model_name: str = "") -> Any:
         check_count(self, answers)
@@ -71,6 +81,12 @@ def parse(body: Any, limits: Limits) -> TextRequest | RequestError:
 
 
 def _texts(body: Mapping[str, Any], keys: set[Any], limits: Limits) -> TextRequest | RequestError:
+    if keys == {"text", "text_pair"}:
+        one = pairs([[body["text"], body["text_pair"]]], "text_pair", limits)
+        return one if isinstance(one, RequestError) else TextRequest(one, single=True)
+    if keys == {"pairs"}:
+        many = pairs(body["pairs"], "pairs", limits)
+        return many if isinstance(many, RequestError) else TextRequest(many, single=False, key="pairs")
     if keys == {"text"}:
         if not isinstance(body["text"], str):
             return bad("InvalidType", f'"text" must be a string, got {json_type(body["text"])}', "text")
@@ -80,12 +96,18 @@ def _texts(body: Mapping[str, Any], keys: set[Any], limits: Limits) -> TextReque
         return many if isinstance(many, RequestError) else TextRequest(many, single=False)
     if not keys:
         return bad("InvalidRequest", 'the JSON object is empty; expected {"text": ...} or {"texts": [...]}')
-    unknown = sorted(str(k) for k in keys - {"text", "texts"})
+    unknown = sorted(str(k) for k in keys - {"text", "texts", "text_pair", "pairs"})
     if unknown:
-        return bad("InvalidRequest", f'unknown field(s) {names(unknown)}; expected "text" or "texts" (and '
-                   f"{', '.join(OPTION_FIELDS)})")  # fmt: skip
-    return bad("InvalidRequest", 'send either "text" or "texts", not both')
+        return bad("InvalidRequest", f'unknown field(s) {names(unknown)}; expected "text" or "texts" (a '
+                   f'classifier: "text" and "text_pair", or "pairs"; and {", ".join(OPTION_FIELDS)})')  # fmt: skip
+    return bad(
+        "InvalidRequest",
+        'send "text" or "texts", not both (a classifier also takes "text" with "text_pair", or "pairs")',
+    )
 
 
 def _single(text: str, where: str, limits: Limits | None = None) -> TextRequest | RequestError:
     return check_text(text, where) or TextRequest((text,), single=True)
+
+
+ROUTES = {"": parse}

@@ -189,3 +189,7 @@ def _ids(value: list[Any], where: str, limits: Limits) -> tuple[int, ...] | Requ
 
 def _param(error: RequestError) -> RequestError:
     return error if error.param else RequestError(error.status, error.type, error.message, "input")
+
+
+ROUTES = {EMBEDDINGS: parse, MODELS: parse_models}
+SERVED = f"POST /predictions/NAME/VERSION/{EMBEDDINGS} (OpenAI, embedding models), GET .../{MODELS}"

@@ -1,0 +1,77 @@
+"""The Cohere/Jina rerank API (as vLLM and infinity serve it, and LangChain's and LlamaIndex's rerankers call it)
+at `/predictions/NAME/VERSION/v1/rerank`, for a one-label cross-encoder.
+
+Request: `{"model"?, "query": str, "documents": [str | {"text": str}], "top_n"?, "return_documents"?}`. Answer:
+`{"model", "results": [{"index", "relevance_score", "document"?: {"text"}}], "usage": {"total_tokens"}}`, best
+first, at most `top_n`. Errors in OpenAI's shape (as vLLM answers them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .base import Answer, Limits, Options, Pair, RequestError, bad, check_count, is_int, json_type, texts
+from .openai import MAX_MODEL_CHARS
+from .openai import error_body as error_body
+from .tei_rerank import one_label_classifier
+
+NAME = "cohere-rerank"
+PATH = "v1/rerank"
+SERVED = f"POST /predictions/NAME/VERSION/{PATH} (Cohere/Jina rerank, one-label classifiers)"
+
+
+@dataclass(frozen=True)
+class CohereRerankRequest:
+    inputs: tuple[Pair, ...]
+    model: str | None = None
+    top_n: int | None = None
+    return_documents: bool = False
+    options: Options = Options()
+
+    def where(self, index: int) -> str:
+        return f"documents[{index}]"
+
+    def render(self, answers: Sequence[Answer], model_name: str) -> Any:
+        check_count(self, answers)
+        ranked = sorted(enumerate(answers), key=lambda pair: -pair[1].fields()["score"])[: self.top_n]
+        results = []
+        for i, a in ranked:
+            document = {"document": {"text": self.inputs[i].document}} if self.return_documents else {}
+            results.append({"index": i, "relevance_score": a.fields()["score"], **document})
+        tokens = sum(a.tokens for a in answers)
+        model = self.model if self.model is not None else model_name
+        return {"model": model, "results": results, "usage": {"total_tokens": tokens}}
+
+
+def parse(body: Any, limits: Limits) -> CohereRerankRequest | RequestError:
+    wrong = one_label_classifier(limits, PATH)
+    if wrong:
+        return wrong
+    if not isinstance(body, Mapping):
+        return bad("InvalidRequest", f'expected a JSON object {{"query", "documents"}}, got a JSON {json_type(body)}')
+    query = body.get("query")
+    if not isinstance(query, str) or not query.strip():
+        return bad("InvalidType" if not isinstance(query, str) else "EmptyText",
+                   f"'query' must be a non-empty string, got {json_type(query)}", "query")  # fmt: skip
+    raw = body.get("documents")
+    if isinstance(raw, list):  # Cohere also takes {"text": ...} objects
+        raw = [d["text"] if isinstance(d, Mapping) and isinstance(d.get("text"), str) else d for d in raw]
+    documents = texts(raw, "documents", limits.max_texts)
+    if isinstance(documents, RequestError):
+        return RequestError(documents.status, documents.type, documents.message, "documents")
+    model = body.get("model")
+    if model is not None and (not isinstance(model, str) or len(model) > MAX_MODEL_CHARS):
+        return bad("InvalidType", f"'model' must be a string of at most {MAX_MODEL_CHARS} characters", "model")
+    top_n = body.get("top_n")
+    if top_n is not None and (not is_int(top_n) or top_n < 1):
+        return bad("InvalidRequest", f"'top_n' must be a positive integer, got {json_type(top_n)}", "top_n")
+    return_documents = body.get("return_documents", False)
+    if not isinstance(return_documents, bool):
+        return bad("InvalidType", f"'return_documents' must be true or false, got {json_type(return_documents)}",
+                   "return_documents")  # fmt: skip
+    return CohereRerankRequest(tuple(Pair(query, d) for d in documents), model, top_n, return_documents)
+
+
+ROUTES = {PATH: parse}

@@ -1,0 +1,74 @@
+"""Text Embeddings Inference's rerank API at `/predictions/NAME/VERSION/rerank`, for a one-label cross-encoder.
+
+Request: `{"query": str, "texts": [str], "raw_scores"?, "return_text"?, "truncate"?, "truncation_direction"?}`;
+each text is scored with the query as one pair. Answer: `[{"index", "score", "text"?}]`, best score first (the
+model's activation, or its logit with `raw_scores`). Errors in TEI's shape, `{"error", "error_type"}`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .base import Answer, Limits, Options, Pair, RequestError, bad, check_count, json_type, read_options, texts
+
+NAME = "tei-rerank"
+PATH = "rerank"
+SERVED = f"POST /predictions/NAME/VERSION/{PATH} (TEI's rerank, one-label classifiers)"
+FIELDS = ("raw_scores", "truncate", "truncation_direction")
+
+
+def error_body(error: RequestError) -> dict[str, Any]:
+    return {"error": error.message, "error_type": error.type}
+
+
+@dataclass(frozen=True)
+class RerankRequest:
+    inputs: tuple[Pair, ...]
+    options: Options = Options()
+    return_text: bool = False
+
+    def where(self, index: int) -> str:
+        return f"texts[{index}]"
+
+    def render(self, answers: Sequence[Answer], model_name: str = "") -> Any:
+        check_count(self, answers)
+        scored = [(i, a.fields(self.options)["score"]) for i, a in enumerate(answers)]
+        ranked = sorted(scored, key=lambda pair: -pair[1])
+        text = (lambda i: {"text": self.inputs[i].document}) if self.return_text else (lambda i: {})
+        return [{"index": i, "score": score, **text(i)} for i, score in ranked]
+
+
+def one_label_classifier(limits: Limits, route: str) -> RequestError | None:
+    """Reranking needs a classification model with one label (a relevance score)."""
+    if limits.task != "classification" or limits.dimensions != 1:
+        what = f"an {limits.task} model" if limits.task != "classification" else f"{limits.dimensions} labels"
+        return RequestError(404, "NotFound", f"{route} serves one-label classification models (cross-encoders); "
+                            f"this model has {what}")  # fmt: skip
+    return None
+
+
+def parse(body: Any, limits: Limits) -> RerankRequest | RequestError:
+    wrong = one_label_classifier(limits, PATH)
+    if wrong:
+        return wrong
+    if not isinstance(body, Mapping):
+        return bad("InvalidRequest", f'expected a JSON object {{"query", "texts"}}, got a JSON {json_type(body)}')
+    query = body.get("query")
+    if not isinstance(query, str) or not query.strip():
+        return bad("InvalidType" if not isinstance(query, str) else "EmptyText",
+                   f'"query" must be a non-empty string, got {json_type(query)}', "query")  # fmt: skip
+    documents = texts(body.get("texts"), "texts", limits.max_texts)
+    if isinstance(documents, RequestError):
+        return documents
+    options = read_options(body, limits, FIELDS)
+    if isinstance(options, RequestError):
+        return options
+    return_text = body.get("return_text", False)
+    if not isinstance(return_text, bool):
+        return bad("InvalidType", f'"return_text" must be true or false, got {json_type(return_text)}', "return_text")
+    return RerankRequest(tuple(Pair(query, d) for d in documents), options, return_text)
+
+
+ROUTES = {PATH: parse}

@@ -1,0 +1,119 @@
+"""Cross-encoders answer as sentence-transformers' CrossEncoder: `predict(pairs)` scores and `rank()` order, through
+our JSON pairs, TEI's /rerank and the Cohere-style /v1/rerank, on both engines, pairs over max_length included."""
+
+from __future__ import annotations
+
+import pytest
+
+from model_store.archives import engine_model_dir
+from tests.handler.test_handler import make_handler, mixed_texts, serve
+from tests.models import build_cross_encoder
+
+np = pytest.importorskip("numpy")
+sentence_transformers = pytest.importorskip("sentence_transformers")
+
+TOLERANCE = 1e-5
+MAX_LENGTH = 48  # short, so the long documents below are cut (longest_first)
+QUERY = "how are transformer encoders served"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ce")
+    return {(arch, labels): build_cross_encoder(root / f"{arch}-{labels}", arch, labels)
+            for arch in ("bert", "roberta") for labels in (1, 3)}  # fmt: skip
+
+
+def documents(n=9, seed=11):
+    return mixed_texts(n, seed=seed)
+
+
+def handler_for(folder, engine, tmp_path, **section):
+    model_dir = engine_model_dir(folder, engine, "classification", tmp_path / f"{engine}-{folder.name}")
+    return make_handler(model_dir, task="classification", engine=engine, max_length=MAX_LENGTH, **section)
+
+
+def serve_at(handler, context, rows, paths):
+    """Rows sent to their url_paths (what follows /predictions/NAME/VERSION/; "" the plain path)."""
+    import json
+
+    context.with_requests(["application/json"] * len(rows), [p or "" for p in paths])
+    bodies = handler.handle(rows, context)
+    return [(context.status[i][0], json.loads(b)) for i, b in enumerate(bodies)]
+
+
+def cross_encoder(folder):
+    return sentence_transformers.CrossEncoder(str(folder), device="cpu", max_length=MAX_LENGTH)
+
+
+@pytest.mark.parametrize("engine", ["torch", "onnxruntime"])
+@pytest.mark.parametrize(("arch", "labels"), [("bert", 1), ("bert", 3), ("roberta", 1), ("roberta", 3)])
+def test_pairs_score_as_cross_encoder_predicts(models, arch, labels, engine, tmp_path):
+    folder = models[arch, labels]
+    docs = documents()
+    pairs = [[QUERY, d] for d in docs] + [[d, QUERY] for d in docs[:3]]
+    expected = np.atleast_2d(cross_encoder(folder).predict(pairs)).reshape(len(pairs), labels)
+    handler, context = handler_for(folder, engine, tmp_path)
+    half = len(pairs) // 2  # two requests in one batch, planned together
+    answers = serve(handler, context, [{"body": {"pairs": pairs[:half]}}, {"body": {"pairs": pairs[half:]}}])
+    assert [s for s, _ in answers] == [200, 200]
+    got = [a for _, body in answers for a in body]
+    values = np.array([[a["score"]] if labels == 1 else list(a["scores"].values()) for a in got])
+    assert float(np.max(np.abs(values - expected))) <= TOLERANCE
+    assert any(a["truncated"] for a in got) and not all(a["truncated"] for a in got)
+
+
+def test_one_pair_and_raw_scores(models, tmp_path):
+    folder = models["bert", 1]
+    handler, context = handler_for(folder, "torch", tmp_path)
+    rows = [{"body": {"text": QUERY, "text_pair": "a passage"}},
+            {"body": {"pairs": [[QUERY, "a passage"]], "raw_scores": True}}]  # fmt: skip
+    (status, one), (_, raw) = serve(handler, context, rows)
+    model = cross_encoder(folder)
+    assert status == 200 and abs(one["score"] - float(model.predict([(QUERY, "a passage")])[0])) <= TOLERANCE
+    logit = float(model.predict([(QUERY, "a passage")], activation_fn=__import__("torch").nn.Identity())[0])
+    assert abs(raw[0]["score"] - logit) <= TOLERANCE
+
+
+@pytest.mark.parametrize("engine", ["torch", "onnxruntime"])
+def test_rerank_routes_rank_as_cross_encoder_ranks(models, engine, tmp_path):
+    folder = models["bert", 1]
+    docs = documents(12, seed=12)
+    ranked = cross_encoder(folder).rank(QUERY, docs, return_documents=True)
+    handler, context = handler_for(folder, engine, tmp_path)
+    tei, cohere = serve_at(handler, context, [
+        {"body": {"query": QUERY, "texts": docs, "return_text": True}},
+        {"body": {"model": "ce", "query": QUERY, "documents": docs, "top_n": 5, "return_documents": True}},
+    ], ["rerank", "v1/rerank"])  # fmt: skip
+    assert tei[0] == 200 and cohere[0] == 200, (tei, cohere)
+    assert [r["index"] for r in tei[1]] == [r["corpus_id"] for r in ranked]
+    assert max(abs(a["score"] - b["score"]) for a, b in zip(tei[1], ranked)) <= TOLERANCE
+    assert all(r["text"] == docs[r["index"]] for r in tei[1])
+    results = cohere[1]["results"]
+    assert [r["index"] for r in results] == [r["corpus_id"] for r in ranked[:5]]
+    assert all(r["document"] == {"text": docs[r["index"]]} for r in results) and cohere[1]["model"] == "ce"
+    assert max(abs(r["relevance_score"] - b["score"]) for r, b in zip(results, ranked)) <= TOLERANCE
+    assert cohere[1]["usage"]["total_tokens"] > 0
+
+
+def test_a_bad_document_is_its_requests_4xx_and_its_neighbours_are_answered(models, tmp_path):
+    handler, context = handler_for(models["bert", 1], "torch", tmp_path)
+    answers = serve_at(handler, context, [
+        {"body": {"query": QUERY, "texts": ["fine", ""]}},
+        {"body": {"query": QUERY, "documents": ["fine", 3]}},
+        {"body": {"query": QUERY, "documents": ["a good one", "another"]}},
+        {"body": {"pairs": [[QUERY, "ok"]]}},
+    ], ["rerank", "v1/rerank", "v1/rerank", None])  # fmt: skip
+    assert [s for s, _ in answers] == [400, 400, 200, 200]
+    assert answers[0][1] == {"error": "texts[1] is empty", "error_type": "EmptyText"}
+    assert answers[1][1]["error"]["param"] == "documents" and "documents[1] must be a string" in answers[1][1][
+        "error"]["message"]  # fmt: skip
+
+
+def test_rerank_on_a_three_label_model_or_an_embedder_is_a_404_saying_why(models, tiny_embedder_dir, tmp_path):
+    handler, context = handler_for(models["bert", 3], "torch", tmp_path)
+    ((status, body),) = serve_at(handler, context, [{"body": {"query": QUERY, "documents": ["x"]}}], ["v1/rerank"])
+    assert status == 404 and "one-label classification models" in body["error"]["message"]
+    embedder, ctx = make_handler(tiny_embedder_dir)
+    ((status, body),) = serve(embedder, ctx, [{"body": {"pairs": [["a", "b"]]}}])
+    assert status == 400 and "text pairs need a classification model" in body["message"]
