@@ -28,8 +28,9 @@ from typing import Any
 import yaml
 
 from bench import capacity, load, models, offline, peers, plots, report, stats, traffic, tune
-from bench.workloads import WORKLOADS, Workload, make_workload
+from bench.workloads import BENCH_WORKLOADS, DOCS_PER_REQUEST, RERANK, Workload, make_workload, rerank_requests
 from bucketing.config import ENGINES, STRATEGIES
+from bucketing.protocols import cohere_rerank
 from model_store import archives
 from model_store.archives import ROOT
 from tsctl import (
@@ -88,8 +89,8 @@ def expand(
         if merged.get("engine") not in (None, *ENGINES):
             raise SystemExit(f"engine: got {merged.get('engine')!r}; allowed: {' | '.join(ENGINES)}")
         workload = str(merged.get("workload", "longtail"))
-        if workload not in WORKLOADS and not workload.startswith(traffic.PREFIX):
-            raise SystemExit(f"workload: got {merged.get('workload')!r}; allowed: {' | '.join(WORKLOADS)}")
+        if workload not in BENCH_WORKLOADS and not workload.startswith(traffic.PREFIX):
+            raise SystemExit(f"workload: got {merged.get('workload')!r}; allowed: {' | '.join(BENCH_WORKLOADS)}")
         if merged.get("mode", "closed") == "open" and not merged.get("rate"):
             raise SystemExit("an open-loop configuration needs a rate (req/s)")
         out.append(stats.Config(**merged))
@@ -129,7 +130,11 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
             "concurrency": args.concurrency,
             "workers": args.workers,
             "threads": args.threads,
-            "model": str(args.model_dir) if args.model_dir else None,
+            "model": str(args.model_dir)
+            if args.model_dir
+            else models.CROSS_ENCODER
+            if args.workload == RERANK
+            else None,
             "workload": traffic.workload_name(args.texts) if args.texts else args.workload,
         }.items()
         if v is not None
@@ -204,9 +209,10 @@ class Bench:
     def __init__(
         self, client: Client, server: TorchServe | None, out: Path, seed: int, progress: bool,
         texts: Workload | None = None, capacity: CapacitySettings | None = None,
+        docs_per_request: int = DOCS_PER_REQUEST,
     ) -> None:  # fmt: skip
         self.client, self.server, self.out, self.seed, self.progress = client, server, out, seed, progress
-        self.texts, self.capacity_settings = texts, capacity
+        self.texts, self.capacity_settings, self.docs_per_request = texts, capacity, docs_per_request
         self._workloads: dict[tuple[str, float, str | None], tuple[Workload, list[bytes], list[int]]] = {}
         self.bounds: dict[tuple[Any, ...], dict[str, Any]] = {}
         self.sent: dict[str, list[int]] = {}  # per workload: token counts of every measured request sent
@@ -239,6 +245,9 @@ class Bench:
             from bucketing.tokenizer import Tokenizer
 
             tokenizer = Tokenizer(str(models.model_dir(config.model)), 256)  # token counts in the model's own terms
+            if config.workload == RERANK:
+                self._workloads[key] = self.rerank_workload(tokenizer)
+                return self._workloads[key]
             if config.workload.startswith(traffic.PREFIX):
                 if self.texts is None or self.texts.name != config.workload:
                     raise SystemExit(f"workload {config.workload}: give the file with --texts")
@@ -250,12 +259,22 @@ class Bench:
             self._workloads[key] = (w, bodies, tokens)
         return self._workloads[key]
 
+    def rerank_workload(self, tokenizer: Any) -> tuple[Workload, list[bytes], list[int]]:
+        """Cohere-style rerank bodies (a query, `docs_per_request` documents) and each request's pair tokens."""
+        requests = rerank_requests(2000 // self.docs_per_request + 1, self.docs_per_request, self.seed)
+        documents = tuple(d for _, docs in requests for d in docs)
+        w = Workload(RERANK, documents, tuple(0 for _ in documents), self.seed)
+        bodies = [json.dumps({"query": q, "documents": list(docs)}).encode() for q, docs in requests]
+        tokens = [sum(len(e.ids) for e in tokenizer.encode_pairs([(q, d) for d in docs])) for q, docs in requests]
+        return w, bodies, tokens
+
     def archive(self, config: stats.Config) -> str:
         prefix = models.prefix(config.model, config.engine)
         name = archives.name(config.strategy, config.threads, prefix)
         if self.server:
             store = Path(self.server.properties["model_store"])
-            build_archives(store, config.threads, [config.strategy], config.engine, config.model)
+            build_archives(store, config.threads, [config.strategy], config.engine, config.model,
+                           models.task(config.workload))  # fmt: skip
         return f"{name}.mar"  # a server of someone else's must have it in its model store
 
     def device(self, model: str) -> str:
@@ -283,7 +302,8 @@ class Bench:
     def torchserve_target(self, config: stats.Config, model: str) -> Target:
         """The load target of a model registered on our TorchServe."""
         return Target(
-            url=f"{self.client.endpoints.inference}/predictions/{model}",
+            url=f"{self.client.endpoints.inference}/predictions/{model}"
+            + (f"/1.0/{cohere_rerank.PATH}" if config.workload == RERANK else ""),
             bodies=self.workload(config)[1],
             headers=lambda: self.client.keys.headers("inference"),
             cpu=self.cpu,
@@ -382,13 +402,14 @@ def build_archives(
     strategies: Sequence[str] = STRATEGIES,
     engine: str | None = None,
     model: str | None = None,
+    task: str = "embedding",
 ) -> None:
     """Build the archives that are missing or older than their sources (the one staleness rule)."""
     from model_store import build
 
     extra = ["--name", models.prefix(model, engine)] + (["--engine", engine] if engine else [])
     if model is not None:
-        extra += ["--model-dir", str(models.model_dir(model))]
+        extra += ["--model-dir", str(models.model_dir(model)), "--task", task]
     argv = ["--out", str(store), "--strategies", ",".join(strategies), "--threads", str(threads), "--if-stale"]
     if build.main([*argv, *extra]) != 0:
         raise SystemExit("building the archives failed (see above)")
@@ -411,7 +432,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--delays", help="comma list of max_batch_delay in ms")
     p.add_argument("--rates", help="comma list of open-loop rates (req/s); implies --mode open")
     p.add_argument("--short-fracs", help="comma list for the mixed workload")
-    p.add_argument("--workload", choices=WORKLOADS)
+    p.add_argument("--workload", choices=BENCH_WORKLOADS)
+    p.add_argument("--docs-per-request", type=int, default=DOCS_PER_REQUEST,
+                   help="--workload rerank: documents per request, each scored with the query")  # fmt: skip
     p.add_argument("--texts", type=Path, help="your own traffic: .txt (a text a line), .jsonl or .csv")
     p.add_argument("--text-field", default="text", help="the JSON field or CSV column holding the text")
     p.add_argument("--sample", type=int, help="send N texts drawn from --texts (seeded by --seed)")
@@ -494,6 +517,10 @@ def check_args(args: argparse.Namespace, plan: Plan) -> CapacitySettings | None:
         raise SystemExit("--suite tune needs --p99-ms: the p99 latency target (ms) to tune for")
     if plan.tune and args.peer:
         raise SystemExit("--peer: not with --suite tune (measure the peer next to the tuned settings in a second run)")
+    if any(c.workload == RERANK for c in plan.configs) and (args.peer or plan.tune or plan.bound):
+        raise SystemExit("--workload rerank: not with --peer, --suite tune or --bound (they measure embeddings)")
+    if args.docs_per_request < 1:
+        raise SystemExit(f"--docs-per-request: got {args.docs_per_request}; allowed: 1 or more")
     if args.p99_ms is None:
         return None
     if args.p99_ms <= 0:
@@ -562,7 +589,8 @@ def measure_all(
     extra: list[str] = []
     writer = ResultsWriter(out)
     client, server = open_target(args, plan, stamp)
-    bench = Bench(client, server, out, args.seed, not args.no_progress and sys.stderr.isatty(), texts, settings)
+    bench = Bench(client, server, out, args.seed, not args.no_progress and sys.stderr.isatty(), texts, settings,
+                  args.docs_per_request)  # fmt: skip
     interrupted = False
 
     def record(summary: stats.Summary) -> None:

@@ -2,7 +2,9 @@
 
 `bert-base-random` is BERT-base's geometry (12 layers, hidden 768, 12 heads; 110 M parameters) with random
 weights and MiniLM's tokenizer: the answers mean nothing, the compute is real, to show how the gains move when
-the per-token cost dominates. Built once into `.tmp/models/` (a few seconds).
+the per-token cost dominates. `minilm-cross-encoder-random` is MiniLM's geometry (6 x 384) as a one-label
+sequence classifier (a cross-encoder, random weights, MiniLM's tokenizer), the rerank workload's model. Each is
+built once into `.tmp/models/` (a few seconds).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from pathlib import Path
 
 from model_store.archives import PREFIX, ROOT, default_engine, minilm_dir
 
-GENERATED = {"bert-base-random"}
+GENERATED = {"bert-base-random", "minilm-cross-encoder-random"}
+CROSS_ENCODER = "minilm-cross-encoder-random"  # the rerank workload's default model
 CACHE = ROOT / ".tmp" / "models"
 
 
@@ -21,6 +24,8 @@ def model_dir(model: str | None) -> Path:
     """The folder of a bench model: None is the bundled MiniLM, a generated name is built once, else a path."""
     if model is None:
         return minilm_dir()
+    if model == CROSS_ENCODER:
+        return minilm_cross_encoder_random(CACHE / model)
     if model in GENERATED:
         return bert_base_random(CACHE / model)
     folder = Path(model).expanduser()
@@ -46,6 +51,30 @@ def bert_base_random(target: Path) -> Path:
     tmp = target.with_name(target.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     BertModel(BertConfig()).eval().save_pretrained(tmp)  # BertConfig() is BERT-base: 12 x 768, vocab 30522
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(minilm_dir() / name, tmp / name)
+    tmp.rename(target)
+    return target
+
+
+def task(workload: str) -> str:
+    """The archive's task: classification for the rerank workload (text pairs), else embedding."""
+    return "classification" if workload == "rerank" else "embedding"
+
+
+def minilm_cross_encoder_random(target: Path) -> Path:
+    """MiniLM's geometry as a one-label cross-encoder with random weights (seeded), built once."""
+    if (target / "config.json").exists():
+        return target
+    import torch
+    from transformers import AutoConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    tmp = target.with_name(target.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    config = AutoConfig.from_pretrained(minilm_dir())
+    config.num_labels, config.id2label, config.label2id = 1, {0: "relevance"}, {"relevance": 0}
+    BertForSequenceClassification(config).eval().save_pretrained(tmp)
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
         shutil.copy(minilm_dir() / name, tmp / name)
     tmp.rename(target)

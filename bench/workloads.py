@@ -37,7 +37,10 @@ PASSAGE = (80, 200)
 LONGTAIL_MEDIAN, LONGTAIL_SIGMA = 28.0, 1.44  # measured traffic: median 28, p90 about 177 tokens
 MIN_TOKENS = 4
 
-WORKLOADS = ("short", "sentences", "passages", "mixed", "longtail")
+WORKLOADS = ("short", "sentences", "passages", "mixed", "longtail")  # texts, one a request (`make_workload`)
+RERANK = "rerank"  # a request: one short query and `docs_per_request` long-tail documents (text pairs)
+BENCH_WORKLOADS = (*WORKLOADS, RERANK)  # what `bench/compare.py --workload` takes
+DOCS_PER_REQUEST = 20
 
 
 @dataclass(frozen=True)
@@ -105,3 +108,12 @@ def make_workload(name: str, n: int, seed: int = 0, short_frac: float = 0.5, max
     targets = [min(sample(rng), max_length) for _ in range(n)]
     texts = tuple(text_of(t, rng) for t in targets)
     return Workload(name, texts, tuple(targets), seed, short_frac if name == "mixed" else None)
+
+
+def rerank_requests(
+    n: int, docs_per_request: int = DOCS_PER_REQUEST, seed: int = 0
+) -> list[tuple[str, tuple[str, ...]]]:
+    """`n` rerank requests: a short query and `docs_per_request` documents of long-tail lengths each."""
+    queries = make_workload("short", n, seed).texts
+    documents = make_workload("longtail", n * docs_per_request, seed).texts
+    return [(q, documents[i * docs_per_request : (i + 1) * docs_per_request]) for i, q in enumerate(queries)]

@@ -116,3 +116,45 @@ def test_a_sentence_transformers_folder_serves_exactly_what_it_encodes(torchserv
             assert np.max(np.abs(np.array(reply.json()["embedding"]) - expected)) <= 1e-5
     finally:
         client.unregister(name)
+
+
+def test_a_cross_encoder_serves_every_pair_format_as_cross_encoder_scores(torchserve, model_store, tmp_path):
+    """A tiny CrossEncoder (BERT, one label) through a real TorchServe: our JSON pairs, TEI's /rerank, the
+    Cohere-style /v1/rerank and KServe v2's two inputs, sent at once so they share batches."""
+    from sentence_transformers import CrossEncoder
+
+    from tests.models import build_cross_encoder
+
+    folder = build_cross_encoder(tmp_path / "ce", "bert", labels=1)
+    name = "tiny-ce"
+    argv = ["--model-dir", str(folder), "--name", name, "--task", "classification", "--strategies", "bucketed",
+            "--out", str(model_store)]  # fmt: skip
+    assert build.main(argv) == 0
+    client = torchserve.client
+    client.register(f"{name}-bucketed.mar", name, batch_size=8, max_batch_delay=50, workers=1)
+    query, docs = "how is a model served", texts_for_load(6, seed=5)
+    v2 = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [len(docs)], "data": [query] * len(docs)},
+                     {"name": "text_pair", "datatype": "BYTES", "shape": [len(docs)], "data": docs}]}  # fmt: skip
+    calls = [
+        (f"/predictions/{name}", {"pairs": [[query, d] for d in docs]}),
+        (f"/predictions/{name}/1.0/rerank", {"query": query, "texts": docs}),
+        (f"/predictions/{name}/1.0/v1/rerank", {"query": query, "documents": docs, "top_n": 3}),
+        (f"/v2/models/{name}/infer", v2),
+    ]
+    try:
+        headers = {"Content-Type": "application/json"}
+        with ThreadPoolExecutor(len(calls)) as pool:
+            replies = list(pool.map(lambda c: client.call("inference", "POST", c[0], json.dumps(c[1]), headers=headers),
+                                    calls))  # fmt: skip
+        for reply in replies:
+            assert reply.status == 200, reply.body[:300]
+        expected = CrossEncoder(str(folder), device="cpu").predict([(query, d) for d in docs])
+        order = sorted(range(len(docs)), key=lambda i: -expected[i])
+        pairs, tei, cohere, kserve = (r.json() for r in replies)
+        assert np.max(np.abs(np.array([a["score"] for a in pairs]) - expected)) <= 1e-5
+        assert [r["index"] for r in tei] == order and [r["index"] for r in cohere["results"]] == order[:3]
+        assert max(abs(r["relevance_score"] - expected[r["index"]]) for r in cohere["results"]) <= 1e-5
+        scores = next(o for o in kserve["outputs"] if o["name"] == "score")
+        assert scores["shape"] == [len(docs)] and np.max(np.abs(np.array(scores["data"]) - expected)) <= 1e-5
+    finally:
+        client.unregister(name)

@@ -217,3 +217,26 @@ def test_blocks_and_rows_say_engine_and_device():
     s = replace(summary("bucketed", 16, 2.0, 100), engine="onnxruntime", device="cpu")
     assert "2 workers x 1 thread, onnxruntime on cpu]" in report.render_block(s).splitlines()[0]
     assert (s.row()["engine"], s.row()["device"]) == ("onnxruntime", "cpu")
+
+
+def test_rerank_requests_are_a_short_query_and_long_tail_documents():
+    from bench.workloads import rerank_requests
+
+    requests = rerank_requests(5, docs_per_request=20, seed=1)
+    assert len(requests) == 5 and all(len(docs) == 20 for _, docs in requests)
+    assert requests == rerank_requests(5, docs_per_request=20, seed=1)  # seeded
+    assert max(len(q.split()) for q, _ in requests) < min(max(len(d.split()) for d in docs) for _, docs in requests)
+
+
+def test_the_rerank_workload_refuses_what_measures_embeddings():
+    import pytest
+
+    from bench import compare
+
+    for extra in (["--bound"], ["--peer", "infinity"]):
+        args = compare.parse_args(["--workload", "rerank", "--strategies", "bucketed", *extra])
+        with pytest.raises(SystemExit, match="--workload rerank: not with"):
+            compare.check_args(args, compare.plan_from_args(args))
+    args = compare.parse_args(["--workload", "rerank", "--strategies", "bucketed"])
+    plan = compare.plan_from_args(args)
+    assert {c.model for c in plan.configs} == {"minilm-cross-encoder-random"}

@@ -208,7 +208,7 @@ def test_kserve_v2_response_has_one_tensor_per_field():
 
 def test_kserve_v2_outputs_refuse_a_field_they_cannot_type():
     with pytest.raises(TypeError, match="no v2 datatype"):
-        kserve_v2.outputs([{"weird": 1.5}])
+        kserve_v2.outputs([{"weird": None}])
 
 
 def test_kserve_v1_instances():
@@ -532,3 +532,40 @@ def test_option_mistakes_are_400s_saying_what_is_wrong(body, words):
 def test_a_model_without_prompts_says_so():
     error = incoming({"text": "a", "prompt_name": "query"}, JSON).outcome
     assert error.message.endswith("its prompts: none (this model has no prompts)")
+
+
+CLASSIFIER = Limits(4, 16, 1000, "classification", 1)
+
+
+def test_kserve_v2_two_inputs_are_text_pairs_for_a_classifier():
+    from bucketing.protocols.base import Pair
+
+    body = {"inputs": [{"name": "text_pair", "datatype": "BYTES", "shape": [2], "data": ["d1", "d2"]},
+                       {"name": "text", "datatype": "BYTES", "shape": [2], "data": ["q", "q"]}]}  # fmt: skip
+    request = incoming(body, JSON, limits=CLASSIFIER).outcome
+    assert request.inputs == (Pair("q", "d1"), Pair("q", "d2"))
+    rendered = request.render([answer([0.5], labels=("s",)), answer([0.25], labels=("s",))], "m")
+    score = next(o for o in rendered["outputs"] if o["name"] == "score")
+    assert score == {"name": "score", "datatype": "FP32", "shape": [2], "data": [0.5, 0.25]}
+    uneven = {"inputs": [{**body["inputs"][0], "shape": [1], "data": ["d1"]}, body["inputs"][1]]}
+    assert "one pair per row" in incoming(uneven, JSON, limits=CLASSIFIER).outcome.message
+    misnamed = {"inputs": [{**body["inputs"][0], "name": "other"}, body["inputs"][1]]}
+    assert 'named "text" and "text_pair"' in incoming(misnamed, JSON, limits=CLASSIFIER).outcome.message
+    assert "text pairs need a classification model" in incoming(body, JSON).outcome.message
+
+
+def test_cohere_documents_may_be_objects_and_top_n_is_checked():
+    from bucketing.protocols import cohere_rerank
+    from bucketing.protocols.base import Pair
+
+    ok = incoming({"query": "q", "documents": [{"text": "a"}, "b"]}, JSON, url_path="v1/rerank", limits=CLASSIFIER)
+    assert ok.wire is cohere_rerank and ok.outcome.inputs == (Pair("q", "a"), Pair("q", "b"))
+    bad = incoming({"query": "q", "documents": ["a"], "top_n": 0}, JSON, url_path="v1/rerank", limits=CLASSIFIER)
+    assert bad.outcome.param == "top_n" and json.loads(bad.reply([], "m", 10**6).body)["error"]["param"] == "top_n"
+
+
+def test_every_wire_format_is_registered_once_with_its_routes():
+    assert set(protocols.ROUTES) == {"", "v1/embeddings", "v1/models", "rerank", "v1/rerank"}
+    for wire in protocols.WIRES:
+        assert wire.SERVED in protocols.SERVED and callable(wire.error_body)
+    assert incoming({}, JSON, url_path="v1/nope").wire is openai  # a 404 in the shape of its neighbours

@@ -4,7 +4,8 @@ Request: `{"id"?, "parameters"?, "inputs": [{"name", "datatype": "BYTES", "shape
 "outputs"?}`; other fields (`model_name`, `model_version`, input `parameters`, ...) are tolerated. The shape is
 checked (rank, then each dimension against max_texts_per_request) before any arithmetic on it.
 Answer: `{"id"?, "model_name", "outputs": [...]}`, one tensor per answer field: `embedding` FP32 [n, dim];
-classification `label` BYTES [n] and `scores` FP32 [n, labels]; `tokens` INT64 [n]; `truncated` BOOL [n].
+classification `label` BYTES [n] and `scores` FP32 [n, labels] (one label: `score` FP32 [n]); `tokens` INT64 [n];
+`truncated` BOOL [n]. A classifier also takes text pairs: two BYTES inputs, `text` and `text_pair`, of one shape.
 `outputs` in the request selects among them. The request's `parameters` may carry `prompt_name` or `prompt`,
 `normalize`, `dimensions` and `raw_scores`, as in our JSON.
 
@@ -102,6 +103,8 @@ def outputs(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             tensors.append({"name": name, "datatype": "BOOL", "shape": [n], "data": column})
         elif isinstance(first, int):
             tensors.append({"name": name, "datatype": "INT64", "shape": [n], "data": column})
+        elif isinstance(first, float):  # a one-label classifier's score
+            tensors.append({"name": name, "datatype": "FP32", "shape": [n], "data": column})
         elif isinstance(first, str):
             tensors.append({"name": name, "datatype": "BYTES", "shape": [n], "data": column})
         elif isinstance(first, list):
