@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from model_store.archives import PREFIX, ROOT, default_engine, minilm_dir
 
@@ -42,15 +44,33 @@ def prefix(model: str | None, engine: str | None) -> str:
 
 def bert_base_random(target: Path) -> Path:
     """BERT-base geometry with random weights and MiniLM's tokenizer (seeded), built once."""
+    from transformers import BertConfig, BertModel
+
+    return _generated(target, lambda: BertModel(BertConfig()))  # BertConfig() is BERT-base: 12 x 768, vocab 30522
+
+
+def minilm_cross_encoder_random(target: Path) -> Path:
+    """MiniLM's geometry as a one-label cross-encoder with random weights (seeded), built once."""
+    from transformers import AutoConfig, BertForSequenceClassification
+
+    def make() -> Any:
+        config = AutoConfig.from_pretrained(minilm_dir())
+        config.num_labels, config.id2label, config.label2id = 1, {0: "relevance"}, {"relevance": 0}
+        return BertForSequenceClassification(config)
+
+    return _generated(target, make)
+
+
+def _generated(target: Path, make: Callable[[], Any]) -> Path:
+    """A model `make()` builds (seeded), saved with MiniLM's tokenizer into `target` once (atomically)."""
     if (target / "config.json").exists():
         return target
     import torch
-    from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
     tmp = target.with_name(target.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    BertModel(BertConfig()).eval().save_pretrained(tmp)  # BertConfig() is BERT-base: 12 x 768, vocab 30522
+    make().eval().save_pretrained(tmp)
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
         shutil.copy(minilm_dir() / name, tmp / name)
     tmp.rename(target)
@@ -60,22 +80,3 @@ def bert_base_random(target: Path) -> Path:
 def task(workload: str) -> str:
     """The archive's task: classification for the rerank workload (text pairs), else embedding."""
     return "classification" if workload == "rerank" else "embedding"
-
-
-def minilm_cross_encoder_random(target: Path) -> Path:
-    """MiniLM's geometry as a one-label cross-encoder with random weights (seeded), built once."""
-    if (target / "config.json").exists():
-        return target
-    import torch
-    from transformers import AutoConfig, BertForSequenceClassification
-
-    torch.manual_seed(0)
-    tmp = target.with_name(target.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    config = AutoConfig.from_pretrained(minilm_dir())
-    config.num_labels, config.id2label, config.label2id = 1, {0: "relevance"}, {"relevance": 0}
-    BertForSequenceClassification(config).eval().save_pretrained(tmp)
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        shutil.copy(minilm_dir() / name, tmp / name)
-    tmp.rename(target)
-    return target

@@ -15,7 +15,7 @@ from typing import Any
 from .base import Answer, Limits, Options, Pair, RequestError, bad, check_count, is_int, json_type, texts
 from .openai import MAX_MODEL_CHARS
 from .openai import error_body as error_body
-from .tei_rerank import one_label_classifier
+from .tei_rerank import rerank_query
 
 NAME = "cohere-rerank"
 PATH = "v1/rerank"
@@ -46,15 +46,9 @@ class CohereRerankRequest:
 
 
 def parse(body: Any, limits: Limits) -> CohereRerankRequest | RequestError:
-    wrong = one_label_classifier(limits, PATH)
-    if wrong:
-        return wrong
-    if not isinstance(body, Mapping):
-        return bad("InvalidRequest", f'expected a JSON object {{"query", "documents"}}, got a JSON {json_type(body)}')
-    query = body.get("query")
-    if not isinstance(query, str) or not query.strip():
-        return bad("InvalidType" if not isinstance(query, str) else "EmptyText",
-                   f"'query' must be a non-empty string, got {json_type(query)}", "query")  # fmt: skip
+    query = rerank_query(body, limits, PATH, "documents")
+    if isinstance(query, RequestError):
+        return query
     raw = body.get("documents")
     if isinstance(raw, list):  # Cohere also takes {"text": ...} objects
         raw = [d["text"] if isinstance(d, Mapping) and isinstance(d.get("text"), str) else d for d in raw]

@@ -49,16 +49,24 @@ def one_label_classifier(limits: Limits, route: str) -> RequestError | None:
     return None
 
 
-def parse(body: Any, limits: Limits) -> RerankRequest | RequestError:
-    wrong = one_label_classifier(limits, PATH)
+def rerank_query(body: Any, limits: Limits, route: str, documents: str) -> str | RequestError:
+    """A rerank request's query, once the model is a one-label classifier and the body an object."""
+    wrong = one_label_classifier(limits, route)
     if wrong:
         return wrong
     if not isinstance(body, Mapping):
-        return bad("InvalidRequest", f'expected a JSON object {{"query", "texts"}}, got a JSON {json_type(body)}')
+        return bad("InvalidRequest", f'expected a JSON object {{"query", "{documents}"}}, got a JSON {json_type(body)}')
     query = body.get("query")
     if not isinstance(query, str) or not query.strip():
         return bad("InvalidType" if not isinstance(query, str) else "EmptyText",
                    f'"query" must be a non-empty string, got {json_type(query)}', "query")  # fmt: skip
+    return query
+
+
+def parse(body: Any, limits: Limits) -> RerankRequest | RequestError:
+    query = rerank_query(body, limits, PATH, "texts")
+    if isinstance(query, RequestError):
+        return query
     documents = texts(body.get("texts"), "texts", limits.max_texts)
     if isinstance(documents, RequestError):
         return documents
