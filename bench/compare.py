@@ -216,10 +216,16 @@ class Bench:
         self._workloads: dict[tuple[str, float, str | None], tuple[Workload, list[bytes], list[int]]] = {}
         self.bounds: dict[tuple[Any, ...], dict[str, Any]] = {}
         self.sent: dict[str, list[int]] = {}  # per workload: token counts of every measured request sent
+        self.pair_tokens: list[list[int]] = []  # the rerank workload: each body's pair token counts
 
     def count_sent(self, config: stats.Config, result: load.LoadResult) -> None:
+        """Token counts of what was sent, for the report's histogram: each text (each pair of a rerank request)."""
         tokens = self.workload(config)[2]
-        self.sent.setdefault(config.workload_label, []).extend(tokens[s.body_index] for s in result.samples)
+        sent = self.sent.setdefault(config.workload_label, [])
+        if config.workload == RERANK:
+            sent.extend(n for s in result.samples for n in self.pair_tokens[s.body_index])
+        else:
+            sent.extend(tokens[s.body_index] for s in result.samples)
 
     def bound(self, config: stats.Config) -> float:
         """The padding-free bound of this workload and worker layout (real tokens/s), measured once per run."""
@@ -265,8 +271,10 @@ class Bench:
         documents = tuple(d for _, docs in requests for d in docs)
         w = Workload(RERANK, documents, tuple(0 for _ in documents), self.seed)
         bodies = [json.dumps({"query": q, "documents": list(docs)}).encode() for q, docs in requests]
-        tokens = [sum(len(e.ids) for e in tokenizer.encode_pairs([(q, d) for d in docs])) for q, docs in requests]
-        return w, bodies, tokens
+        self.pair_tokens = [
+            [len(e.ids) for e in tokenizer.encode_pairs([(q, d) for d in docs])] for q, docs in requests
+        ]
+        return w, bodies, [sum(pairs) for pairs in self.pair_tokens]
 
     def archive(self, config: stats.Config) -> str:
         prefix = models.prefix(config.model, config.engine)
