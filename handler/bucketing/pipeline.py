@@ -194,6 +194,9 @@ class Pipeline:
             encoded = self.tokenizer.encode_pairs([(merged.inputs[i].query, merged.inputs[i].document) for i in pairs])
             for i, e in zip(pairs, encoded):
                 out[i] = e
+        missing = [i for i, e in enumerate(out) if e is None]
+        if missing:  # an input of no known kind: fail the request rather than shift its answers
+            raise TypeError(f"input {missing[0]} is neither a text, token ids nor a pair")
         return [e for e in out if e is not None]
 
     @property
