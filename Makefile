@@ -51,7 +51,7 @@ unit: venv
 	$(BIN)/python -m pytest tests/unit tests/handler
 
 lint: venv
-	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy
 
 bench: mar
 	$(BIN)/python bench/compare.py

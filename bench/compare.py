@@ -39,7 +39,6 @@ from tsctl import (
     ServerError,
     TorchServe,
     exit_on_signals,
-    free_ports,
     group_cpu_seconds,
     read_properties,
 )
@@ -114,14 +113,14 @@ def _csv_list(text: str | None, cast: type) -> list[Any] | None:
 
 def plan_from_args(args: argparse.Namespace) -> Plan:
     """The suite (default `default`), with flags overriding its defaults; matrix flags replace its configs."""
-    matrix = {
+    flags = {
         "strategy": _csv_list(args.strategies, str),
         "batch_size": _csv_list(args.batch_sizes, int),
         "max_batch_delay": _csv_list(args.delays, int),
         "rate": _csv_list(args.rates, float),
         "short_frac": _csv_list(args.short_fracs, float),
     }
-    matrix = {k: v for k, v in matrix.items() if v}
+    matrix: dict[str, list[Any]] = {k: v for k, v in flags.items() if v}
     overrides = {
         k: v
         for k, v in {
@@ -503,7 +502,7 @@ def open_target(args: argparse.Namespace, plan: Plan, stamp: str) -> tuple[Clien
         return Client(Endpoints(args.inference_url, args.management_url, args.metrics_url), args.token_file), None
     store = archives.STORE
     build_archives(store, 1, sorted({c.strategy for c in plan.configs}))
-    server = TorchServe(ROOT / ".tmp" / f"bench-{stamp}", Endpoints.on_ports(*free_ports(3)), model_store=store)
+    server = TorchServe(ROOT / ".tmp" / f"bench-{stamp}", Endpoints.free(), model_store=store)
     return server.client, server  # started by the caller, inside its cleanup
 
 

@@ -130,7 +130,7 @@ async def open_loop(
 ) -> LoadResult:
     """Poisson arrivals at `rate` per second; latency counts from the intended send time."""
     rng = random.Random(seed)
-    arrivals = []
+    arrivals: list[float] = []
     t = 0.0
     while len(arrivals) < max_requests:
         t += rng.expovariate(rate)

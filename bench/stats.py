@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from bucketing.metrics import METRICS, BatchStats
 
@@ -76,7 +77,10 @@ def parse_prometheus(text: str, model: str) -> dict[str, float]:
 
 
 def handler_delta(before: Mapping[str, float], after: Mapping[str, float]) -> HandlerDelta:
-    return BatchStats(**{attr: after.get(name, 0.0) - before.get(name, 0.0) for name, attr in HANDLER_METRICS.items()})
+    deltas: dict[str, Any] = {
+        attr: after.get(name, 0.0) - before.get(name, 0.0) for name, attr in HANDLER_METRICS.items()
+    }
+    return BatchStats(**deltas)
 
 
 def percentile(values: Sequence[float], q: float) -> float:

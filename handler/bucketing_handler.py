@@ -54,7 +54,7 @@ class BucketingHandler:
 
         return fit_cost(measure(forward, self.config.max_length), configured)
 
-    def handle(self, data: list[Any], context: Any) -> list[str]:
+    def handle(self, data: list[Any], context: Any) -> list[str | bytes]:
         meta = [request_meta(context, i) for i in range(len(data))]
         replies, stats = self.pipeline.serve(data, meta, getattr(context, "model_name", ""))
         emit(getattr(context, "metrics", None), stats)

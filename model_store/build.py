@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         return from_config(args.config, args.name, args.out, args.model_dir)
     engine = args.engine or archives.default_engine()
     task = args.task or "embedding"
-    overrides: dict[str, object] = {"engine": engine}
+    overrides: dict[str, Any] = {"engine": engine}
     model_dir = args.model_dir or archives.minilm_dir()
     try:
         prompts = parse_prompts(args.prompt)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from bucketing.config import STRATEGIES
 from model_store import archives
 
-from .client import Endpoints, ServerError, free_ports
+from .client import Endpoints, ServerError
 from .process import ROOT, TorchServe, exit_on_signals
 
 SERVE_DIR = ROOT / ".tmp" / "serve"
@@ -23,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--free-ports", action="store_true", help="start on free loopback ports, not the config's")
     parser.add_argument("--api", default="inference", choices=("inference", "management"), help="token: whose key")
     args = parser.parse_args(argv)
-    server = TorchServe(args.workdir, Endpoints.on_ports(*free_ports(3)) if args.free_ports else None)
+    server = TorchServe(args.workdir, Endpoints.free() if args.free_ports else None)
     try:
         return _run(server, args)
     except ServerError as e:  # what to look at, in one line; no traceback
@@ -84,7 +85,7 @@ def start(server: TorchServe, strategy: str) -> int:
     return 0
 
 
-COMMANDS = {"start": start, "stop": stop, "token": token, "status": status}
+COMMANDS: dict[str, Callable[[TorchServe, str], int]] = {"start": start, "stop": stop, "token": token, "status": status}
 
 if __name__ == "__main__":
     sys.exit(main())

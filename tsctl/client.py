@@ -51,6 +51,12 @@ class Endpoints:
     def on_ports(cls, inference: int, management: int, metrics: int, host: str = "127.0.0.1") -> Endpoints:
         return cls(f"http://{host}:{inference}", f"http://{host}:{management}", f"http://{host}:{metrics}")
 
+    @classmethod
+    def free(cls) -> Endpoints:
+        """Three free loopback ports: inference, management, metrics."""
+        inference, management, metrics = free_ports(3)
+        return cls.on_ports(inference, management, metrics)
+
 
 def read_properties(path: Path) -> dict[str, str]:
     props = {}
@@ -95,7 +101,7 @@ def request(
 ) -> Reply:
     """One HTTP call with the standard library; a refused connection raises ConnectionError."""
     parts = urllib.parse.urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
     path = parts.path or "/"
     if parts.query:
         path += "?" + parts.query

@@ -241,7 +241,7 @@ def is_our_server(pid: int, workdir: Path, config_file: Path | None = None) -> b
 def is_worker_of(pid: int, frontend: int) -> bool:
     """Whether `pid` is a live TorchServe worker started by the frontend `frontend` (its child, running
     `ts/model_service_worker.py`)."""
-    args = argv(pid)
+    args = argv(pid) or []
     return bool(args) and _ppid(pid) == frontend and any(a.endswith(WORKER_SCRIPT) for a in args[:4])
 
 

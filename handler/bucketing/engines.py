@@ -129,7 +129,7 @@ def dense_layers(model_dir: str, chain: Chain) -> list[torch.nn.Module]:
     """The chain's Dense modules as torch layers: Linear (weights from the module's folder), then activation."""
     import importlib
 
-    layers = []
+    layers: list[torch.nn.Module] = []
     for d in chain.dense:
         folder = Path(model_dir) / d.path
         linear = torch.nn.Linear(d.in_features, d.out_features, bias=d.bias)
@@ -279,9 +279,9 @@ class TorchEngine:
         try:
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                ids = torch.from_numpy(inputs[0][:2, :16]).to(self.device)
+                first = torch.from_numpy(inputs[0][:2, :16]).to(self.device)
                 ones = torch.ones((2, 16), dtype=torch.long, device=self.device)
-                traced = torch.jit.trace(self.head, (ids, *[ones] * (len(inputs) - 1)), strict=False)
+                traced = torch.jit.trace(self.head, (first, *[ones] * (len(inputs) - 1)), strict=False)
             diff = float(np.abs(self._run(traced, *inputs) - self._run(self.head, *inputs)).max())
             if diff > TOLERANCE:
                 raise ValueError(f"traced output differs from eager by {diff:.2e}")

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from . import protocols
 from .config import ConfigError, HandlerConfig
@@ -83,7 +83,7 @@ def compute(items: Sequence[Item], plan_fn: Planner, task: Task, pad_id: int) ->
         forward_ms=round(forward_ms, 3),
         passes=tuple((sb.rows, sb.padded_tokens) for sb in plan.sub_batches),
     )
-    return Computed(tuple(plan.restore(results)), stats)
+    return Computed(tuple(plan.restore(cast(Any, results))), stats)
 
 
 class Pipeline:
@@ -210,16 +210,16 @@ class Pipeline:
         live = [i for i, inc in enumerate(incoming) if inc.request is not None]
         try:
             merged = _Merged([incoming[i].request for i in live])
-            per_request = merged.split(self.encode(merged))
+            per_request: list[list[Encoded] | RequestError] = list(merged.split(self.encode(merged)))
         except Exception:  # noqa: BLE001 - find the request at fault
             logger.exception("tokenizing a batch of %d requests failed; redoing it request by request", len(live))
             per_request = [self._encode_alone(incoming[i].request) for i in live]
-        out, items = list(incoming), []
+        out, items = list(incoming), list[Item]()
         for i, encoded in zip(live, per_request):
             error = encoded if isinstance(encoded, RequestError) else self._check(incoming[i].request, encoded)
             if error is not None:
                 out[i] = incoming[i].fail(error)
-            else:
+            elif not isinstance(encoded, RequestError):
                 items.extend(Item(i, e) for e in encoded)
         return out, items
 

@@ -21,8 +21,12 @@ class Task(Protocol):
     name: str
     max_positions: int
     dimensions: int  # embedding size, or number of labels
-    labels: tuple[str, ...] | None  # class names (classification); None for embeddings
     engine: Engine
+
+    @property
+    def labels(self) -> tuple[str, ...] | None:
+        """Class names (classification); None for embeddings."""
+        ...
 
     def forward(self, ids: np.ndarray, mask: np.ndarray, skip: Sequence[int] | None = None,
                 types: np.ndarray | None = None) -> np.ndarray: ...  # fmt: skip

@@ -90,9 +90,9 @@ class Tokenizer:
                 if ids[j : j + len(b)] == b:
                     cut = (i, i + len(a), j, j + len(b))
                     segments = [(0, cut[0]), cut[:2], (cut[1], cut[2]), cut[2:], (cut[3], len(ids))]
-                    parts = [tuple(ids[x:y]) for x, y in segments[::2]]
+                    before, between, after = (tuple(ids[x:y]) for x, y in segments[::2])
                     kinds = [tuple(types[x:y]) for x, y in segments]
-                    return PairTemplate(*parts, kinds, types[i], types[j])  # type: ignore[arg-type]
+                    return PairTemplate(before, between, after, kinds, types[i], types[j])
         return None
 
     def encode_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[Encoded]:
@@ -110,7 +110,7 @@ class Tokenizer:
                 out.append(Encoded((), True, unbounded=True))
                 continue
             lengths = [len(e.ids) - self.specials + (1 if e.truncated else 0) for e in (a, b)]
-            content = [e.ids[len(self.prefix) : len(e.ids) - len(self.suffix)] for e in (a, b)]
+            content: list[Sequence[int]] = [e.ids[len(self.prefix) : len(e.ids) - len(self.suffix)] for e in (a, b)]
             # Both cut (which is longer decides the split), or a pair template with fewer special tokens than a text's
             # (a side's prefix then holds too few tokens): the sides are tokenized whole, if not too long.
             if (a.truncated and b.truncated) or ((a.truncated or b.truncated) and self.pair.specials < self.specials):
@@ -123,7 +123,7 @@ class Tokenizer:
                 finally:
                     self._backend.enable_truncation(self.max_length)
                 lengths, content = [len(w) for w in whole], whole
-            joined = self.pair.join(content[0], content[1], *lengths, self.max_length)
+            joined = self.pair.join(content[0], content[1], lengths[0], lengths[1], self.max_length)
             out.append(joined if self.token_types else replace(joined, type_ids=None))
         return out
 

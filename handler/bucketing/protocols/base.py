@@ -199,8 +199,11 @@ def answer_fields(task: str, labels: int = 2) -> tuple[str, ...]:
 class Request(Protocol):
     """A parsed request: its inputs in order, its options, and how to answer them."""
 
-    inputs: tuple[Input, ...]
-    options: Options
+    @property
+    def inputs(self) -> Sequence[Input]: ...
+
+    @property
+    def options(self) -> Options: ...
 
     def where(self, index: int) -> str:
         """Names input `index` in an error message, in the request's own terms."""

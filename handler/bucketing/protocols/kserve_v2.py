@@ -95,7 +95,7 @@ def claims(body: Any) -> bool:
 
 def outputs(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per-input answer fields as v2 tensors, one per field; a field of another type is a server error."""
-    tensors = []
+    tensors: list[dict[str, Any]] = []
     n = len(rows)
     for name, first in rows[0].items():
         column = [r[name] for r in rows]
@@ -130,7 +130,8 @@ def encode(datatype: str, data: list[Any]) -> bytes:
 
 def decode_bytes(raw: bytes, max_items: int, t: str = "inputs[0]") -> list[str] | RequestError:
     """BYTES elements from binary data: a uint32 length, then that many bytes of UTF-8, each."""
-    items, offset = [], 0
+    items: list[str] = []
+    offset = 0
     while offset < len(raw):
         if len(items) >= max_items:
             return too_many(None, f"{t}.data", max_items)
@@ -181,12 +182,11 @@ def parse(body: Any, limits: Limits, binary: bytes | None = None) -> V2Request |
     columns = []
     for tensor in sorted(inputs, key=lambda i: i.get("name") == "text_pair"):
         t = f"inputs[{inputs.index(tensor)}]"
-        size = (tensor.get("parameters") or {}).get("binary_data_size") if isinstance(tensor.get("parameters"),
-                                                                                      Mapping) else None  # fmt: skip
+        size = _binary_size(tensor)
         mine = binary
-        if binary is not None and len(inputs) == 2 and is_int(size):  # each input's bytes in order, as sent
-            start = 0 if inputs.index(tensor) == 0 else _first_size(inputs)
-            mine = binary[start : start + size] if start is not None else None
+        if binary is not None and len(inputs) == 2 and size is not None:  # each input's bytes in order, as sent
+            start = 0 if inputs.index(tensor) == 0 else _binary_size(inputs[0])
+            mine = None if start is None else binary[start : start + size]
         column = _column(tensor, mine, limits, t)
         if isinstance(column, RequestError):
             return column
@@ -227,10 +227,11 @@ def _column(tensor: Mapping[str, Any], binary: bytes | None, limits: Limits, t: 
     return texts(data, f"{t}.data", limits.max_texts)
 
 
-def _first_size(inputs: list[Any]) -> int | None:
-    parameters = inputs[0].get("parameters")
+def _binary_size(tensor: Mapping[str, Any]) -> int | None:
+    """A tensor's `parameters.binary_data_size`, when it is an integer."""
+    parameters = tensor.get("parameters")
     size = parameters.get("binary_data_size") if isinstance(parameters, Mapping) else None
-    return size if is_int(size) else None
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
 
 
 def _data(tensor: Mapping[str, Any], binary: bytes | None, max_texts: int, t: str = "inputs[0]") -> Any:

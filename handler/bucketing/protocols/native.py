@@ -64,10 +64,10 @@ def parse(body: Any, limits: Limits) -> TextRequest | RequestError:
         return bad("EmptyBody", 'the request has no body; send a text or JSON {"text": ...}')
     if isinstance(body, str):
         single = _single(body, "the body")
-        options = read_options({}, limits)  # a text/plain body: the model's default prompt, if any
-        if isinstance(single, RequestError) or isinstance(options, RequestError):
-            return single if isinstance(single, RequestError) else options
-        return replace(single, options=options)
+        if isinstance(single, RequestError):
+            return single
+        default = read_options({}, limits)  # a text/plain body: the model's default prompt, if any
+        return default if isinstance(default, RequestError) else replace(single, options=default)
     if not isinstance(body, Mapping):
         return bad(
             "InvalidRequest",
@@ -92,8 +92,8 @@ def _texts(body: Mapping[str, Any], keys: set[Any], limits: Limits) -> TextReque
             return bad("InvalidType", f'"text" must be a string, got {json_type(body["text"])}', "text")
         return _single(body["text"], '"text"')
     if keys == {"texts"}:
-        many = texts(body["texts"], "texts", limits.max_texts)
-        return many if isinstance(many, RequestError) else TextRequest(many, single=False)
+        listed = texts(body["texts"], "texts", limits.max_texts)
+        return listed if isinstance(listed, RequestError) else TextRequest(listed, single=False)
     if not keys:
         return bad("InvalidRequest", 'the JSON object is empty; expected {"text": ...} or {"texts": [...]}')
     unknown = sorted(str(k) for k in keys - {"text", "texts", "text_pair", "pairs"})
