@@ -36,15 +36,20 @@ def in_process(model_dir, task):
     return one
 
 
+def build_and_register(torchserve, model_store, folder, name, task="embedding", engine=None):
+    """One command builds the folder's bucketed archive; it is registered with batching on (1 worker)."""
+    argv = ["--model-dir", str(folder), "--name", name, "--task", task, "--strategies", "bucketed",
+            "--out", str(model_store), *(["--engine", engine] if engine else [])]  # fmt: skip
+    assert build.main(argv) == 0
+    torchserve.client.register(f"{name}-bucketed.mar", name, batch_size=8, max_batch_delay=50, workers=1)
+    return torchserve.client
+
+
 @pytest.mark.parametrize("arch, task, engine", CASES)
 def test_a_users_encoder_builds_and_serves(torchserve, model_store, tmp_path, arch, task, engine):
     folder = build_tiny(tmp_path / arch, arch, classifier=task == "classification")
     name = f"tiny-{arch}"
-    argv = ["--model-dir", str(folder), "--name", name, "--task", task, "--engine", engine, "--strategies", "bucketed",
-            "--out", str(model_store)]  # fmt: skip
-    assert build.main(argv) == 0
-    client = torchserve.client
-    client.register(f"{name}-bucketed.mar", name, batch_size=8, max_batch_delay=50, workers=1)
+    client = build_and_register(torchserve, model_store, folder, name, task, engine)
     try:
         texts = texts_for_load(12, seed=3)
         with ThreadPoolExecutor(len(texts)) as pool:
@@ -99,11 +104,7 @@ def test_a_sentence_transformers_folder_serves_exactly_what_it_encodes(torchserv
     folder = build_sentence_transformer(tmp_path / "bge", pooling="cls", dense=((16, True, "Tanh"),), normalize=True,
                                         prompts={"query": "Represent this sentence for searching: "})  # fmt: skip
     name = f"tiny-st-{engine}"
-    argv = ["--model-dir", str(folder), "--name", name, "--engine", engine, "--strategies", "bucketed",
-            "--out", str(model_store)]  # fmt: skip
-    assert build.main(argv) == 0
-    client = torchserve.client
-    client.register(f"{name}-bucketed.mar", name, batch_size=8, max_batch_delay=50, workers=1)
+    client = build_and_register(torchserve, model_store, folder, name, engine=engine)
     try:
         texts = texts_for_load(10, seed=4)
         bodies = [{"text": t} if i % 2 else {"text": t, "prompt_name": "query"} for i, t in enumerate(texts)]
@@ -128,11 +129,7 @@ def test_a_cross_encoder_serves_every_pair_format_as_cross_encoder_scores(torchs
 
     folder = build_cross_encoder(tmp_path / "ce", "bert", labels=1)
     name = "tiny-ce"
-    argv = ["--model-dir", str(folder), "--name", name, "--task", "classification", "--strategies", "bucketed",
-            "--out", str(model_store)]  # fmt: skip
-    assert build.main(argv) == 0
-    client = torchserve.client
-    client.register(f"{name}-bucketed.mar", name, batch_size=8, max_batch_delay=50, workers=1)
+    client = build_and_register(torchserve, model_store, folder, name, "classification")
     query, docs = "how is a model served", texts_for_load(6, seed=5)
     v2 = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [len(docs)], "data": [query] * len(docs)},
                      {"name": "text_pair", "datatype": "BYTES", "shape": [len(docs)], "data": docs}]}  # fmt: skip
