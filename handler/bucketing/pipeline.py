@@ -21,7 +21,7 @@ from .config import ConfigError, HandlerConfig
 from .metrics import BatchStats
 from .planner import CostModel, Plan, plan_bucketed, plan_dynamic, plan_static, round_up
 from .protocols import Incoming, Reply
-from .protocols.base import Answer, Limits, Meta, Pair, RequestError
+from .protocols.base import Answer, Limits, Meta, Options, Pair, RequestError
 from .tasks import Task
 from .tokenizer import Encoded, Tokenizer, collate
 
@@ -248,8 +248,7 @@ class Pipeline:
                 return RequestError(400, "EmptyText", f"{request.where(index)} has no tokens once normalised "
                                     "(only invisible, control or zero-width characters)", "input")  # fmt: skip
             options = request.options
-            if e.truncated and not (options.truncate if options.truncate is not None else
-                                    self.config.on_overflow == "truncate"):  # fmt: skip
+            if e.truncated and not self._may_cut(options):
                 why = "truncate: false" if options.truncate is False else "on_overflow: reject"
                 return RequestError(413, "TextTooLong", f"{request.where(index)} has more than max_length="
                                     f"{self.config.max_length} tokens ({why})", "input")  # fmt: skip
@@ -258,6 +257,10 @@ class Pipeline:
                                     "by this model: its pooling leaves the prompt's tokens out, and a left cut "
                                     "removes them first", "truncation_direction")  # fmt: skip
         return None
+
+    def _may_cut(self, options: Options) -> bool:
+        """Whether an input over max_length is cut (the request's `truncate`, else `handler.on_overflow`)."""
+        return options.truncate if options.truncate is not None else self.config.on_overflow == "truncate"
 
     def _check_pair(self, request: Any, index: int, e: Encoded) -> RequestError | None:
         where, options = request.where(index), request.options
@@ -268,8 +271,7 @@ class Pipeline:
             return RequestError(413, "TextTooLong", f"{where}: both texts are over max_length={self.config.max_length} "
                                 f"tokens and one is over {self.tokenizer.max_cut_chars} characters; send shorter "
                                 "texts", "input")  # fmt: skip
-        if e.truncated and not (options.truncate if options.truncate is not None else
-                                self.config.on_overflow == "truncate"):  # fmt: skip
+        if e.truncated and not self._may_cut(options):
             return RequestError(413, "TextTooLong", f"{where}: the pair has more than max_length="
                                 f"{self.config.max_length} tokens", "input")  # fmt: skip
         return None

@@ -35,11 +35,12 @@ class CohereRerankRequest:
 
     def render(self, answers: Sequence[Answer], model_name: str) -> Any:
         check_count(self, answers)
-        ranked = sorted(enumerate(answers), key=lambda pair: -pair[1].fields()["score"])[: self.top_n]
+        scores = [a.fields()["score"] for a in answers]
+        ranked = sorted(range(len(answers)), key=lambda i: -scores[i])[: self.top_n]
         results = []
-        for i, a in ranked:
+        for i in ranked:
             document = {"document": {"text": self.inputs[i].document}} if self.return_documents else {}
-            results.append({"index": i, "relevance_score": a.fields()["score"], **document})
+            results.append({"index": i, "relevance_score": scores[i], **document})
         tokens = sum(a.tokens for a in answers)
         model = self.model if self.model is not None else model_name
         return {"model": model, "results": results, "usage": {"total_tokens": tokens}}
