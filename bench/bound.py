@@ -64,9 +64,14 @@ def _worker(model_dir: str, threads: int, engine: str, rows: list[list[list[int]
 
 
 def padding_free_bound(
-    texts: Sequence[str], model_dir: str, workers: int = 2, threads: int = 1, max_length: int = 256,
-    max_batch_tokens: int = 8192, engine: str = "torch",
-) -> dict[str, Any]:  # fmt: skip
+    texts: Sequence[str],
+    model_dir: str,
+    workers: int = 2,
+    threads: int = 1,
+    max_length: int = 256,
+    max_batch_tokens: int = 8192,
+    engine: str = "torch",
+) -> dict[str, Any]:
     """Real tokens per second of the same texts grouped by exact length (no padding), on the given engine."""
     import tempfile
 
@@ -78,9 +83,14 @@ def padding_free_bound(
 
 
 def _bound(
-    texts: Sequence[str], model_dir: str, workers: int, threads: int, max_length: int, max_batch_tokens: int,
+    texts: Sequence[str],
+    model_dir: str,
+    workers: int,
+    threads: int,
+    max_length: int,
+    max_batch_tokens: int,
     engine: str,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     from bucketing.tokenizer import Tokenizer
 
     encoded = Tokenizer(model_dir, max_length).encode(texts)

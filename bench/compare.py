@@ -144,8 +144,13 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         defaults = {"strategy": "bucketed", "batch_size": 16, **overrides}
         if "rate" in matrix and "mode" not in overrides:
             defaults["mode"] = "open"
-        plan = Plan("custom", "configurations from flags", tuple(expand(defaults, [], matrix)), args.bound,
-                    base.sweep if args.suite else None)  # fmt: skip
+        plan = Plan(
+            "custom",
+            "configurations from flags",
+            tuple(expand(defaults, [], matrix)),
+            args.bound,
+            base.sweep if args.suite else None,
+        )
     else:
         configs = tuple(replace(c, **overrides) for c in base.configs)
         plan = Plan(base.name, base.description, configs, base.bound or args.bound, base.sweep, base.tune)
@@ -206,10 +211,16 @@ class Bench:
     """One run: a TorchServe to talk to, the workloads' bodies and token counts, and the results folder."""
 
     def __init__(
-        self, client: Client, server: TorchServe | None, out: Path, seed: int, progress: bool,
-        texts: Workload | None = None, capacity: CapacitySettings | None = None,
+        self,
+        client: Client,
+        server: TorchServe | None,
+        out: Path,
+        seed: int,
+        progress: bool,
+        texts: Workload | None = None,
+        capacity: CapacitySettings | None = None,
         docs_per_request: int = DOCS_PER_REQUEST,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.client, self.server, self.out, self.seed, self.progress = client, server, out, seed, progress
         self.texts, self.capacity_settings, self.docs_per_request = texts, capacity, docs_per_request
         self._workloads: dict[tuple[str, float, str | None], tuple[Workload, list[bytes], list[int]]] = {}
@@ -280,8 +291,9 @@ class Bench:
         name = archives.name(config.strategy, config.threads, prefix)
         if self.server:
             store = Path(self.server.properties["model_store"])
-            build_archives(store, config.threads, [config.strategy], config.engine, config.model,
-                           models.task(config.workload))  # fmt: skip
+            build_archives(
+                store, config.threads, [config.strategy], config.engine, config.model, models.task(config.workload)
+            )
         return f"{name}.mar"  # a server of someone else's must have it in its model store
 
     def device(self, model: str) -> str:
@@ -373,8 +385,10 @@ class Bench:
             ok = [s.latency_ms for s in r.samples if s.status == 200]
             result = capacity.Step(rate, len(r.samples), len(ok), stats.percentile(ok, 99), r.wall_s)
             verdict = "within" if result.passes(settings.target_ms) else "over"
-            print(f"  capacity step {rate:g} req/s: {result.requests} requests, p99 {result.p99_ms:.0f} ms, "
-                  f"{result.errors} errors: {verdict} {settings.target_ms:g} ms")  # fmt: skip
+            print(
+                f"  capacity step {rate:g} req/s: {result.requests} requests, p99 {result.p99_ms:.0f} ms, "
+                f"{result.errors} errors: {verdict} {settings.target_ms:g} ms"
+            )
             return result
 
         return capacity.search(step, max(start, capacity.MIN_RATE), settings.target_ms, settings.max_steps)
@@ -396,9 +410,14 @@ class Bench:
                 print(f"  answers: lowest cosine {cos:.6f} against our batch-of-one reference (8 texts)")
                 for config in group:
                     target = Target(
-                        url=server.url, bodies=[spec.body(t) for t in self.workload(config)[0].texts],
-                        headers=dict, cpu=server.cpu, counters=dict, engine="torch", device="cpu",
-                    )  # fmt: skip
+                        url=server.url,
+                        bodies=[spec.body(t) for t in self.workload(config)[0].texts],
+                        headers=dict,
+                        cpu=server.cpu,
+                        counters=dict,
+                        engine="torch",
+                        device="cpu",
+                    )
                     print(f"\n{config.name} on {config.workload_label}")
                     record(replace(self.measure_target(config, target, None), min_cosine=cos))
 
@@ -440,8 +459,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--rates", help="comma list of open-loop rates (req/s); implies --mode open")
     p.add_argument("--short-fracs", help="comma list for the mixed workload")
     p.add_argument("--workload", choices=BENCH_WORKLOADS)
-    p.add_argument("--docs-per-request", type=int, default=DOCS_PER_REQUEST,
-                   help="--workload rerank: documents per request, each scored with the query")  # fmt: skip
+    p.add_argument(
+        "--docs-per-request",
+        type=int,
+        default=DOCS_PER_REQUEST,
+        help="--workload rerank: documents per request, each scored with the query",
+    )
     p.add_argument("--texts", type=Path, help="your own traffic: .txt (a text a line), .jsonl or .csv")
     p.add_argument("--text-field", default="text", help="the JSON field or CSV column holding the text")
     p.add_argument("--sample", type=int, help="send N texts drawn from --texts (seeded by --seed)")
@@ -587,17 +610,31 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def measure_all(
-    args: argparse.Namespace, plan: Plan, stamp: str, out: Path, header: dict[str, str], sweep_rows: list[Any],
-    texts: Workload | None = None, settings: CapacitySettings | None = None,
-) -> int:  # fmt: skip
+    args: argparse.Namespace,
+    plan: Plan,
+    stamp: str,
+    out: Path,
+    header: dict[str, str],
+    sweep_rows: list[Any],
+    texts: Workload | None = None,
+    settings: CapacitySettings | None = None,
+) -> int:
     """Measure every configuration, writing results after each; the servers we started are stopped however it ends."""
     t0 = time.monotonic()
     summaries: list[stats.Summary] = []
     extra: list[str] = []
     writer = ResultsWriter(out)
     client, server = open_target(args, plan, stamp)
-    bench = Bench(client, server, out, args.seed, not args.no_progress and sys.stderr.isatty(), texts, settings,
-                  args.docs_per_request)  # fmt: skip
+    bench = Bench(
+        client,
+        server,
+        out,
+        args.seed,
+        not args.no_progress and sys.stderr.isatty(),
+        texts,
+        settings,
+        args.docs_per_request,
+    )
     interrupted = False
 
     def record(summary: stats.Summary) -> None:
@@ -657,12 +694,18 @@ def run_tune(
     cost = calibrated_cost(str(models.model_dir(base.model)), engine)
     print(f"  {cost}")
     ranked = tune.candidates(
-        base, bench.workload(base)[2], cost, settings.target_ms, os.cpu_count() or 1,
+        base,
+        bench.workload(base)[2],
+        cost,
+        settings.target_ms,
+        os.cpu_count() or 1,
         batch_sizes=space.get("batch_sizes", tune.BATCH_SIZES),
-    )  # fmt: skip
+    )
     kept = [c for c in ranked if not c.pruned]
-    print(f"\ntune: {len(ranked)} candidates, {len(kept)} kept by the offline estimates, "
-          f"{len(ranked) - len(kept)} pruned; budget {args.budget_min:g} min")  # fmt: skip
+    print(
+        f"\ntune: {len(ranked)} candidates, {len(kept)} kept by the offline estimates, "
+        f"{len(ranked) - len(kept)} pruned; budget {args.budget_min:g} min"
+    )
     queue = tune.first_round(ranked)
     delays_after = len({c.config.strategy for c in kept}) + 2
     default_cost = 25 + WARMUP_S + base.duration + settings.max_steps * settings.step_s * 1.3
@@ -697,9 +740,15 @@ def run_tune(
 
 
 def recommend(
-    bench: Bench, measured: list[stats.Summary], skipped: list[tuple[stats.Config, str]],
-    ranked: list[tune.Candidate], record: Callable[[stats.Summary], None], t0: float, out: Path, budget_s: float,
-) -> tune.TuneResult:  # fmt: skip
+    bench: Bench,
+    measured: list[stats.Summary],
+    skipped: list[tuple[stats.Config, str]],
+    ranked: list[tune.Candidate],
+    record: Callable[[stats.Summary], None],
+    t0: float,
+    out: Path,
+    budget_s: float,
+) -> tune.TuneResult:
     """Write the winner's model-config YAML and the commands that deploy it; measure it again from that YAML."""
     from model_store import build
 
@@ -712,9 +761,10 @@ def recommend(
     cap = winner.capacity.rate if winner.capacity else 0.0
     # where the user applies it: the server given by URL, else the one `make serve` runs
     mgmt = (
-        bench.client.endpoints.management if not bench.server
+        bench.client.endpoints.management
+        if not bench.server
         else Endpoints.from_properties(read_properties(DEFAULT_PROPERTIES)).management
-    )  # fmt: skip
+    )
     query = urllib.parse.urlencode({"url": f"{TUNED_NAME}.mar", "model_name": TUNED_NAME, "synchronous": "true"})
     commands = (
         f".venv/bin/python -m model_store.build --config {shown} --name {TUNED_NAME}",
@@ -728,9 +778,16 @@ def recommend(
     )
     yaml_path.write_text(comment + yaml.safe_dump(cfg, sort_keys=False))
     result = tune.TuneResult(
-        settings.target_ms, budget_s, 0.0, tuple(ranked), tuple(measured), tuple(skipped), yaml_path.name,
-        yaml_path.read_text(), commands,
-    )  # fmt: skip
+        settings.target_ms,
+        budget_s,
+        0.0,
+        tuple(ranked),
+        tuple(measured),
+        tuple(skipped),
+        yaml_path.name,
+        yaml_path.read_text(),
+        commands,
+    )
     if not bench.server:
         return replace(result, elapsed_s=time.monotonic() - t0)
     print(f"\nrecommended: {winner.config.name}; building {TUNED_NAME}.mar from {yaml_path.name} ...")

@@ -18,9 +18,14 @@ def _case(strategy: str, requests: int, texts_per_request: int, max_length: int,
     from model_store.archives import minilm_dir
     from tsctl.inprocess import LocalContext
 
-    section = {"model_path": str(minilm_dir()), "strategy": strategy, "max_length": max_length,
-               "max_batch_tokens": max_batch_tokens, "max_texts_per_request": max(texts_per_request, 1),
-               "cost": {"calibrate": False}}  # fmt: skip
+    section = {
+        "model_path": str(minilm_dir()),
+        "strategy": strategy,
+        "max_length": max_length,
+        "max_batch_tokens": max_batch_tokens,
+        "max_texts_per_request": max(texts_per_request, 1),
+        "cost": {"calibrate": False},
+    }
     context = LocalContext(section)
     handler = BucketingHandler()
     handler.initialize(context)
@@ -59,13 +64,25 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'strategy':10} {'texts':>6} {'sub-batches':>11} {'model MB':>9} {'batch +MB':>9} {'peak MB':>8}")
     for tpr in (1, args.texts_per_request):
         for strategy in ("bucketed", "dynamic"):
-            cmd = [sys.executable, "-m", "bench.memory", "--case", f"{strategy}:{tpr}",
-                   "--batch-size", str(args.batch_size), "--max-length", str(args.max_length),
-                   "--max-batch-tokens", str(args.max_batch_tokens)]  # fmt: skip
+            cmd = [
+                sys.executable,
+                "-m",
+                "bench.memory",
+                "--case",
+                f"{strategy}:{tpr}",
+                "--batch-size",
+                str(args.batch_size),
+                "--max-length",
+                str(args.max_length),
+                "--max-batch-tokens",
+                str(args.max_batch_tokens),
+            ]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()
             r = json.loads(out[-1])
-            print(f"{r['strategy']:10} {r['texts']:6d} {r['sub_batches']:11d} {r['model_rss_mb']:9d} "
-                  f"{r['batch_peak_growth_mb']:9d} {r['peak_rss_mb']:8d}")  # fmt: skip
+            print(
+                f"{r['strategy']:10} {r['texts']:6d} {r['sub_batches']:11d} {r['model_rss_mb']:9d} "
+                f"{r['batch_peak_growth_mb']:9d} {r['peak_rss_mb']:8d}"
+            )
     return 0
 
 

@@ -41,16 +41,28 @@ class PeerSpec:
     def command(self, python: Path, model_dir: Path, port: int, batch_size: int) -> list[str]:
         """The server's command line (infinity_emb v2: torch engine on the CPU, our batch size)."""
         return [
-            str(python.parent / "infinity_emb"), "v2",
-            "--model-id", str(model_dir),
-            "--served-model-name", self.served_name,
-            "--engine", "torch", "--device", "cpu",
-            "--batch-size", str(batch_size),
-            "--host", "127.0.0.1", "--port", str(port),
-            "--url-prefix", "",
+            str(python.parent / "infinity_emb"),
+            "v2",
+            "--model-id",
+            str(model_dir),
+            "--served-model-name",
+            self.served_name,
+            "--engine",
+            "torch",
+            "--device",
+            "cpu",
+            "--batch-size",
+            str(batch_size),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--url-prefix",
+            "",
             "--no-model-warmup",  # the bench warms every server up the same way
-            "--log-level", "warning",  # no log line per request
-        ]  # fmt: skip
+            "--log-level",
+            "warning",  # no log line per request
+        ]
 
     def body(self, text: str) -> bytes:
         return json.dumps({"model": self.served_name, "input": text}).encode()
@@ -106,8 +118,12 @@ class PeerServer:
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 self.spec.command(self.python, self.model_dir, self.port, self.batch_size),
-                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=self.log_path.parent,
-            )  # fmt: skip
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                cwd=self.log_path.parent,
+            )
         try:  # whatever stops the wait (Ctrl-C, SIGTERM, an exit, a time-out), the peer's group is ended
             self._wait_healthy(timeout)
         except BaseException:

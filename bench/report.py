@@ -47,10 +47,13 @@ def render_block(s: Summary) -> str:
             f"  Requests:    {s.requests} sent, {s.ok} ok, errors: {errors}",
             f"  CPU:         {server}load generator {s.client_cpu_cores:.2f} cores",
             *([capacity_line(s)] if s.capacity else []),
-            *([f"  Answers:     cosine >= {s.min_cosine:.6f} against our batch-of-one reference"]
-              if s.min_cosine is not None else []),
+            *(
+                [f"  Answers:     cosine >= {s.min_cosine:.6f} against our batch-of-one reference"]
+                if s.min_cosine is not None
+                else []
+            ),
         ]
-    )  # fmt: skip
+    )
 
 
 def capacity_line(s: Summary) -> str:
@@ -89,10 +92,25 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 
 RESULT_COLUMNS = (
-    "config", "server", "engine", "device", "workload", "mode", "rps", "tokens_per_s", "p50_ms", "p90_ms", "p99_ms",
-    "errors", "padding_efficiency", "mean_batch_size", "sub_batches_per_batch", "server_cpu_cores",
-    "client_cpu_cores", "bound_fraction",
-)  # fmt: skip
+    "config",
+    "server",
+    "engine",
+    "device",
+    "workload",
+    "mode",
+    "rps",
+    "tokens_per_s",
+    "p50_ms",
+    "p90_ms",
+    "p99_ms",
+    "errors",
+    "padding_efficiency",
+    "mean_batch_size",
+    "sub_batches_per_batch",
+    "server_cpu_cores",
+    "client_cpu_cores",
+    "bound_fraction",
+)
 CAPACITY_COLUMNS = ("capacity_rps", "capacity_p99_ms")  # shown when the run searched capacity (--p99-ms)
 PEER_COLUMNS = ("min_cosine",)  # shown when a peer ran
 
@@ -193,7 +211,7 @@ def render_markdown(
                     ]
                     for b in bounds
                 ],
-            ),  # fmt: skip
+            ),
         ]
     for name, hist in histograms.items():
         parts += [
@@ -258,8 +276,9 @@ def tune_section(t: TuneResult) -> str:
             f"p99 {_num(r.p99_ms)} ms."
         )
     if runner is not None:
-        parts.append(f"- **Runner-up**: {_settings(runner)}: capacity {_capacity(runner)}; closed loop "
-                     f"{runner.rps:.1f} req/s.")  # fmt: skip
+        parts.append(
+            f"- **Runner-up**: {_settings(runner)}: capacity {_capacity(runner)}; closed loop {runner.rps:.1f} req/s."
+        )
     parts.append(
         f"- **Time**: {t.elapsed_s / 60:.1f} of {t.budget_s / 60:g} budgeted minutes; {len(t.measured)} "
         f"configurations measured, {len(t.skipped)} skipped to fit, "
@@ -273,10 +292,18 @@ def tune_section(t: TuneResult) -> str:
     for c in t.candidates:
         s = measured.get(c.config)
         status = c.pruned or skipped.get(c.config, "") or ("measured" if s else "not reached")
-        rows.append([
-            c.config.strategy, c.config.batch_size, f"{c.config.workers}x{c.config.threads}", f"{c.est_rps:.0f}",
-            f"{c.est_floor_ms:.0f}", f"{s.rps:.1f}" if s else "", _capacity(s) if s else "", status,
-        ])  # fmt: skip
+        rows.append(
+            [
+                c.config.strategy,
+                c.config.batch_size,
+                f"{c.config.workers}x{c.config.threads}",
+                f"{c.est_rps:.0f}",
+                f"{c.est_floor_ms:.0f}",
+                f"{s.rps:.1f}" if s else "",
+                _capacity(s) if s else "",
+                status,
+            ]
+        )
     extra = [s for s in t.measured if s.config.max_batch_delay != t.candidates[0].config.max_batch_delay]
     extra_skipped = [(c, why) for c, why in t.skipped if c.max_batch_delay != t.candidates[0].config.max_batch_delay]
     parts += [
@@ -292,7 +319,7 @@ def tune_section(t: TuneResult) -> str:
         _table(
             ["strategy", "batch size", "workers x threads", "est req/s", "floor ms", "req/s", "capacity", "status"],
             rows,
-        ),  # fmt: skip
+        ),
     ]
     if extra or extra_skipped:
         parts += ["", "Batch delays tried on the best configuration:", ""]

@@ -153,9 +153,11 @@ def model_config(winner: Config, template: dict[str, Any]) -> dict[str, Any]:
     """The model-config YAML that deploys `winner`: the template with its TorchServe and handler settings."""
     cfg = dict(template)
     cfg.update(
-        minWorkers=winner.workers, maxWorkers=winner.workers, batchSize=winner.batch_size,
+        minWorkers=winner.workers,
+        maxWorkers=winner.workers,
+        batchSize=winner.batch_size,
         maxBatchDelay=winner.max_batch_delay,
-    )  # fmt: skip
+    )
     handler = dict(cfg.get("handler") or {})
     handler.update(strategy=winner.strategy, torch_threads=winner.threads)
     if winner.engine:

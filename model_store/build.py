@@ -60,15 +60,22 @@ def archiver_command(
     module, _ = archives.handler_sources()
     return [
         archiver,
-        "--model-name", name,
-        "--version", "1.0",
-        "--handler", str(module),
-        "--extra-files", str(staging),
-        "--config-file", str(config),
-        "--export-path", str(out),
-        "--archive-format", "zip-store",
+        "--model-name",
+        name,
+        "--version",
+        "1.0",
+        "--handler",
+        str(module),
+        "--extra-files",
+        str(staging),
+        "--config-file",
+        str(config),
+        "--export-path",
+        str(out),
+        "--archive-format",
+        "zip-store",
         "--force",
-    ]  # fmt: skip
+    ]
 
 
 def build(name: str, config: Path, staging: Path, out: Path, archiver: str, tmp: Path) -> Path:
@@ -84,20 +91,25 @@ def shown(path: Path) -> str:
     return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
 
 
-def print_commands(configs: dict[str, dict[str, Any]], model_dir: Path, engine: str, task: str, out: Path,
-                   stage_dir: Path) -> int:  # fmt: skip
+def print_commands(
+    configs: dict[str, dict[str, Any]], model_dir: Path, engine: str, task: str, out: Path, stage_dir: Path
+) -> int:
     """Stage the files and model-configs into `stage_dir` and print the archiver command of each archive."""
     staging = stage(stage_dir / "extra", model_dir, engine, task)
     model_files = sorted(p.name for p in (staging / "model").iterdir() if p.suffix != ".onnx")
     _, package = archives.handler_sources()
-    print(f"# staged {shown(staging)}/: bucketing/ (the handler package, from {shown(package)}), model/ "
-          f"({len(model_files)} files from {shown(model_dir)}"
-          f"{'; model.onnx exported for the onnxruntime engine' if engine == 'onnxruntime' else ''})")  # fmt: skip
+    print(
+        f"# staged {shown(staging)}/: bucketing/ (the handler package, from {shown(package)}), model/ "
+        f"({len(model_files)} files from {shown(model_dir)}"
+        f"{'; model.onnx exported for the onnxruntime engine' if engine == 'onnxruntime' else ''})"
+    )
     for name, cfg in configs.items():
         config = stage_dir / f"{name}.yaml"
         config.write_text(yaml.safe_dump(cfg, sort_keys=False))
-        print(f"# {name}: model-config {shown(config)} (handler.strategy {cfg['handler'].get('strategy')}, "
-              f"engine {cfg['handler'].get('engine')}, batchSize {cfg.get('batchSize')})")  # fmt: skip
+        print(
+            f"# {name}: model-config {shown(config)} (handler.strategy {cfg['handler'].get('strategy')}, "
+            f"engine {cfg['handler'].get('engine')}, batchSize {cfg.get('batchSize')})"
+        )
         cmd = archiver_command(name, Path(shown(config)), Path(shown(staging)), Path(shown(out)))
         cmd[cmd.index("--handler") + 1] = shown(Path(cmd[cmd.index("--handler") + 1]))
         print(" ".join(shlex.quote(part) for part in cmd))
@@ -161,8 +173,10 @@ def main(argv: list[str] | None = None) -> int:
         chain = archives.read_model_chain(model_dir) if task == "embedding" else None
         known = {**(dict(chain.prompts) if chain else {}), **prompts}
         if args.default_prompt is not None and args.default_prompt not in known:
-            raise archives.ModelFolderError(f"--default-prompt {args.default_prompt!r}: not a prompt of the model or "
-                                            f"of --prompt ({', '.join(known) or 'none'})")  # fmt: skip
+            raise archives.ModelFolderError(
+                f"--default-prompt {args.default_prompt!r}: not a prompt of the model or "
+                f"of --prompt ({', '.join(known) or 'none'})"
+            )
     except archives.ModelFolderError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

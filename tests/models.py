@@ -9,8 +9,9 @@ from model_store.archives import minilm_dir
 LABELS = {0: "negative", 1: "neutral", 2: "positive"}
 
 
-def build_tiny_bert(target: Path, classifier: bool, seed: int = 0, labels: dict[int, str] = LABELS,
-                    problem_type: str | None = None) -> Path:  # fmt: skip
+def build_tiny_bert(
+    target: Path, classifier: bool, seed: int = 0, labels: dict[int, str] = LABELS, problem_type: str | None = None
+) -> Path:
     """A randomly initialised 2-layer BERT with MiniLM's tokenizer, saved like a hub checkpoint."""
     import shutil
 
@@ -38,9 +39,33 @@ def build_tiny_bert(target: Path, classifier: bool, seed: int = 0, labels: dict[
     return target
 
 
-TOKENIZER_WORDS = ["serving", "transformer", "a", "unbelievably", "x", "caf\u00e9", "\u6f22\u5b57", "(note)", "don't",
-                   "--", "\u200b", "\x00", "\U0001f600", "1234567", "https://example.org/a?b=c", "\t", "\n", "Zwölf",
-                   "short", "queries", "and", "long", "documents", "served", "together"]  # fmt: skip
+TOKENIZER_WORDS = [
+    "serving",
+    "transformer",
+    "a",
+    "unbelievably",
+    "x",
+    "caf\u00e9",
+    "\u6f22\u5b57",
+    "(note)",
+    "don't",
+    "--",
+    "\u200b",
+    "\x00",
+    "\U0001f600",
+    "1234567",
+    "https://example.org/a?b=c",
+    "\t",
+    "\n",
+    "Zwölf",
+    "short",
+    "queries",
+    "and",
+    "long",
+    "documents",
+    "served",
+    "together",
+]
 
 
 def build_tokenizer(target: Path, kind: str) -> Path:
@@ -55,8 +80,9 @@ def build_tokenizer(target: Path, kind: str) -> Path:
     if kind == "bpe":
         raw = Raw(models.BPE(unk_token="<unk>"))
         raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=specials,
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+        trainer = trainers.BpeTrainer(
+            vocab_size=300, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        )
     else:
         raw = Raw(models.Unigram())
         raw.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Replace("  ", " ")])
@@ -66,14 +92,16 @@ def build_tokenizer(target: Path, kind: str) -> Path:
     raw.post_processor = processors.TemplateProcessing(
         single="<s> $A </s>", special_tokens=[("<s>", raw.token_to_id("<s>")), ("</s>", raw.token_to_id("</s>"))]
     )
-    fast = PreTrainedTokenizerFast(tokenizer_object=raw, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
-                                   unk_token="<unk>")  # fmt: skip
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=raw, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
+    )
     fast.save_pretrained(target)
     return target
 
 
-def build_tiny(target: Path, arch: str, classifier: bool = False, seed: int = 0,
-               labels_by_id: dict[int, str] = LABELS) -> Path:  # fmt: skip
+def build_tiny(
+    target: Path, arch: str, classifier: bool = False, seed: int = 0, labels_by_id: dict[int, str] = LABELS
+) -> Path:
     """A randomly initialised tiny encoder of a family: bert, roberta (byte-level BPE) or distilbert."""
     if arch == "bert":
         return build_tiny_bert(target, classifier, seed, labels=labels_by_id)
@@ -84,21 +112,34 @@ def build_tiny(target: Path, arch: str, classifier: bool = False, seed: int = 0,
 
     torch.manual_seed(seed)
     target.mkdir(parents=True, exist_ok=True)
-    labels = {"num_labels": len(labels_by_id), "id2label": labels_by_id,
-              "label2id": {v: k for k, v in labels_by_id.items()}}  # fmt: skip
+    labels = {
+        "num_labels": len(labels_by_id),
+        "id2label": labels_by_id,
+        "label2id": {v: k for k, v in labels_by_id.items()},
+    }
     if arch == "roberta":
         build_tokenizer(target, "bpe")
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(target)
-        config = RobertaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                               intermediate_size=64, max_position_embeddings=130, pad_token_id=tok.pad_token_id,
-                               bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, **labels)  # fmt: skip
+        config = RobertaConfig(
+            vocab_size=len(tok),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=130,
+            pad_token_id=tok.pad_token_id,
+            bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id,
+            **labels,
+        )
     elif arch == "distilbert":
         for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
             shutil.copy(minilm_dir() / name, target / name)
-        config = DistilBertConfig(vocab_size=30522, dim=32, n_layers=2, n_heads=2, hidden_dim=64,
-                                  max_position_embeddings=256, **labels)  # fmt: skip
+        config = DistilBertConfig(
+            vocab_size=30522, dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=256, **labels
+        )
     else:
         raise ValueError(f"unknown arch {arch!r}")
     auto = AutoModelForSequenceClassification if classifier else AutoModel
@@ -106,11 +147,18 @@ def build_tiny(target: Path, arch: str, classifier: bool = False, seed: int = 0,
     return target
 
 
-def build_sentence_transformer(target: Path, arch: str = "bert", pooling: str | tuple[str, ...] = "mean",
-                               dense: tuple[tuple[int, bool, str], ...] = (), normalize: bool = False,
-                               include_prompt: bool = True, prompts: dict[str, str] | None = None,
-                               default_prompt: str | None = None, max_seq_length: int | None = None,
-                               seed: int = 0) -> Path:  # fmt: skip
+def build_sentence_transformer(
+    target: Path,
+    arch: str = "bert",
+    pooling: str | tuple[str, ...] = "mean",
+    dense: tuple[tuple[int, bool, str], ...] = (),
+    normalize: bool = False,
+    include_prompt: bool = True,
+    prompts: dict[str, str] | None = None,
+    default_prompt: str | None = None,
+    max_seq_length: int | None = None,
+    seed: int = 0,
+) -> Path:
     """A tiny random encoder saved by sentence-transformers itself: `SentenceTransformer(modules=[...]).save()`.
 
     `dense`: (out_features, bias, torch.nn activation class name) per Dense module, in order."""

@@ -11,8 +11,9 @@ class LocalMetrics:
     def __init__(self) -> None:
         self.added: list[tuple[str, float, str, list[Any]]] = []
 
-    def add_metric(self, name: str, value: float, unit: str, idx: Any = None, dimensions: Any = None,
-                   metric_type: Any = None) -> None:  # fmt: skip
+    def add_metric(
+        self, name: str, value: float, unit: str, idx: Any = None, dimensions: Any = None, metric_type: Any = None
+    ) -> None:
         self.added.append((name, value, unit, list(dimensions or [])))
 
     def totals(self) -> dict[str, float]:

@@ -128,9 +128,16 @@ class TorchServe:
         try:
             with os.fdopen(open_own(self.workdir / "torchserve.out", os.O_APPEND), "ab") as out:
                 subprocess.run(
-                    launcher, cwd=self.workdir, env=self.env, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
-                    start_new_session=True, check=True, timeout=60,
-                )  # fmt: skip
+                    launcher,
+                    cwd=self.workdir,
+                    env=self.env,
+                    stdout=out,
+                    stderr=out,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    check=True,
+                    timeout=60,
+                )
             self._wait_answering(timeout)
         except BaseException:
             self.stop()  # whatever went wrong (Ctrl-C and SIGTERM included), leave no process behind
@@ -247,8 +254,11 @@ def is_worker_of(pid: int, frontend: int) -> bool:
 
 def find_servers(workdir: Path, config_file: Path | None = None) -> list[int]:
     """Live TorchServe frontends of ours (`is_our_server`) working in `workdir`."""
-    return [int(p.name) for p in Path("/proc").iterdir()
-            if p.name.isdigit() and is_our_server(int(p.name), workdir, config_file)]  # fmt: skip
+    return [
+        int(p.name)
+        for p in Path("/proc").iterdir()
+        if p.name.isdigit() and is_our_server(int(p.name), workdir, config_file)
+    ]
 
 
 def children(pid: int) -> list[int]:
@@ -332,8 +342,10 @@ def refuse_symlinks(folder: Path, names: Sequence[str]) -> None:
     """A ServerError if any of `names` in `folder` is a symlink (TorchServe or we would write through it)."""
     for name in names:
         if (folder / name).is_symlink():
-            raise ServerError(f"{folder / name} is a symlink; the server's folder must hold its own files, not "
-                              "links out of it: remove it and retry")  # fmt: skip
+            raise ServerError(
+                f"{folder / name} is a symlink; the server's folder must hold its own files, not "
+                "links out of it: remove it and retry"
+            )
 
 
 def open_own(path: Path, flags: int) -> int:
@@ -341,8 +353,9 @@ def open_own(path: Path, flags: int) -> int:
     try:
         return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | flags, 0o600)
     except OSError as e:
-        raise ServerError(f"cannot write {path} ({e.strerror}); it must be a regular file of the server's folder, "
-                          "not a symlink") from None  # fmt: skip
+        raise ServerError(
+            f"cannot write {path} ({e.strerror}); it must be a regular file of the server's folder, not a symlink"
+        ) from None
 
 
 def write_own(path: Path, data: bytes) -> None:

@@ -95,8 +95,10 @@ def read_chain(model_dir: Path | str) -> Chain:
     for kind, module in zip(kinds, modules):
         if kind not in SERVED_MODULES:
             where = folder / str(module.get("path", ""))
-            raise ChainError(f"module {module.get('type')!r} in {where} is not served (served: "
-                             f"{', '.join(SERVED_MODULES)}); this model cannot be served exactly")  # fmt: skip
+            raise ChainError(
+                f"module {module.get('type')!r} in {where} is not served (served: "
+                f"{', '.join(SERVED_MODULES)}); this model cannot be served exactly"
+            )
     if kinds[0] != "Transformer" or kinds.count("Transformer") != 1:
         raise ChainError(f"{modules_file}: the chain must start with its one Transformer, got {', '.join(kinds)}")
     if kinds.count("Pooling") != 1 or kinds[1] != "Pooling":
@@ -106,8 +108,17 @@ def read_chain(model_dir: Path | str) -> Chain:
     max_seq_length, lower = _transformer(folder / str(modules[0].get("path", "")))
     pooling, include_prompt = _pooling(folder / str(modules[1]["path"]))
     dense = tuple(_dense(folder, str(m["path"])) for k, m in zip(kinds, modules) if k == "Dense")
-    return Chain("sentence-transformers", pooling, include_prompt, dense, kinds[-1] == "Normalize", prompts,
-                 default_prompt, max_seq_length, lower)  # fmt: skip
+    return Chain(
+        "sentence-transformers",
+        pooling,
+        include_prompt,
+        dense,
+        kinds[-1] == "Normalize",
+        prompts,
+        default_prompt,
+        max_seq_length,
+        lower,
+    )
 
 
 def module_folders(model_dir: Path | str) -> list[str]:
@@ -158,8 +169,9 @@ def _pooling(path: Path) -> tuple[tuple[str, ...], bool]:
         modes = (mode,) if isinstance(mode, str) else tuple(mode)
     unknown = [m for m in modes if m not in POOLING_MODES]
     if unknown:
-        raise ChainError(f"module Pooling in {path}: pooling mode {unknown[0]!r} is not served (served: "
-                         f"{', '.join(POOLING_MODES)})")  # fmt: skip
+        raise ChainError(
+            f"module Pooling in {path}: pooling mode {unknown[0]!r} is not served (served: {', '.join(POOLING_MODES)})"
+        )
     return modes, bool(cfg.get("include_prompt", True))
 
 
@@ -171,5 +183,6 @@ def _dense(folder: Path, relative: str) -> DenseLayer:
         raise ChainError(f"module Dense in {path}: activation {activation!r} is not a torch.nn class; not served")
     if not any((path / w).is_file() for w in DENSE_WEIGHTS):
         raise ChainError(f"module Dense in {path}: no weights ({' or '.join(DENSE_WEIGHTS)})")
-    return DenseLayer(relative, int(cfg["in_features"]), int(cfg["out_features"]), bool(cfg.get("bias", True)),
-                      activation)  # fmt: skip
+    return DenseLayer(
+        relative, int(cfg["in_features"]), int(cfg["out_features"]), bool(cfg.get("bias", True)), activation
+    )

@@ -47,50 +47,94 @@ class CostConfig:
     """The planner's cost model: calibrated at worker start, or taken from these constants."""
 
     calibrate: bool = option(True, "time a few forward passes at worker start (about 2 s) and fit the cost model")
-    forward_overhead_us: float = option(5000.0, "cost model: microseconds per forward pass, when not calibrated "
-                                        "(or if calibration fails)", low=0.0, high=1e7)  # fmt: skip
+    forward_overhead_us: float = option(
+        5000.0,
+        "cost model: microseconds per forward pass, when not calibrated (or if calibration fails)",
+        low=0.0,
+        high=1e7,
+    )
     per_token_us: float = option(230.0, "cost model: microseconds per padded token", low=0.0, high=1e6)
-    per_token_sq_us: float = option(0.2, "cost model: microseconds per padded token x length (attention)",
-                                    low=0.0, high=1e6)  # fmt: skip
+    per_token_sq_us: float = option(
+        0.2, "cost model: microseconds per padded token x length (attention)", low=0.0, high=1e6
+    )
 
 
 @dataclass(frozen=True)
 class HandlerConfig:
-    task: str = option("embedding", "`embedding` (the model's sentence-transformers chain; mean pooling for a plain "
-                       "folder) or `classification` (id2label scores: softmax; sigmoid for one label or multi-label)",
-                       choices=TASKS)  # fmt: skip
-    strategy: str = option("bucketed", "`bucketed` (sorted sub-batches under a token budget), `dynamic` (one pass "
-                           "padded to the longest text) or `static` (padded to max_length)",
-                           choices=STRATEGIES)  # fmt: skip
+    task: str = option(
+        "embedding",
+        "`embedding` (the model's sentence-transformers chain; mean pooling for a plain "
+        "folder) or `classification` (id2label scores: softmax; sigmoid for one label or multi-label)",
+        choices=TASKS,
+    )
+    strategy: str = option(
+        "bucketed",
+        "`bucketed` (sorted sub-batches under a token budget), `dynamic` (one pass "
+        "padded to the longest text) or `static` (padded to max_length)",
+        choices=STRATEGIES,
+    )
     model_path: str = option("model", "folder of the model inside the archive (or an absolute path)")
-    max_length: int = option(256, "tokens per text, special tokens included (at most the model's positions)",
-                             low=1, high=MAX_LENGTH_CAP)  # fmt: skip
-    on_overflow: str = option("truncate", "`truncate` (the answer says `truncated: true`) or `reject` (413)",
-                              choices=OVERFLOW)  # fmt: skip
-    max_texts_per_request: int = option(32, "texts of one request (`texts`, `instances`, v2 `data`, OpenAI "
-                                        "`input`); checked at start-up against `max_response_bytes`",
-                                        low=1, high=4096)  # fmt: skip
-    max_response_bytes: int = option(6553500, "largest answer: TorchServe's `max_response_size` (keep them "
-                                     "equal); a larger answer is a 413", low=1024, high=1 << 31)  # fmt: skip
-    max_batch_tokens: int = option(8192, "rows x padded length of one forward pass (`bucketed` only)",
-                                   low=1, high=1 << 22)  # fmt: skip
-    pad_to_multiple_of: int = option(1, "round each pass's padded length up to this (checked against the "
-                                     "model's positions)", low=1, high=512)  # fmt: skip
-    engine: str = option("torch", "`torch` (eager, or TorchScript below) or `onnxruntime` (the graph exported into "
-                         "the archive, checked against torch at start-up)", choices=ENGINES)  # fmt: skip
-    dtype: str = option("float32", "`float32`; `float16` or `bfloat16` on a CUDA GPU with engine torch (a start-up "
-                        "error on the CPU)", choices=DTYPES)  # fmt: skip
-    torch_threads: int = option(1, "threads per worker, for either engine: 2 workers x 1 thread measured best on "
-                                "2 cores", low=1, high=256)  # fmt: skip
-    normalize: str = option("auto", "L2-normalise embeddings: `auto` (as the model's sentence-transformers chain says: "
-                            "when it ends in `Normalize`; a plain Hugging Face folder: yes), `true` or `false` "
-                            "(a request may still ask with `normalize`)", choices=NORMALIZE)  # fmt: skip
-    torchscript: bool = option(True, "trace the model with TorchScript at load (about 1 ms less per pass); the "
-                               "trace is checked against the eager model and dropped on any mismatch")  # fmt: skip
-    prompts: dict = option({}, "prompts by name, added to the model's own (`config_sentence_transformers.json`); a "
-                           "request picks one with `prompt_name` (`model_store.build --prompt NAME=TEXT`)")  # fmt: skip
-    default_prompt_name: str = option("", "the prompt used when a request names none (empty: the model's "
-                                      "`default_prompt_name`, if any; `build --default-prompt NAME`)")  # fmt: skip
+    max_length: int = option(
+        256, "tokens per text, special tokens included (at most the model's positions)", low=1, high=MAX_LENGTH_CAP
+    )
+    on_overflow: str = option(
+        "truncate", "`truncate` (the answer says `truncated: true`) or `reject` (413)", choices=OVERFLOW
+    )
+    max_texts_per_request: int = option(
+        32,
+        "texts of one request (`texts`, `instances`, v2 `data`, OpenAI "
+        "`input`); checked at start-up against `max_response_bytes`",
+        low=1,
+        high=4096,
+    )
+    max_response_bytes: int = option(
+        6553500,
+        "largest answer: TorchServe's `max_response_size` (keep them equal); a larger answer is a 413",
+        low=1024,
+        high=1 << 31,
+    )
+    max_batch_tokens: int = option(
+        8192, "rows x padded length of one forward pass (`bucketed` only)", low=1, high=1 << 22
+    )
+    pad_to_multiple_of: int = option(
+        1, "round each pass's padded length up to this (checked against the model's positions)", low=1, high=512
+    )
+    engine: str = option(
+        "torch",
+        "`torch` (eager, or TorchScript below) or `onnxruntime` (the graph exported into "
+        "the archive, checked against torch at start-up)",
+        choices=ENGINES,
+    )
+    dtype: str = option(
+        "float32",
+        "`float32`; `float16` or `bfloat16` on a CUDA GPU with engine torch (a start-up error on the CPU)",
+        choices=DTYPES,
+    )
+    torch_threads: int = option(
+        1, "threads per worker, for either engine: 2 workers x 1 thread measured best on 2 cores", low=1, high=256
+    )
+    normalize: str = option(
+        "auto",
+        "L2-normalise embeddings: `auto` (as the model's sentence-transformers chain says: "
+        "when it ends in `Normalize`; a plain Hugging Face folder: yes), `true` or `false` "
+        "(a request may still ask with `normalize`)",
+        choices=NORMALIZE,
+    )
+    torchscript: bool = option(
+        True,
+        "trace the model with TorchScript at load (about 1 ms less per pass); the "
+        "trace is checked against the eager model and dropped on any mismatch",
+    )
+    prompts: dict = option(
+        {},
+        "prompts by name, added to the model's own (`config_sentence_transformers.json`); a "
+        "request picks one with `prompt_name` (`model_store.build --prompt NAME=TEXT`)",
+    )
+    default_prompt_name: str = option(
+        "",
+        "the prompt used when a request names none (empty: the model's "
+        "`default_prompt_name`, if any; `build --default-prompt NAME`)",
+    )
     cost: CostConfig = option(CostConfig(), "the planner's cost model")
 
     @classmethod
@@ -139,8 +183,9 @@ def _value(f: dataclasses.Field, value: Any, key: str) -> Any:
             raise ConfigError(f"{key}: got {value!r}; allowed: a mapping")
         return _build(type(default), value, key)
     if isinstance(default, dict):
-        if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in
-                                                     value.items()):  # fmt: skip
+        if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
             raise ConfigError(f"{key}: got {value!r:.80}; allowed: a mapping of names to texts")
         return dict(value)
     if isinstance(default, bool):

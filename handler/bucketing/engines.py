@@ -44,8 +44,9 @@ class Engine(Protocol):
     name: str
     device: str
 
-    def __call__(self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None,
-                 types: np.ndarray | None = None) -> np.ndarray: ...  # fmt: skip
+    def __call__(
+        self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None, types: np.ndarray | None = None
+    ) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -64,8 +65,9 @@ class Head(torch.nn.Module):
     """The model and what follows it: for embeddings, the chain's pooling (over `pool_mask`: the real tokens,
     less any prompt tokens the chain leaves out) and Dense layers; for classification, the logits."""
 
-    def __init__(self, model: torch.nn.Module, pooled: bool, chain: Chain | None = None,
-                 dense: Sequence[torch.nn.Module] = ()) -> None:  # fmt: skip
+    def __init__(
+        self, model: torch.nn.Module, pooled: bool, chain: Chain | None = None, dense: Sequence[torch.nn.Module] = ()
+    ) -> None:
         super().__init__()
         self.model = model
         self.pooled = pooled
@@ -73,11 +75,16 @@ class Head(torch.nn.Module):
         self.dense = torch.nn.ModuleList(dense)
         # A classifier of text pairs takes token types (BERT's segments) where its model has more than one.
         self.types = not pooled and takes_token_types(model)
-        self.inputs = ("input_ids", "attention_mask", *(("pool_mask",) if pooled else ()),
-                       *(("token_type_ids",) if self.types else ()))  # fmt: skip
+        self.inputs = (
+            "input_ids",
+            "attention_mask",
+            *(("pool_mask",) if pooled else ()),
+            *(("token_type_ids",) if self.types else ()),
+        )
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                extra: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, extra: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """`extra`: the pooling mask (embeddings) or the token types (a pair classifier)."""
         if not self.pooled:
             kwargs = {"token_type_ids": extra} if self.types and extra is not None else {}
@@ -171,8 +178,10 @@ def class_labels(config: Any) -> tuple[str, ...]:
     labels = tuple(str(id2label.get(i, f"LABEL_{i}")) for i in range(int(config.num_labels)))
     twice = sorted({name for name in labels if labels.count(name) > 1})
     if twice:
-        raise ValueError(f"config.json id2label names {', '.join(map(repr, twice))} for more than one class; "
-                         "give every class its own name in id2label (e.g. LABEL_0, LABEL_1, ...)")  # fmt: skip
+        raise ValueError(
+            f"config.json id2label names {', '.join(map(repr, twice))} for more than one class; "
+            "give every class its own name in id2label (e.g. LABEL_0, LABEL_1, ...)"
+        )
     return labels
 
 
@@ -186,13 +195,15 @@ def activation(config: Any, model_dir: str | Path | None = None) -> str:
     for one label, identity otherwise); any other classifier as Hugging Face's text-classification pipeline does
     (sigmoid for one label or a multi-label model, softmax over the labels otherwise)."""
     st = _json_file(Path(model_dir) / "config_sentence_transformers.json") if model_dir else {}
-    named = str(st.get("activation_fn") or (getattr(config, "sentence_transformers", None) or {}).get("activation_fn")
-                or "")  # fmt: skip
+    named = str(
+        st.get("activation_fn") or (getattr(config, "sentence_transformers", None) or {}).get("activation_fn") or ""
+    )
     if named:
         short = named.rsplit(".", 1)[-1]
         if short not in CROSS_ENCODER_ACTIVATIONS:
-            raise EngineError(f"the model's activation_fn {named!r} is not served; served: "
-                              f"{', '.join(CROSS_ENCODER_ACTIVATIONS)}")  # fmt: skip
+            raise EngineError(
+                f"the model's activation_fn {named!r} is not served; served: {', '.join(CROSS_ENCODER_ACTIVATIONS)}"
+            )
         return CROSS_ENCODER_ACTIVATIONS[short]
     if st.get("model_type") == "CrossEncoder":
         return "sigmoid" if int(config.num_labels) == 1 else "identity"
@@ -228,11 +239,15 @@ def select_device(gpu_id: Any, cuda_available: bool) -> str:
 
 def check_dtype(config: HandlerConfig, device: str) -> torch.dtype:
     if config.dtype != "float32" and device == "cpu":
-        raise ConfigError(f"handler.dtype: got {config.dtype!r} on the CPU; allowed: float32 (float16 and bfloat16 "
-                          "are for a worker with a CUDA GPU)")  # fmt: skip
+        raise ConfigError(
+            f"handler.dtype: got {config.dtype!r} on the CPU; allowed: float32 (float16 and bfloat16 "
+            "are for a worker with a CUDA GPU)"
+        )
     if config.dtype != "float32" and config.engine == "onnxruntime":
-        raise ConfigError(f"handler.dtype: got {config.dtype!r} with handler.engine onnxruntime; allowed: float32 "
-                          "(the exported graph is float32; use engine: torch for float16/bfloat16)")  # fmt: skip
+        raise ConfigError(
+            f"handler.dtype: got {config.dtype!r} with handler.engine onnxruntime; allowed: float32 "
+            "(the exported graph is float32; use engine: torch for float16/bfloat16)"
+        )
     return DTYPES[config.dtype]
 
 
@@ -290,14 +305,16 @@ class TorchEngine:
             logger.warning("TorchScript trace unusable (%s: %s); using the eager model", type(e).__name__, str(e)[:200])
             return None
 
-    def __call__(self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None,
-                 types: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+    def __call__(
+        self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None, types: np.ndarray | None = None
+    ) -> np.ndarray:
         module = self.traced if self.traced is not None else self.head
         return self._run(module, *head_inputs(self.head, ids, mask, pool_mask, types))
 
 
-def head_inputs(head: Head, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None,
-                types: np.ndarray | None = None) -> tuple:  # fmt: skip
+def head_inputs(
+    head: Head, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None, types: np.ndarray | None = None
+) -> tuple:
     """What a head takes, in its order: ids and mask; for embeddings the pooling mask (the attention mask unless
     told); for a pair classifier the token types (zeros unless told)."""
     if head.pooled:
@@ -330,10 +347,15 @@ class OrtEngine:
         self.session = ort.InferenceSession(str(path), options, providers=providers)
         self.inputs = [i.name for i in self.session.get_inputs()]
 
-    def __call__(self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None,
-                 types: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
-        feed = {"input_ids": ids, "attention_mask": mask, "pool_mask": mask if pool_mask is None else pool_mask,
-                "token_type_ids": np.zeros_like(ids) if types is None else types}  # fmt: skip
+    def __call__(
+        self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None, types: np.ndarray | None = None
+    ) -> np.ndarray:
+        feed = {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "pool_mask": mask if pool_mask is None else pool_mask,
+            "token_type_ids": np.zeros_like(ids) if types is None else types,
+        }
         return self.session.run(None, {name: feed[name] for name in self.inputs})[0]
 
 
@@ -346,8 +368,16 @@ def export_onnx(task: str, model_dir: str, path: Path) -> Path:
     axes = {**{name: {0: "batch", 1: "sequence"} for name in names}, "output": {0: "batch"}}
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(head, tuple(torch.from_numpy(a) for a in inputs), str(path), input_names=names,
-                          output_names=["output"], dynamic_axes=axes, opset_version=17, dynamo=False)  # fmt: skip
+        torch.onnx.export(
+            head,
+            tuple(torch.from_numpy(a) for a in inputs),
+            str(path),
+            input_names=names,
+            output_names=["output"],
+            dynamic_axes=axes,
+            opset_version=17,
+            dynamo=False,
+        )
     return path
 
 
@@ -360,19 +390,26 @@ def load_engine(config: HandlerConfig, model_dir: str, gpu_id: Any = None) -> tu
         return TorchEngine(head, device, dtype, config.torchscript, info.vocab_size), info
     path = Path(model_dir) / ONNX_FILE
     if not path.exists():
-        raise EngineError(f"handler.engine onnxruntime: no {ONNX_FILE} in {model_dir}; build the archive with "
-                          "`python -m model_store.build --engine onnxruntime` (it exports the graph)")  # fmt: skip
+        raise EngineError(
+            f"handler.engine onnxruntime: no {ONNX_FILE} in {model_dir}; build the archive with "
+            "`python -m model_store.build --engine onnxruntime` (it exports the graph)"
+        )
     try:
         engine = OrtEngine(path, config.torch_threads, device)
         ids, mask, pool_mask = probe(info.vocab_size)
-        reference = TorchEngine(head, device, torch.float32, False, info.vocab_size)(ids, mask, pool_mask,
-                                                                                     probe_types(mask))  # fmt: skip
+        reference = TorchEngine(head, device, torch.float32, False, info.vocab_size)(
+            ids, mask, pool_mask, probe_types(mask)
+        )
         diff = float(np.abs(engine(ids, mask, pool_mask, probe_types(mask)) - reference).max())
     except Exception as e:
-        raise EngineError(f"handler.engine onnxruntime: {path} could not be checked against the torch model "
-                          f"({type(e).__name__}: {str(e)[:300]})") from e  # fmt: skip
+        raise EngineError(
+            f"handler.engine onnxruntime: {path} could not be checked against the torch model "
+            f"({type(e).__name__}: {str(e)[:300]})"
+        ) from e
     if not diff <= TOLERANCE:
-        raise EngineError(f"handler.engine onnxruntime: {path} differs from the torch model by {diff:.2e} on padded "
-                          f"inputs (allowed: {TOLERANCE:g}); rebuild the archive from this model")  # fmt: skip
+        raise EngineError(
+            f"handler.engine onnxruntime: {path} differs from the torch model by {diff:.2e} on padded "
+            f"inputs (allowed: {TOLERANCE:g}); rebuild the archive from this model"
+        )
     logger.info("onnxruntime engine checked against torch: max abs diff %.1e", diff)
     return engine, info

@@ -239,23 +239,42 @@ class Pipeline:
                     return error
                 continue
             if e.unbounded:
-                return RequestError(413, "TextTooLong", f"{request.where(index)} is over "
-                                    f"{self.tokenizer.max_cut_chars} characters and its first "
-                                    f"{self.tokenizer.max_cut_chars} hold no word boundary the tokenizer keeps "
-                                    f"after max_length={self.config.max_length} tokens; split it into "
-                                    "shorter texts", "input")  # fmt: skip
+                return RequestError(
+                    413,
+                    "TextTooLong",
+                    f"{request.where(index)} is over "
+                    f"{self.tokenizer.max_cut_chars} characters and its first "
+                    f"{self.tokenizer.max_cut_chars} hold no word boundary the tokenizer keeps "
+                    f"after max_length={self.config.max_length} tokens; split it into "
+                    "shorter texts",
+                    "input",
+                )
             if self.tokenizer.empty(e):
-                return RequestError(400, "EmptyText", f"{request.where(index)} has no tokens once normalised "
-                                    "(only invisible, control or zero-width characters)", "input")  # fmt: skip
+                return RequestError(
+                    400,
+                    "EmptyText",
+                    f"{request.where(index)} has no tokens once normalised "
+                    "(only invisible, control or zero-width characters)",
+                    "input",
+                )
             options = request.options
             if e.truncated and not self._may_cut(options):
                 why = "truncate: false" if options.truncate is False else "on_overflow: reject"
-                return RequestError(413, "TextTooLong", f"{request.where(index)} has more than max_length="
-                                    f"{self.config.max_length} tokens ({why})", "input")  # fmt: skip
+                return RequestError(
+                    413,
+                    "TextTooLong",
+                    f"{request.where(index)} has more than max_length={self.config.max_length} tokens ({why})",
+                    "input",
+                )
             if options.truncation_direction == "left" and options.prompt and self.excludes_prompt:
-                return RequestError(400, "InvalidRequest", 'truncation_direction "left" with a prompt is not served '
-                                    "by this model: its pooling leaves the prompt's tokens out, and a left cut "
-                                    "removes them first", "truncation_direction")  # fmt: skip
+                return RequestError(
+                    400,
+                    "InvalidRequest",
+                    'truncation_direction "left" with a prompt is not served '
+                    "by this model: its pooling leaves the prompt's tokens out, and a left cut "
+                    "removes them first",
+                    "truncation_direction",
+                )
         return None
 
     def _may_cut(self, options: Options) -> bool:
@@ -265,15 +284,29 @@ class Pipeline:
     def _check_pair(self, request: Any, index: int, e: Encoded) -> RequestError | None:
         where, options = request.where(index), request.options
         if options.truncation_direction == "left":
-            return RequestError(400, "InvalidRequest", 'truncation_direction "left" is not served for text pairs '
-                                "(cut longest_first, as CrossEncoder cuts them)", "truncation_direction")  # fmt: skip
+            return RequestError(
+                400,
+                "InvalidRequest",
+                'truncation_direction "left" is not served for text pairs '
+                "(cut longest_first, as CrossEncoder cuts them)",
+                "truncation_direction",
+            )
         if e.unbounded:
-            return RequestError(413, "TextTooLong", f"{where}: both texts are over max_length={self.config.max_length} "
-                                f"tokens and one is over {self.tokenizer.max_cut_chars} characters; send shorter "
-                                "texts", "input")  # fmt: skip
+            return RequestError(
+                413,
+                "TextTooLong",
+                f"{where}: both texts are over max_length={self.config.max_length} "
+                f"tokens and one is over {self.tokenizer.max_cut_chars} characters; send shorter "
+                "texts",
+                "input",
+            )
         if e.truncated and not self._may_cut(options):
-            return RequestError(413, "TextTooLong", f"{where}: the pair has more than max_length="
-                                f"{self.config.max_length} tokens", "input")  # fmt: skip
+            return RequestError(
+                413,
+                "TextTooLong",
+                f"{where}: the pair has more than max_length={self.config.max_length} tokens",
+                "input",
+            )
         return None
 
     def _run(self, incoming: list[Incoming], items: list[Item]) -> tuple[list[Incoming], list[Any], BatchStats]:
@@ -304,8 +337,10 @@ def model_prompts(config: HandlerConfig, chain: Any) -> tuple[dict[str, str], st
     prompts = {**(dict(chain.prompts) if chain is not None else {}), **dict(config.prompts)}
     default = config.default_prompt_name or (chain.default_prompt_name if chain is not None else None)
     if default and default not in prompts:
-        raise ConfigError(f"handler.default_prompt_name: got {default!r}; allowed: one of the model's prompts "
-                          f"({', '.join(prompts) or 'none'})")  # fmt: skip
+        raise ConfigError(
+            f"handler.default_prompt_name: got {default!r}; allowed: one of the model's prompts "
+            f"({', '.join(prompts) or 'none'})"
+        )
     return prompts, default or None
 
 

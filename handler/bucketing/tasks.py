@@ -28,8 +28,9 @@ class Task(Protocol):
         """Class names (classification); None for embeddings."""
         ...
 
-    def forward(self, ids: np.ndarray, mask: np.ndarray, skip: Sequence[int] | None = None,
-                types: np.ndarray | None = None) -> np.ndarray: ...  # fmt: skip
+    def forward(
+        self, ids: np.ndarray, mask: np.ndarray, skip: Sequence[int] | None = None, types: np.ndarray | None = None
+    ) -> np.ndarray: ...
 
     def answer(self, output: np.ndarray, encoded: Encoded) -> Answer: ...
 
@@ -48,8 +49,9 @@ class EmbeddingTask:
         self.chain = info.chain
         self.normalize = normalize
 
-    def forward(self, ids: np.ndarray, mask: np.ndarray, skip: Sequence[int] | None = None,
-                types: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+    def forward(
+        self, ids: np.ndarray, mask: np.ndarray, skip: Sequence[int] | None = None, types: np.ndarray | None = None
+    ) -> np.ndarray:
         """Pooled outputs of a padded sub-batch; `skip[r]`: leading (prompt) tokens of row r left out of pooling."""
         if not skip or not any(skip):
             return self.engine(ids, mask)
@@ -75,8 +77,9 @@ class ClassificationTask:
         self.dimensions = len(info.labels)
         self.activation = info.activation
 
-    def forward(self, ids: np.ndarray, mask: np.ndarray, skip: Sequence[int] | None = None,
-                types: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+    def forward(
+        self, ids: np.ndarray, mask: np.ndarray, skip: Sequence[int] | None = None, types: np.ndarray | None = None
+    ) -> np.ndarray:
         """The logits of a padded sub-batch; `types`: token types of text pairs (zeros for single texts)."""
         return self.engine(ids, mask, types=types)
 

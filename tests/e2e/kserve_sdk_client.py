@@ -17,8 +17,11 @@ async def infer(client, url: str, model: str, token: str, texts: list[str], bina
     parameters = {"binary_data_output": True} if binary else None
     request = InferRequest(model_name=model, infer_inputs=[tensor], request_id=rid, parameters=parameters)
     response = await client.infer(url, request, model_name=model, headers={"Authorization": f"Bearer {token}"})
-    return {"id": response.id, "model_name": response.model_name,
-            "outputs": {o.name: o.as_numpy().tolist() for o in response.outputs}}  # fmt: skip
+    return {
+        "id": response.id,
+        "model_name": response.model_name,
+        "outputs": {o.name: o.as_numpy().tolist() for o in response.outputs},
+    }
 
 
 async def main(url: str, model: str, token: str, binary: bool, groups: list[list[str]]) -> None:

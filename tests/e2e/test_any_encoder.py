@@ -17,15 +17,25 @@ from tests.models import build_tiny
 from tsctl.inprocess import LocalContext
 
 pytestmark = pytest.mark.e2e
-CASES = [("bert", "embedding", "torch"), ("roberta", "embedding", "onnxruntime"), ("distilbert", "classification",
-                                                                                     "torch")]  # fmt: skip
+CASES = [
+    ("bert", "embedding", "torch"),
+    ("roberta", "embedding", "onnxruntime"),
+    ("distilbert", "classification", "torch"),
+]
 
 
 def in_process(model_dir, task):
     """Batch-of-one answers in process, with the max_length the build wrote (what the model takes, at most 256)."""
     max_length = min(256, archives.check_model_dir(model_dir, task))
-    context = LocalContext({"model_path": str(model_dir), "task": task, "max_length": max_length,
-                            "cost": {"calibrate": False}, "strategy": "dynamic"})  # fmt: skip
+    context = LocalContext(
+        {
+            "model_path": str(model_dir),
+            "task": task,
+            "max_length": max_length,
+            "cost": {"calibrate": False},
+            "strategy": "dynamic",
+        }
+    )
     handler = BucketingHandler()
     handler.initialize(context)
 
@@ -38,8 +48,19 @@ def in_process(model_dir, task):
 
 def build_and_register(torchserve, model_store, folder, name, task="embedding", engine=None):
     """One command builds the folder's bucketed archive; it is registered with batching on (1 worker)."""
-    argv = ["--model-dir", str(folder), "--name", name, "--task", task, "--strategies", "bucketed",
-            "--out", str(model_store), *(["--engine", engine] if engine else [])]  # fmt: skip
+    argv = [
+        "--model-dir",
+        str(folder),
+        "--name",
+        name,
+        "--task",
+        task,
+        "--strategies",
+        "bucketed",
+        "--out",
+        str(model_store),
+        *(["--engine", engine] if engine else []),
+    ]
     assert build.main(argv) == 0
     torchserve.client.register(f"{name}-bucketed.mar", name, batch_size=8, max_batch_delay=50, workers=1)
     return torchserve.client
@@ -101,8 +122,13 @@ def test_a_sentence_transformers_folder_serves_exactly_what_it_encodes(torchserv
 
     from tests.models import build_sentence_transformer
 
-    folder = build_sentence_transformer(tmp_path / "bge", pooling="cls", dense=((16, True, "Tanh"),), normalize=True,
-                                        prompts={"query": "Represent this sentence for searching: "})  # fmt: skip
+    folder = build_sentence_transformer(
+        tmp_path / "bge",
+        pooling="cls",
+        dense=((16, True, "Tanh"),),
+        normalize=True,
+        prompts={"query": "Represent this sentence for searching: "},
+    )
     name = f"tiny-st-{engine}"
     client = build_and_register(torchserve, model_store, folder, name, engine=engine)
     try:
@@ -131,8 +157,12 @@ def test_a_cross_encoder_serves_every_pair_format_as_cross_encoder_scores(torchs
     name = "tiny-ce"
     client = build_and_register(torchserve, model_store, folder, name, "classification")
     query, docs = "how is a model served", texts_for_load(6, seed=5)
-    v2 = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [len(docs)], "data": [query] * len(docs)},
-                     {"name": "text_pair", "datatype": "BYTES", "shape": [len(docs)], "data": docs}]}  # fmt: skip
+    v2 = {
+        "inputs": [
+            {"name": "text", "datatype": "BYTES", "shape": [len(docs)], "data": [query] * len(docs)},
+            {"name": "text_pair", "datatype": "BYTES", "shape": [len(docs)], "data": docs},
+        ]
+    }
     calls = [
         (f"/predictions/{name}", {"pairs": [[query, d] for d in docs]}),
         (f"/predictions/{name}/1.0/rerank", {"query": query, "texts": docs}),
@@ -142,8 +172,9 @@ def test_a_cross_encoder_serves_every_pair_format_as_cross_encoder_scores(torchs
     try:
         headers = {"Content-Type": "application/json"}
         with ThreadPoolExecutor(len(calls)) as pool:
-            replies = list(pool.map(lambda c: client.call("inference", "POST", c[0], json.dumps(c[1]), headers=headers),
-                                    calls))  # fmt: skip
+            replies = list(
+                pool.map(lambda c: client.call("inference", "POST", c[0], json.dumps(c[1]), headers=headers), calls)
+            )
         for reply in replies:
             assert reply.status == 200, reply.body[:300]
         expected = CrossEncoder(str(folder), device="cpu").predict([(query, d) for d in docs])

@@ -13,8 +13,23 @@ from tests.e2e.conftest import processes_under
 
 pytestmark = pytest.mark.e2e
 
-REQUIRED = ["config", "strategy", "batch_size", "max_batch_delay", "workload", "mode", "rate", "rps", "tokens_per_s",
-            "p50_ms", "p90_ms", "p99_ms", "errors", "padding_efficiency", "mean_batch_size"]  # fmt: skip
+REQUIRED = [
+    "config",
+    "strategy",
+    "batch_size",
+    "max_batch_delay",
+    "workload",
+    "mode",
+    "rate",
+    "rps",
+    "tokens_per_s",
+    "p50_ms",
+    "p90_ms",
+    "p99_ms",
+    "errors",
+    "padding_efficiency",
+    "mean_batch_size",
+]
 
 
 def only_run(out):
@@ -24,10 +39,31 @@ def only_run(out):
 
 def test_against_a_running_torchserve(torchserve, tmp_path, capsys):
     e = torchserve.endpoints
-    argv = ["--inference-url", e.inference, "--management-url", e.management, "--metrics-url", e.metrics,
-            "--token-file", str(torchserve.workdir / "key_file.json"), "--strategies", "bucketed,dynamic",
-            "--batch-sizes", "4", "--workers", "1", "--duration", "2", "--concurrency", "8",
-            "--workload", "mixed", "--no-progress", "--out", str(tmp_path)]  # fmt: skip
+    argv = [
+        "--inference-url",
+        e.inference,
+        "--management-url",
+        e.management,
+        "--metrics-url",
+        e.metrics,
+        "--token-file",
+        str(torchserve.workdir / "key_file.json"),
+        "--strategies",
+        "bucketed,dynamic",
+        "--batch-sizes",
+        "4",
+        "--workers",
+        "1",
+        "--duration",
+        "2",
+        "--concurrency",
+        "8",
+        "--workload",
+        "mixed",
+        "--no-progress",
+        "--out",
+        str(tmp_path),
+    ]
     assert compare.main(argv) == 0
     run = only_run(tmp_path)
     rows = list(csv.DictReader(open(run / "results.csv")))
@@ -46,8 +82,16 @@ def test_against_a_running_torchserve(torchserve, tmp_path, capsys):
 def test_smoke_suite_on_its_own_server(tmp_path):
     assert compare.main(["--suite", "smoke", "--duration", "2", "--no-progress", "--out", str(tmp_path)]) == 0
     run = only_run(tmp_path)
-    for name in ("results.csv", "results.json", "report.md", "offline.csv", "batching_comparison.svg",
-                 "queue_wait_comparison.svg", "padding_comparison.svg", "short_frac_sweep.svg"):  # fmt: skip
+    for name in (
+        "results.csv",
+        "results.json",
+        "report.md",
+        "offline.csv",
+        "batching_comparison.svg",
+        "queue_wait_comparison.svg",
+        "padding_comparison.svg",
+        "short_frac_sweep.svg",
+    ):
         assert (run / name).exists(), name
     report = (run / "report.md").read_text()
     assert "## Results" in report and "## Token lengths sent" in report and "ran" in report
@@ -66,11 +110,39 @@ def test_own_texts_and_capacity_on_a_running_torchserve(torchserve, tmp_path):
     lines = [{"text": f"short query {i}"} if i % 3 else {"text": "a much longer passage " * (5 + i)} for i in range(40)]
     texts.write_text("".join(json.dumps(line) + "\n" for line in lines))
     e = torchserve.endpoints
-    argv = ["--inference-url", e.inference, "--management-url", e.management, "--metrics-url", e.metrics,
-            "--token-file", str(torchserve.workdir / "key_file.json"), "--strategies", "bucketed",
-            "--batch-sizes", "4", "--workers", "1", "--duration", "2", "--concurrency", "4",
-            "--texts", str(texts), "--sample", "30", "--p99-ms", "5000", "--capacity-steps", "2", "--step-s", "1",
-            "--no-progress", "--out", str(tmp_path / "out")]  # fmt: skip
+    argv = [
+        "--inference-url",
+        e.inference,
+        "--management-url",
+        e.management,
+        "--metrics-url",
+        e.metrics,
+        "--token-file",
+        str(torchserve.workdir / "key_file.json"),
+        "--strategies",
+        "bucketed",
+        "--batch-sizes",
+        "4",
+        "--workers",
+        "1",
+        "--duration",
+        "2",
+        "--concurrency",
+        "4",
+        "--texts",
+        str(texts),
+        "--sample",
+        "30",
+        "--p99-ms",
+        "5000",
+        "--capacity-steps",
+        "2",
+        "--step-s",
+        "1",
+        "--no-progress",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     assert compare.main(argv) == 0
     run = only_run(tmp_path / "out")
     (row,) = list(csv.DictReader(open(run / "results.csv")))
@@ -110,8 +182,25 @@ def test_tune_needs_a_target(tmp_path):
 
 
 def test_tune_suite_recommends_and_remeasures_from_its_yaml(tmp_path):
-    argv = ["--suite", "tune", "--p99-ms", "3000", "--budget-min", "2.5", "--duration", "2", "--step-s", "1",
-            "--capacity-steps", "1", "--concurrency", "8", "--no-progress", "--out", str(tmp_path)]  # fmt: skip
+    argv = [
+        "--suite",
+        "tune",
+        "--p99-ms",
+        "3000",
+        "--budget-min",
+        "2.5",
+        "--duration",
+        "2",
+        "--step-s",
+        "1",
+        "--capacity-steps",
+        "1",
+        "--concurrency",
+        "8",
+        "--no-progress",
+        "--out",
+        str(tmp_path),
+    ]
     assert compare.main(argv) == 0
     run = only_run(tmp_path)
     rows = list(csv.DictReader(open(run / "results.csv")))
@@ -122,12 +211,20 @@ def test_tune_suite_recommends_and_remeasures_from_its_yaml(tmp_path):
     cfg = yaml.safe_load((run / "tuned-model-config.yaml").read_text())
     winner = rows[-1]
     assert (cfg["batchSize"], cfg["maxBatchDelay"], cfg["minWorkers"]) == (
-        int(winner["batch_size"]), int(winner["max_batch_delay"]), int(winner["workers"])
-    )  # fmt: skip
+        int(winner["batch_size"]),
+        int(winner["max_batch_delay"]),
+        int(winner["workers"]),
+    )
     assert cfg["handler"]["strategy"] == winner["strategy"]
     report = (run / "report.md").read_text()
-    parts = ["## Recommendation for p99 <= 3000 ms", "TorchServe applied every setting of the YAML", "curl -X POST",
-             "tuned-model-config.yaml --name minilm-tuned", "### Candidates", "skipped"]  # fmt: skip
+    parts = [
+        "## Recommendation for p99 <= 3000 ms",
+        "TorchServe applied every setting of the YAML",
+        "curl -X POST",
+        "tuned-model-config.yaml --name minilm-tuned",
+        "### Candidates",
+        "skipped",
+    ]
     for part in parts:
         assert part in report, part
     assert processes_under(ROOT / ".tmp") == []

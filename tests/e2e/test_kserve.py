@@ -34,8 +34,13 @@ def test_kserve_sdk_v2_client(v2_model, reference, mode):
     groups = [texts_for_load(n, seed=20 + n) for n in (3, 1, 4, 2, 3, 5)]
     token = v2_model.client.keys.key("inference")
     before = parse_prometheus(v2_model.client.metrics(), "kv2")
-    run = subprocess.run([str(SDK_PYTHON), str(CLIENT), v2_model.endpoints.inference, "kv2", token, mode],
-                         input=json.dumps(groups), capture_output=True, text=True, timeout=180)  # fmt: skip
+    run = subprocess.run(
+        [str(SDK_PYTHON), str(CLIENT), v2_model.endpoints.inference, "kv2", token, mode],
+        input=json.dumps(groups),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads(run.stdout.strip().splitlines()[-1])
     for i, (group, result) in enumerate(zip(groups, results, strict=True)):

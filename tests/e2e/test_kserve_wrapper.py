@@ -39,8 +39,12 @@ def kserve_torchserve(tmp_path_factory, model_store):
         )
     if port_in_use(WRAPPER_URL) or port_in_use("http://127.0.0.1:8081"):
         pytest.skip("ports 8080/8081, which the wrapper always takes, are in use")
-    server = TorchServe(tmp_path_factory.mktemp("kserve"), Endpoints.on_ports(*free_ports(3)), model_store=model_store,
-                        base_properties=ROOT / "config" / "kserve" / "config.properties")  # fmt: skip
+    server = TorchServe(
+        tmp_path_factory.mktemp("kserve"),
+        Endpoints.on_ports(*free_ports(3)),
+        model_store=model_store,
+        base_properties=ROOT / "config" / "kserve" / "config.properties",
+    )
     with server:
         server.client.wait_ready("minilm", 2, 180)
         yield server
@@ -50,8 +54,13 @@ def run_wrapper(server: TorchServe, protocol: str, folder: Path) -> subprocess.P
     """The wrapper as the image's entrypoint starts it, reading our config (with the moved ports)."""
     config = folder / f"wrapper-{protocol}.properties"
     config.write_text("".join(f"{k}={v}\n" for k, v in server.properties.items()))
-    env = {**os.environ, "CONFIG_PATH": str(config), "PROTOCOL_VERSION": protocol, "MODEL_LOAD_DELAY": "1",
-           "MODEL_LOAD_MAX_TRY": "30"}  # fmt: skip
+    env = {
+        **os.environ,
+        "CONFIG_PATH": str(config),
+        "PROTOCOL_VERSION": protocol,
+        "MODEL_LOAD_DELAY": "1",
+        "MODEL_LOAD_MAX_TRY": "30",
+    }
     log = open(folder / f"wrapper-{protocol}.log", "wb")  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen([PYTHON, "__main__.py"], cwd=WRAPPER, env=env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120

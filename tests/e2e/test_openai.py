@@ -106,8 +106,13 @@ def test_openai_native_and_v2_requests_share_batches(served, client, reference):
             assert reply.status == 200, reply.text
             return text, np.asarray(reply.json()["embedding"])
         body = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": [text]}]}
-        reply = served.client.call("inference", "POST", f"/v2/models/{NAME}/infer", json.dumps(body),
-                                   headers={"Content-Type": "application/json"})  # fmt: skip
+        reply = served.client.call(
+            "inference",
+            "POST",
+            f"/v2/models/{NAME}/infer",
+            json.dumps(body),
+            headers={"Content-Type": "application/json"},
+        )
         assert reply.status == 200, reply.text
         return text, np.asarray(reply.json()["outputs"][0]["data"])
 

@@ -27,8 +27,9 @@ pytestmark = pytest.mark.e2e
 POOL = [" ".join(["word"] * n) + f" item {n}" for n in (1, 3, 7, 15, 40, 90, 150)]
 
 
-async def fire(url: str, headers: dict[str, str], bodies: list[tuple[bytes, str | None]], concurrency: int,
-               timeout_s: float = 60.0) -> list[tuple[int, bytes, float]]:  # fmt: skip
+async def fire(
+    url: str, headers: dict[str, str], bodies: list[tuple[bytes, str | None]], concurrency: int, timeout_s: float = 60.0
+) -> list[tuple[int, bytes, float]]:
     """Send every body once with `concurrency` in flight; (status, body, seconds) each, status 0 on a timeout."""
     sem = asyncio.Semaphore(concurrency)
     conn = aiohttp.TCPConnector(limit=concurrency)
@@ -61,12 +62,15 @@ def worker_pids(client, model: str) -> list[int]:
 def tight(tmp_path_factory, model_store):
     """A TorchServe whose queue holds 8 requests, with one worker: easy to push past capacity."""
     server = TorchServe(
-        tmp_path_factory.mktemp("tight"), Endpoints.on_ports(*free_ports(3)), model_store=model_store,
+        tmp_path_factory.mktemp("tight"),
+        Endpoints.on_ports(*free_ports(3)),
+        model_store=model_store,
         extra_properties={"job_queue_size": "8"},
-    )  # fmt: skip
+    )
     server.start()
-    server.client.register("minilm-bucketed.mar", "tight", batch_size=4, max_batch_delay=10, workers=1,
-                           response_timeout=20)  # fmt: skip
+    server.client.register(
+        "minilm-bucketed.mar", "tight", batch_size=4, max_batch_delay=10, workers=1, response_timeout=20
+    )
     try:
         yield server
     finally:
@@ -155,18 +159,29 @@ def malformed_bodies(n: int, seed: int) -> list[tuple[bytes, str | None]]:
     """Client mistakes of many kinds (and some random bytes that may happen to be a valid text)."""
     rng = random.Random(seed)
     fixed = [
-        (b"", "application/json"), (b"", None), (b"{", "application/json"), (b"[]", "application/json"),
-        (b"null", "application/json"), (b"42", "application/json"), (b'"just a string"', "application/json"),
-        (b'{"text": null}', "application/json"), (b'{"texts": {}}', "application/json"),
-        (b'{"texts": [""]}', "application/json"), (b'{"text": "\\ud800"}', "application/json"),
-        (b"[" * 50000 + b"]" * 50000, "application/json"), (b'{"a":' * 3000 + b"1" + b"}" * 3000, "application/json"),
-        (json.dumps({"texts": ["x"] * 500}).encode(), "application/json"), (b"text=hello", None),
-        (b"\xc3\x28", "text/plain"), (b"\xed\xa0\x80", "text/plain"), (b"\x00\x00", "text/plain"),
+        (b"", "application/json"),
+        (b"", None),
+        (b"{", "application/json"),
+        (b"[]", "application/json"),
+        (b"null", "application/json"),
+        (b"42", "application/json"),
+        (b'"just a string"', "application/json"),
+        (b'{"text": null}', "application/json"),
+        (b'{"texts": {}}', "application/json"),
+        (b'{"texts": [""]}', "application/json"),
+        (b'{"text": "\\ud800"}', "application/json"),
+        (b"[" * 50000 + b"]" * 50000, "application/json"),
+        (b'{"a":' * 3000 + b"1" + b"}" * 3000, "application/json"),
+        (json.dumps({"texts": ["x"] * 500}).encode(), "application/json"),
+        (b"text=hello", None),
+        (b"\xc3\x28", "text/plain"),
+        (b"\xed\xa0\x80", "text/plain"),
+        (b"\x00\x00", "text/plain"),
         (json.dumps({"inputs": [{"datatype": "BYTES", "shape": [2], "data": ["a"]}]}).encode(), "application/json"),
         (json.dumps({"inputs": "x"}).encode(), "application/json"),
         (json.dumps({"instances": [1, 2]}).encode(), "application/json"),
         (b'{"text": "ok", "extra": 1}', "application/json; charset=utf-8"),
-    ]  # fmt: skip
+    ]
     out = list(fixed)
     types = ["application/json", "text/plain", None, "application/octet-stream", "application/x-www-form-urlencoded"]
     while len(out) < n:
@@ -174,8 +189,20 @@ def malformed_bodies(n: int, seed: int) -> list[tuple[bytes, str | None]]:
         if kind < 0.4:
             body = bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 64)))
         elif kind < 0.7:
-            value = rng.choice([None, True, 1.5, [], {}, {"text": rng.randint(0, 9)}, {"texts": [None]},
-                                {"texts": "abc"}, {"text": ""}, {"txt": "a"}])  # fmt: skip
+            value = rng.choice(
+                [
+                    None,
+                    True,
+                    1.5,
+                    [],
+                    {},
+                    {"text": rng.randint(0, 9)},
+                    {"texts": [None]},
+                    {"texts": "abc"},
+                    {"text": ""},
+                    {"txt": "a"},
+                ]
+            )
             body = json.dumps(value).encode()
         else:
             body = json.dumps({"texts": [rng.choice(["a", "", 3, None])] * rng.randint(0, 40)}).encode()
@@ -250,8 +277,9 @@ def test_kserve_manifest_and_config(model_store, reference, tmp_path, monkeypatc
     props = Path(ROOT / "config" / "kserve" / "config.properties")
     for name, value in RUNTIME_ENV.items():  # as the pod sets them: the config must be immune to them
         monkeypatch.setenv(name, value)
-    server = TorchServe(tmp_path / "kserve", Endpoints.on_ports(*free_ports(3)), model_store=model_store,
-                        base_properties=props)  # fmt: skip
+    server = TorchServe(
+        tmp_path / "kserve", Endpoints.on_ports(*free_ports(3)), model_store=model_store, base_properties=props
+    )
     assert 'batchSize":16' in server.properties["model_snapshot"].replace(" ", "")
     with server:
         server.client.wait_ready("minilm", 2, 180)

@@ -60,8 +60,11 @@ def test_concurrent_mixed_load_with_bad_requests(models, reference):
     texts = texts_for_load(48, seed=7)
     jobs = [("text", t) for t in texts[:40]] + [("texts", texts[40:44]), ("texts", texts[44:48])]
     names = [
-        "bucket_batches_total", "bucket_requests_total", "bucket_real_tokens_total", "bucket_padded_tokens_total",
-    ]  # fmt: skip
+        "bucket_batches_total",
+        "bucket_requests_total",
+        "bucket_real_tokens_total",
+        "bucket_padded_tokens_total",
+    ]
     before = client.metrics()
     for model in ("bucketed", "dynamic"):
         calls = [(json.dumps({kind: value}).encode(), "application/json", (kind, value)) for kind, value in jobs]
@@ -177,7 +180,8 @@ def test_histograms_and_errors_by_type_reach_prometheus(models):
         assert re.search(rf'^{name}_bucket{{le="\+Inf",ModelName="bucketed",', text, re.M), name
         assert re.search(rf'^{name}_count{{ModelName="bucketed",', text, re.M), name
     count = float(re.search(r'^bucket_batch_size_count{ModelName="bucketed",[^}]*} (\S+)$', text, re.M).group(1))
-    inf = float(re.search(r'^bucket_batch_size_bucket{le="\+Inf",ModelName="bucketed",[^}]*} (\S+)$', text,
-                          re.M).group(1))  # fmt: skip
+    inf = float(
+        re.search(r'^bucket_batch_size_bucket{le="\+Inf",ModelName="bucketed",[^}]*} (\S+)$', text, re.M).group(1)
+    )
     assert count == inf > 0
     assert re.search(errors, text, re.M)

@@ -44,8 +44,11 @@ def java_under(folder: Path) -> list[int]:
 @pytest.mark.parametrize("signum", SIGNALS)
 def test_serve_interrupted_during_start_leaves_nothing(tmp_path, signum):
     workdir = tmp_path / "serve"
-    proc = subprocess.Popen([sys.executable, "-m", "tsctl", "start", "--workdir", str(workdir), "--free-ports"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tsctl", "start", "--workdir", str(workdir), "--free-ports"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     wait_for(lambda: java_under(workdir), 60, "TorchServe's JVM")
     assert interrupt(proc, signum) != 0
     wait_for(lambda: not processes_under(workdir), 30, "every process of the server to end")
@@ -76,10 +79,20 @@ def test_bench_interrupted_mid_run_stops_its_server(tmp_path, signum):
 @pytest.mark.parametrize("signum", SIGNALS)
 def test_test_fixtures_stop_their_server_when_pytest_is_interrupted(tmp_path, signum):
     ready = tmp_path / "ready"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "base"),
-           "tests/e2e/targets/serve_and_wait.py"]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "READY_FILE": str(ready)},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--basetemp",
+        str(tmp_path / "base"),
+        "tests/e2e/targets/serve_and_wait.py",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env={**os.environ, "READY_FILE": str(ready)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     wait_for(ready.exists, 240, "the inner session's TorchServe")
     workdir = Path(ready.read_text())
     assert java_under(workdir)

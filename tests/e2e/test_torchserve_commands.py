@@ -52,8 +52,15 @@ def test_readme_torchserve_commands_serve_the_batch_of_one_answer(tmp_path, refe
     script = readme_block().replace("127.0.0.1:8580", f"127.0.0.1:{inference}")
     env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "PYTHONSAFEPATH": "1"}  # python -m finds the package
     try:
-        done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=root, env=env, capture_output=True,
-                              text=True, timeout=400, start_new_session=True)  # fmt: skip
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=400,
+            start_new_session=True,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         lines = done.stdout.splitlines()
         assert any(line.startswith("torch-model-archiver --model-name minilm-bucketed") for line in lines)
@@ -63,8 +70,13 @@ def test_readme_torchserve_commands_serve_the_batch_of_one_answer(tmp_path, refe
         assert processes_under(tmp_path) == [], "torchserve --stop left processes behind"
     finally:
         if processes_under(tmp_path):  # the block failed half-way: stop what it started, then end what is left
-            subprocess.run([shutil.which("torchserve", path=str(ROOT / ".venv" / "bin")) or "torchserve", "--stop"],
-                           cwd=root / ".tmp" / "ts", env=env, capture_output=True, timeout=60)  # fmt: skip
+            subprocess.run(
+                [shutil.which("torchserve", path=str(ROOT / ".venv" / "bin")) or "torchserve", "--stop"],
+                cwd=root / ".tmp" / "ts",
+                env=env,
+                capture_output=True,
+                timeout=60,
+            )
             for pid in processes_under(tmp_path):  # this test's own server: its folder is in their arguments
                 os.kill(pid, signal.SIGKILL)
 

@@ -20,8 +20,11 @@ QUERY = "how are transformer encoders served"
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("ce")
-    return {(arch, labels): build_cross_encoder(root / f"{arch}-{labels}", arch, labels)
-            for arch in ("bert", "roberta") for labels in (1, 3)}  # fmt: skip
+    return {
+        (arch, labels): build_cross_encoder(root / f"{arch}-{labels}", arch, labels)
+        for arch in ("bert", "roberta")
+        for labels in (1, 3)
+    }
 
 
 def documents(n=9, seed=11):
@@ -76,8 +79,10 @@ def test_pairs_score_as_cross_encoder_predicts(models, arch, labels, engine, tmp
 def test_one_pair_and_raw_scores(models, tmp_path):
     folder = models["bert", 1]
     handler, context = handler_for(folder, "torch", tmp_path)
-    rows = [{"body": {"text": QUERY, "text_pair": "a passage"}},
-            {"body": {"pairs": [[QUERY, "a passage"]], "raw_scores": True}}]  # fmt: skip
+    rows = [
+        {"body": {"text": QUERY, "text_pair": "a passage"}},
+        {"body": {"pairs": [[QUERY, "a passage"]], "raw_scores": True}},
+    ]
     (status, one), (_, raw) = serve(handler, context, rows)
     model = cross_encoder(folder)
     assert status == 200 and abs(one["score"] - float(model.predict([(QUERY, "a passage")])[0])) <= TOLERANCE
@@ -91,10 +96,15 @@ def test_rerank_routes_rank_as_cross_encoder_ranks(models, engine, tmp_path):
     docs = documents(12, seed=12)
     ranked = cross_encoder(folder).rank(QUERY, docs, return_documents=True)
     handler, context = handler_for(folder, engine, tmp_path)
-    tei, cohere = serve_at(handler, context, [
-        {"body": {"query": QUERY, "texts": docs, "return_text": True}},
-        {"body": {"model": "ce", "query": QUERY, "documents": docs, "top_n": 5, "return_documents": True}},
-    ], ["rerank", "v1/rerank"])  # fmt: skip
+    tei, cohere = serve_at(
+        handler,
+        context,
+        [
+            {"body": {"query": QUERY, "texts": docs, "return_text": True}},
+            {"body": {"model": "ce", "query": QUERY, "documents": docs, "top_n": 5, "return_documents": True}},
+        ],
+        ["rerank", "v1/rerank"],
+    )
     assert tei[0] == 200 and cohere[0] == 200, (tei, cohere)
     expected = {r["corpus_id"]: r["score"] for r in ranked}
     ranked_as_expected(tei[1], [expected[i] for i in range(len(docs))], "score", len(docs))
@@ -107,16 +117,23 @@ def test_rerank_routes_rank_as_cross_encoder_ranks(models, engine, tmp_path):
 
 def test_a_bad_document_is_its_requests_4xx_and_its_neighbours_are_answered(models, tmp_path):
     handler, context = handler_for(models["bert", 1], "torch", tmp_path)
-    answers = serve_at(handler, context, [
-        {"body": {"query": QUERY, "texts": ["fine", ""]}},
-        {"body": {"query": QUERY, "documents": ["fine", 3]}},
-        {"body": {"query": QUERY, "documents": ["a good one", "another"]}},
-        {"body": {"pairs": [[QUERY, "ok"]]}},
-    ], ["rerank", "v1/rerank", "v1/rerank", None])  # fmt: skip
+    answers = serve_at(
+        handler,
+        context,
+        [
+            {"body": {"query": QUERY, "texts": ["fine", ""]}},
+            {"body": {"query": QUERY, "documents": ["fine", 3]}},
+            {"body": {"query": QUERY, "documents": ["a good one", "another"]}},
+            {"body": {"pairs": [[QUERY, "ok"]]}},
+        ],
+        ["rerank", "v1/rerank", "v1/rerank", None],
+    )
     assert [s for s, _ in answers] == [400, 400, 200, 200]
     assert answers[0][1] == {"error": "texts[1] is empty", "error_type": "EmptyText"}
-    assert answers[1][1]["error"]["param"] == "documents" and "documents[1] must be a string" in answers[1][1][
-        "error"]["message"]  # fmt: skip
+    assert (
+        answers[1][1]["error"]["param"] == "documents"
+        and "documents[1] must be a string" in answers[1][1]["error"]["message"]
+    )
 
 
 def test_rerank_on_a_three_label_model_or_an_embedder_is_a_404_saying_why(models, tiny_embedder_dir, tmp_path):

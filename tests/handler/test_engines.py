@@ -98,6 +98,9 @@ def test_cuda_worker_matches_the_cpu(onnx_dirs, engine):
     gpu.initialize(context)
     assert gpu.task.engine.device == "cuda:0"
     texts = mixed_texts(6, seed=9)
-    for a, b in zip(serve(cpu, context, [{"body": {"texts": texts}}])[0][1],
-                    serve(gpu, context, [{"body": {"texts": texts}}])[0][1], strict=True):  # fmt: skip
+    for a, b in zip(
+        serve(cpu, context, [{"body": {"texts": texts}}])[0][1],
+        serve(gpu, context, [{"body": {"texts": texts}}])[0][1],
+        strict=True,
+    ):
         assert np.max(np.abs(np.array(a["embedding"]) - np.array(b["embedding"]))) <= 1e-4

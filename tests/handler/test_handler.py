@@ -95,14 +95,28 @@ def test_bad_requests_get_their_own_4xx_and_neighbours_succeed(tiny_embedder_dir
         {"hello world": b""},
         {"body": b"plain text body"},
     ]
-    types = ["application/json", None, "application/json", "application/json", "application/json",
-             "text/plain", "application/json", "application/x-www-form-urlencoded", "text/plain"]  # fmt: skip
+    types = [
+        "application/json",
+        None,
+        "application/json",
+        "application/json",
+        "application/json",
+        "text/plain",
+        "application/json",
+        "application/x-www-form-urlencoded",
+        "text/plain",
+    ]
     answers = serve(handler, context, rows, types)
     assert [s for s, _ in answers] == [200, 400, 400, 400, 400, 400, 413, 415, 200]
     assert [a.get("type") for s, a in answers if s != 200] == [
-        "EmptyBody", "EmptyText", "InvalidJSON", "InvalidType", "InvalidEncoding", "TooManyTexts",
+        "EmptyBody",
+        "EmptyText",
+        "InvalidJSON",
+        "InvalidType",
+        "InvalidEncoding",
+        "TooManyTexts",
         "UnsupportedMediaType",
-    ]  # fmt: skip
+    ]
     assert all(context.content_types[i] == "application/json" for i in range(len(rows)))
     assert answers[0][1]["embedding"] == alone(handler, context, "good one")["embedding"]
 
@@ -150,8 +164,12 @@ def test_a_failing_text_fails_alone(tiny_embedder_dir, monkeypatch):
         return forward(ids, mask, skip, types)
 
     monkeypatch.setattr(handler.task, "forward", flaky)
-    answers = serve(handler, context, [{"body": {"text": "fine"}}, {"body": {"text": "poison"}}, {"body": b"x"}],
-                    ["application/json", "application/json", "text/plain"])  # fmt: skip
+    answers = serve(
+        handler,
+        context,
+        [{"body": {"text": "fine"}}, {"body": {"text": "poison"}}, {"body": b"x"}],
+        ["application/json", "application/json", "text/plain"],
+    )
     assert [s for s, _ in answers] == [200, 500, 200]
     assert answers[1][1]["type"] == "InternalServerError"
 
@@ -214,8 +232,7 @@ def test_openai_kserve_and_native_requests_in_one_batch(tiny_embedder_dir):
         {"body": {"inputs": [{"name": "t", "datatype": "BYTES", "shape": [1], "data": [texts[3]]}]}},
     ]
     paths = ["v1/embeddings", "", "v1/embeddings", "v1/models", ""]
-    context.with_requests(["application/json", "application/json", "application/json", None, "application/json"],
-                          paths)  # fmt: skip
+    context.with_requests(["application/json", "application/json", "application/json", None, "application/json"], paths)
     bodies = [json.loads(b) for b in handler.handle(rows, context)]
     assert [context.status[i][0] for i in range(5)] == [200] * 5
     ref = {t: np.array(alone(handler, context, t)["embedding"]) for t in texts}
@@ -249,8 +266,13 @@ def test_a_tokenizer_fault_fails_its_request_alone_and_is_counted(tiny_embedder_
 def test_one_by_one_retries_are_counted(tiny_embedder_dir, monkeypatch):
     handler, context = make_handler(tiny_embedder_dir)
     forward = handler.task.forward
-    monkeypatch.setattr(handler.task, "forward", lambda ids, mask, skip=None, types=None: (_ for _ in ()).throw(
-                        RuntimeError("x")) if ids.shape[0] > 1 else forward(ids, mask, skip, types))  # fmt: skip
+    monkeypatch.setattr(
+        handler.task,
+        "forward",
+        lambda ids, mask, skip=None, types=None: (
+            (_ for _ in ()).throw(RuntimeError("x")) if ids.shape[0] > 1 else forward(ids, mask, skip, types)
+        ),
+    )
     answers = serve(handler, context, [{"body": {"text": "one"}}, {"body": {"texts": ["two", "three words here"]}}])
     assert [s for s, _ in answers] == [200, 500]
     totals = context.metrics.totals()
@@ -298,8 +320,9 @@ def test_a_one_label_model_answers_its_sigmoid_score_or_raw_logit(tmp_path):
     handler, context = make_handler(folder, task="classification")
     texts = mixed_texts(6, seed=3)
     logits = logits_of(folder, texts)
-    (status, scored), (_, raw) = serve(handler, context, [{"body": {"texts": texts}},
-                                                          {"body": {"texts": texts, "raw_scores": True}}])  # fmt: skip
+    (status, scored), (_, raw) = serve(
+        handler, context, [{"body": {"texts": texts}}, {"body": {"texts": texts, "raw_scores": True}}]
+    )
     assert status == 200 and set(scored[0]) == {"score", "tokens", "truncated"}
     for logit, s, r in zip(logits, scored, raw, strict=True):
         assert s["score"] == pytest.approx(1 / (1 + np.exp(-logit[0])), abs=1e-5)

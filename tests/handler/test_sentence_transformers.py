@@ -29,7 +29,7 @@ VARIANTS = {
         "prompts": {"query": "Represent this sentence for searching: "},
         "include_prompt": False,
         "normalize": True,
-    },  # fmt: skip
+    },
     "roberta-cls": {"arch": "roberta", "pooling": "cls", "normalize": True, "max_seq_length": 120},
     "roberta-prompt-excluded": {
         "arch": "roberta",
@@ -37,7 +37,7 @@ VARIANTS = {
         "include_prompt": False,
         "prompts": {"query": "query: "},
         "max_seq_length": 120,
-    },  # fmt: skip
+    },
     "distilbert-dense": {"arch": "distilbert", "dense": ((8, True, "ReLU"),), "max_seq_length": 120},
 }
 
@@ -109,8 +109,9 @@ def test_normalize_and_dimensions_on_request(folders, tmp_path):
 def test_an_unknown_prompt_name_is_a_400_listing_the_prompts(folders):
     handler, context = make_handler(folders["prompts"], max_length=128)
     ((status, body),) = serve(handler, context, [{"body": {"text": "x", "prompt_name": "qeury"}}])
-    assert status == 400 and body["message"] == ('"prompt_name" \'qeury\' is not a prompt of this model; its '
-                                                 "prompts: 'document', 'passage', 'query'")  # fmt: skip
+    assert status == 400 and body["message"] == (
+        "\"prompt_name\" 'qeury' is not a prompt of this model; its prompts: 'document', 'passage', 'query'"
+    )
 
 
 def test_the_shipped_minilm_equals_sentence_transformers_on_real_prose(minilm_dir, tmp_path):
@@ -133,10 +134,13 @@ def test_the_shipped_minilm_equals_sentence_transformers_on_real_prose(minilm_di
 
 @pytest.mark.parametrize(
     "module_type",
-    ["sentence_transformers.models.CLIPModel", "sentence_transformers.models.Asym",
-     "sentence_transformers.sentence_transformer.modules.word_embeddings.WordEmbeddings",
-     "sentence_transformers.models.LSTM"],
-)  # fmt: skip
+    [
+        "sentence_transformers.models.CLIPModel",
+        "sentence_transformers.models.Asym",
+        "sentence_transformers.sentence_transformer.modules.word_embeddings.WordEmbeddings",
+        "sentence_transformers.models.LSTM",
+    ],
+)
 def test_a_module_we_cannot_serve_stops_the_build_and_the_worker_in_one_line(folders, tmp_path, module_type):
     import json
     import shutil
@@ -164,9 +168,25 @@ def test_the_build_records_the_chain_and_writes_prompts(folders, tmp_path, capsy
     from model_store import build
 
     stage = tmp_path / "stage"
-    argv = ["--model-dir", str(folders["prompt-excluded"]), "--name", "bge", "--strategies", "bucketed", "--engine",
-            "torch", "--print-commands", "--stage-dir", str(stage), "--prompt", "query=query: ", "--prompt",
-            "passage=passage: ", "--default-prompt", "passage"]  # fmt: skip
+    argv = [
+        "--model-dir",
+        str(folders["prompt-excluded"]),
+        "--name",
+        "bge",
+        "--strategies",
+        "bucketed",
+        "--engine",
+        "torch",
+        "--print-commands",
+        "--stage-dir",
+        str(stage),
+        "--prompt",
+        "query=query: ",
+        "--prompt",
+        "passage=passage: ",
+        "--default-prompt",
+        "passage",
+    ]
     assert build.main(argv) == 0
     cfg = yaml.safe_load((stage / "bge-bucketed.yaml").read_text())
     assert cfg["handler"]["prompts"] == {"query": "query: ", "passage": "passage: "}
@@ -188,12 +208,16 @@ def test_truncation_on_request_right_left_or_refused(minilm_dir):
     sentence-transformers does with its tokenizer's truncation_side set to left."""
     long = " ".join(f"word{i} of a long passage" for i in range(200))
     handler, context = make_handler(minilm_dir, max_length=64)
-    (refused, right, left, plain) = serve(handler, context, [
-        {"body": {"text": long, "truncate": False}},
-        {"body": {"text": long, "truncation_direction": "right"}},
-        {"body": {"text": long, "truncation_direction": "left"}},
-        {"body": {"text": "short", "truncate": False}},
-    ])  # fmt: skip
+    (refused, right, left, plain) = serve(
+        handler,
+        context,
+        [
+            {"body": {"text": long, "truncate": False}},
+            {"body": {"text": long, "truncation_direction": "right"}},
+            {"body": {"text": long, "truncation_direction": "left"}},
+            {"body": {"text": "short", "truncate": False}},
+        ],
+    )
     assert refused[0] == 413 and "(truncate: false)" in refused[1]["message"] and plain[0] == 200
     model = sentence_transformers.SentenceTransformer(str(minilm_dir), device="cpu")
     model.max_seq_length = 64
@@ -205,6 +229,7 @@ def test_truncation_on_request_right_left_or_refused(minilm_dir):
 
 def test_a_left_cut_with_an_excluded_prompt_is_refused(folders):
     handler, context = make_handler(folders["prompt-excluded"], max_length=128)
-    ((status, body),) = serve(handler, context, [{"body": {"text": "x", "prompt": "q: ",
-                                                           "truncation_direction": "left"}}])  # fmt: skip
+    ((status, body),) = serve(
+        handler, context, [{"body": {"text": "x", "prompt": "q: ", "truncation_direction": "left"}}]
+    )
     assert status == 400 and body["message"].startswith('truncation_direction "left" with a prompt is not served')

@@ -14,8 +14,9 @@ WORDS = TOKENIZER_WORDS[:18]
 
 @pytest.fixture(scope="module", params=["wordpiece", "bpe", "unigram"])
 def tokenizer(request, minilm_dir, tmp_path_factory) -> Tokenizer:
-    folder = minilm_dir if request.param == "wordpiece" else build_tokenizer(tmp_path_factory.mktemp("tok"),
-                                                                            request.param)  # fmt: skip
+    folder = (
+        minilm_dir if request.param == "wordpiece" else build_tokenizer(tmp_path_factory.mktemp("tok"), request.param)
+    )
     tok = Tokenizer(str(folder), max_length=8)
     tok.cut_chars = 24  # cut early and often, so the property is tried on short texts too
     return tok
@@ -57,13 +58,22 @@ LONG = ["word " * 5000, "word\n" * 5000, "word\t" * 5000, "word\u00a0" * 5000, "
 
 
 def test_long_texts_cut_and_degenerate_ones(tokenizer):
-    batch = [*LONG, "\u200b" * 90, "short", "a" * (tokenizer.max_cut_chars - 1), " " * 80 + "end",
-             "a" * (tokenizer.max_cut_chars + 1), " " * tokenizer.max_cut_chars + "end"]  # fmt: skip
+    batch = [
+        *LONG,
+        "\u200b" * 90,
+        "short",
+        "a" * (tokenizer.max_cut_chars - 1),
+        " " * 80 + "end",
+        "a" * (tokenizer.max_cut_chars + 1),
+        " " * tokenizer.max_cut_chars + "end",
+    ]
     encoded = tokenizer.encode(batch)
     assert all(exact_or_refused(tokenizer, t, e) for t, e in zip(batch, encoded))
     from_left = tokenizer.encode(batch, left=True)
-    assert all(e == whole(tokenizer, t, True) or (e.unbounded and len(t) > tokenizer.max_cut_chars)
-               for t, e in zip(batch, from_left))  # fmt: skip
+    assert all(
+        e == whole(tokenizer, t, True) or (e.unbounded and len(t) > tokenizer.max_cut_chars)
+        for t, e in zip(batch, from_left)
+    )
     assert not encoded[0].unbounded and encoded[-2].unbounded  # prose with spaces; one 97-character "word"
 
 
@@ -108,8 +118,14 @@ def test_pairs_are_tokenized_as_the_whole_pair(tokenizer, pairs):
 @pytest.mark.parametrize("max_length", [7, 8, 9, 12])  # odd and even budgets: which side gets the odd token
 def test_long_pairs_split_the_budget_as_the_tokenizer_does(minilm_dir, max_length):
     tok = Tokenizer(str(minilm_dir), max_length)
-    pairs = [("word " * 50, "short"), ("short", "word " * 50), ("word " * 40, "serving " * 41),
-             ("serving " * 41, "word " * 40), ("a b", "c d"), ("word " * 20, "serving " * 20)]  # fmt: skip
+    pairs = [
+        ("word " * 50, "short"),
+        ("short", "word " * 50),
+        ("word " * 40, "serving " * 41),
+        ("serving " * 41, "word " * 40),
+        ("a b", "c d"),
+        ("word " * 20, "serving " * 20),
+    ]
     assert tok.encode_pairs(pairs) == [whole_pair(tok, a, b) for a, b in pairs]
     (huge,) = tok.encode_pairs([("word " * 3000, "serving " * 3000)])  # both sides long, past max_cut_chars
     assert huge.unbounded

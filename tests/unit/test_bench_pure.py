@@ -94,8 +94,9 @@ def summary(strategy, bs, rps_scale, p99, mode="closed", rate=None):
     samples = [(10.0 * (i % 10 + 1) * p99 / 100, 200, 50) for i in range(int(100 * rps_scale))]
     samples += [(1.0, 503, 50)] * 2
     padded = 5000 / (0.95 if strategy == "bucketed" else 0.4)
-    handler = stats.HandlerDelta(batches=10, requests=100, texts=100, real_tokens=5000, padded_tokens=padded,
-                                 sub_batches=30, forward_ms=900)  # fmt: skip
+    handler = stats.HandlerDelta(
+        batches=10, requests=100, texts=100, real_tokens=5000, padded_tokens=padded, sub_batches=30, forward_ms=900
+    )
     return stats.summarize(config, samples, 10.0, handler, 0.5, 15.0, 20000.0)
 
 
@@ -112,8 +113,12 @@ def test_summarize_and_csv_row():
 
 
 def test_comparisons_pair_bucketed_with_same_batch_size_and_batch_size_one():
-    runs = [summary("bucketed", 16, 2.0, 100), summary("dynamic", 16, 1.0, 200), summary("bucketed", 1, 1.25, 150),
-            summary("dynamic", 8, 1.0, 10)]  # fmt: skip
+    runs = [
+        summary("bucketed", 16, 2.0, 100),
+        summary("dynamic", 16, 1.0, 200),
+        summary("bucketed", 1, 1.25, 150),
+        summary("dynamic", 8, 1.0, 10),
+    ]
     pairs = [(c.a.config.name, c.b.config.name) for c in stats.comparisons(runs)]
     assert pairs == [("bucketed bs16", "dynamic bs16"), ("bucketed bs16", "bucketed bs1")]
     assert stats.comparisons(runs)[0].throughput_ratio == 2.0
@@ -155,7 +160,7 @@ def test_render_markdown_golden():
                 "planner_est_s": 0.5,
                 "saved_vs_arrival": 0.633,
             }
-        ],  # fmt: skip
+        ],
         [{"workload": "longtail", "workers": 2, "threads": 1, "tokens_per_s": 7000.0, "texts": 800, "forwards": 150}],
         ["batching_comparison.svg"],
     )

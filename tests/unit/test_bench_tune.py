@@ -218,10 +218,18 @@ def test_tune_section_golden():
         tune.Candidate(replace(BASE, strategy="static"), 40.0, 300.0, "estimated latency floor 300 ms > target 200 ms"),
     ]
     result = tune.TuneResult(
-        200.0, 900.0, 612.0, tuple(ranked), (a, b), ((ranked[2].config, "budget (about 70 s each)"),),
-        "tuned-model-config.yaml", "minWorkers: 2\nbatchSize: 16\n", ("build it", "curl it"),
-        replace(a, config=replace(a.config, label="from YAML")), (),
-    )  # fmt: skip
+        200.0,
+        900.0,
+        612.0,
+        tuple(ranked),
+        (a, b),
+        ((ranked[2].config, "budget (about 70 s each)"),),
+        "tuned-model-config.yaml",
+        "minWorkers: 2\nbatchSize: 16\n",
+        ("build it", "curl it"),
+        replace(a, config=replace(a.config, label="from YAML")),
+        (),
+    )
     assert report.tune_section(result) == (GOLDEN / "tune.md").read_text()
 
 
@@ -229,8 +237,10 @@ def test_capacity_and_peer_rows_render_golden():
     from tests.unit.test_bench_pure import GOLDEN
 
     ours = summary_with_capacity(BASE, 50, 40)
-    peer = replace(summary_with_capacity(replace(BASE, strategy="infinity", peer="infinity", workers=1, threads=2),
-                                         20, 10), min_cosine=0.9999987)  # fmt: skip
+    peer = replace(
+        summary_with_capacity(replace(BASE, strategy="infinity", peer="infinity", workers=1, threads=2), 20, 10),
+        min_cosine=0.9999987,
+    )
     text = "\n\n".join(report.render_block(s) for s in (ours, peer))
     text += "\n\n" + "\n".join(report.render_comparison(c) for c in stats.comparisons([ours, peer]))
     text += "\n\n" + report.results_table([ours, peer]) + "\n\n" + report.capacity_table([ours, peer]) + "\n"
@@ -246,8 +256,9 @@ def test_peer_runs_once_per_distinct_load():
     configs = [BASE, replace(BASE, strategy="dynamic"), replace(BASE, batch_size=1), replace(BASE, engine="torch")]
     peers = compare.peer_configs(configs, "infinity")
     assert [(c.name, c.batch_size, c.workers) for c in peers] == [
-        (f"infinity bs16 1x{peers[0].threads}", 16, 1), (f"infinity bs1 1x{peers[0].threads}", 1, 1)
-    ]  # fmt: skip
+        (f"infinity bs16 1x{peers[0].threads}", 16, 1),
+        (f"infinity bs1 1x{peers[0].threads}", 1, 1),
+    ]
     assert all(c.peer == "infinity" and c.engine is None for c in peers)
 
 

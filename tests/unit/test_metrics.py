@@ -18,8 +18,15 @@ def test_cumulative_buckets():
 
 
 def test_a_batch_emits_counters_histograms_and_errors_by_type():
-    stats = BatchStats(requests=5, rejected=2, failed=1, texts=6, passes=((4, 64), (2, 300)), handler_ms=40.0,
-                       errors=(("EmptyText", 400), ("EmptyText", 400), ("InternalServerError", 500)))  # fmt: skip
+    stats = BatchStats(
+        requests=5,
+        rejected=2,
+        failed=1,
+        texts=6,
+        passes=((4, 64), (2, 300)),
+        handler_ms=40.0,
+        errors=(("EmptyText", 400), ("EmptyText", 400), ("InternalServerError", 500)),
+    )
     metrics = LocalMetrics()
     emit(metrics, stats)
     names = {name for name, *_ in metrics.added}
@@ -64,6 +71,11 @@ def test_dashboard_queries_name_only_emitted_metrics():
         used |= set(re.findall(r"([A-Za-z_:][\w:]*)\s*\{", expr)) | set(re.findall(r"label_values\((\w+)", expr))
     known = series_names() | torchserve_metric_names()
     assert used and used <= known, f"not emitted: {sorted(used - known)}"
-    assert {"bucket_batch_size_bucket", "bucket_pass_texts_bucket", "bucket_pass_padded_tokens_bucket",
-            "bucket_request_ms_bucket", ERRORS} <= used  # fmt: skip
+    assert {
+        "bucket_batch_size_bucket",
+        "bucket_pass_texts_bucket",
+        "bucket_pass_padded_tokens_bucket",
+        "bucket_request_ms_bucket",
+        ERRORS,
+    } <= used
     assert set(METRICS) & used and set(HISTOGRAMS)

@@ -43,19 +43,32 @@ def test_cli_reports_and_removes_a_stale_pid_file(tmp_path, bystander):
     server = stale_server(tmp_path, bystander.pid)
     for command in ("status", "stop"):
         server.pid_file.write_text(f"{bystander.pid}\n")
-        out = subprocess.run([sys.executable, "-m", "tsctl", command, "--workdir", str(server.workdir)],
-                             capture_output=True, text=True, timeout=60, check=True).stdout  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "-m", "tsctl", command, "--workdir", str(server.workdir)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
         assert f"stale pid file {server.pid_file} named pid {bystander.pid} (sleep 300)" in out
         assert "nothing signalled" in out and not server.pid_file.exists()
     assert bystander.poll() is None
-    token = subprocess.run([sys.executable, "-m", "tsctl", "token", "--workdir", str(server.workdir)],
-                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    token = subprocess.run(
+        [sys.executable, "-m", "tsctl", "token", "--workdir", str(server.workdir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert token.returncode == 1 and "make serve" in token.stderr
 
 
 def tsctl(command: str, workdir, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tsctl", command, "--workdir", str(workdir)],
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "tsctl", command, "--workdir", str(workdir)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 POSER = "exec -a java python3 -c 'import time; time.sleep(300)' org.pytorch.serve.ModelServer -f "
@@ -70,10 +83,10 @@ def impostors(tmp_path):
     conf = workdir / "config.properties"
     loop = subprocess.Popen(
         ["bash", "-c", "sleep 300 & while true; do pgrep -f org.pytorch.serve.ModelServer >/dev/null; sleep 0.2; done"],
-        cwd=workdir, start_new_session=True,
-    )  # fmt: skip
-    poser = subprocess.Popen(["bash", "-c", POSER + str(conf)],
-                             cwd=workdir, start_new_session=True)  # fmt: skip
+        cwd=workdir,
+        start_new_session=True,
+    )
+    poser = subprocess.Popen(["bash", "-c", POSER + str(conf)], cwd=workdir, start_new_session=True)
     yield workdir, [loop, poser]
     for proc in (loop, poser):
         os.killpg(proc.pid, 9)
@@ -114,8 +127,11 @@ def test_a_folder_as_pid_file_is_one_line_not_a_traceback(tmp_path):
     server = TorchServe(tmp_path / "serve")
     server.pid_file.mkdir(parents=True)
     out = tsctl("stop", server.workdir)
-    assert out.returncode == 1 and out.stderr == f"error: {server.pid_file} is a folder, not a pid file: remove it " \
-        f"(`rm -r {server.pid_file}`) and retry\n"  # fmt: skip
+    assert (
+        out.returncode == 1
+        and out.stderr
+        == f"error: {server.pid_file} is a folder, not a pid file: remove it (`rm -r {server.pid_file}`) and retry\n"
+    )
 
 
 @pytest.mark.parametrize("name", ["config.properties", "torchserve.out", "logs", "tmp", "tmp/.model_server.pid"])

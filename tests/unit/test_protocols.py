@@ -127,8 +127,11 @@ json_values = st.recursive(
 PATHS = [None, "", "v1/embeddings", "v1/models", "v1/nope", "other"]
 
 
-@given(st.binary(max_size=300), st.sampled_from([None, "text/plain", JSON, "application/octet-stream"]),
-       st.sampled_from(PATHS))  # fmt: skip
+@given(
+    st.binary(max_size=300),
+    st.sampled_from([None, "text/plain", JSON, "application/octet-stream"]),
+    st.sampled_from(PATHS),
+)
 def test_arbitrary_bytes_never_raise(body, content_type, url_path):
     result = incoming(body, content_type, url_path)
     if isinstance(result.outcome, RequestError):
@@ -202,8 +205,12 @@ def test_kserve_v2_response_has_one_tensor_per_field():
     assert out["tokens"] == {"name": "tokens", "datatype": "INT64", "shape": [2], "data": [3, 4]}
     assert out["truncated"]["datatype"] == "BOOL"
     emb = V2Request(("a",)).render([answer([0.5, 0.25])], "m")
-    assert "id" not in emb and emb["outputs"][0] == {"name": "embedding", "datatype": "FP32", "shape": [1, 2],
-                                                     "data": [0.5, 0.25]}  # fmt: skip
+    assert "id" not in emb and emb["outputs"][0] == {
+        "name": "embedding",
+        "datatype": "FP32",
+        "shape": [1, 2],
+        "data": [0.5, 0.25],
+    }
 
 
 def test_kserve_v2_outputs_refuse_a_field_they_cannot_type():
@@ -324,8 +331,12 @@ def test_largest_answer_bounds_every_wire_format(labels):
     limits = Limits(max_texts=5, max_length=16, vocab_size=1000, task="embedding", dimensions=dims)
     values = [(-rng.random(dims) * 1e-5).astype(np.float32) for _ in range(5)]  # long reprs: -1.2345678e-06
     answers = [Answer(v, 512, True, labels) for v in values]
-    requests = [TextRequest(("x",) * 5, False), V1Request(("x",) * 5), V2Request(("x",) * 5, "id"),
-                EmbeddingsRequest(("x",) * 5, model="m" * 256)]  # fmt: skip
+    requests = [
+        TextRequest(("x",) * 5, False),
+        V1Request(("x",) * 5),
+        V2Request(("x",) * 5, "id"),
+        EmbeddingsRequest(("x",) * 5, model="m" * 256),
+    ]
     bound = protocols.largest_answer(limits, labels)
     for request in requests if labels is None else requests[:3]:
         assert len(json.dumps(request.render(answers, "model-name"))) <= bound
@@ -333,8 +344,11 @@ def test_largest_answer_bounds_every_wire_format(labels):
 
 def test_snake_case_codes():
     assert [snake(t) for t in ("TooManyTexts", "InvalidJSON", "EmptyText", "NotFound")] == [
-        "too_many_texts", "invalid_json", "empty_text", "not_found",
-    ]  # fmt: skip
+        "too_many_texts",
+        "invalid_json",
+        "empty_text",
+        "not_found",
+    ]
 
 
 def v2_binary(texts, extra=None, header=None):
@@ -370,8 +384,9 @@ def test_kserve_v2_binary_mistakes(mutate, status, words):
 
 def test_kserve_v2_binary_elements_are_checked():
     raw = struct.pack("<I", 10) + b"short"
-    head = json.dumps({"inputs": [{"name": "t", "datatype": "BYTES", "shape": [1],
-                                   "parameters": {"binary_data_size": len(raw)}}]}).encode()  # fmt: skip
+    head = json.dumps(
+        {"inputs": [{"name": "t", "datatype": "BYTES", "shape": [1], "parameters": {"binary_data_size": len(raw)}}]}
+    ).encode()
     result = incoming(head + raw, None, headers={"inference-header-content-length": str(len(head))})
     assert result.outcome.status == 400 and "claims 10 bytes" in result.outcome.message
     assert kserve_v2.decode_bytes(b"".join(struct.pack("<I", 1) + b"x" for _ in range(5)), 4).status == 413
@@ -403,15 +418,21 @@ def test_kserve_v2_outputs_selected_and_binary():
 def test_answer_fields_name_what_answers_hold():
     assert tuple(answer([1.0]).fields()) == answer_fields("embedding")
     assert tuple(answer([0.4, 0.6], labels=("a", "b")).fields()) == answer_fields("classification", 2)
-    assert tuple(answer([0.4], labels=("a",)).fields()) == answer_fields("classification", 1) == (
-        "score", "tokens", "truncated")  # fmt: skip
+    assert (
+        tuple(answer([0.4], labels=("a",)).fields())
+        == answer_fields("classification", 1)
+        == ("score", "tokens", "truncated")
+    )
 
 
 @pytest.mark.parametrize(
     ("activation", "expected"),
-    [("softmax", [0.0900306, 0.2447285, 0.6652409]), ("sigmoid", [0.7310586, 0.8807971, 0.9525741]),
-     ("identity", [1.0, 2.0, 3.0])],
-)  # fmt: skip
+    [
+        ("softmax", [0.0900306, 0.2447285, 0.6652409]),
+        ("sigmoid", [0.7310586, 0.8807971, 0.9525741]),
+        ("identity", [1.0, 2.0, 3.0]),
+    ],
+)
 def test_logits_become_scores_by_the_model_activation(activation, expected):
     fields = answer([1.0, 2.0, 3.0], labels=("a", "b", "c"), activation=activation).fields()
     assert fields["label"] == "c" and np.allclose(list(fields["scores"].values()), expected, atol=1e-6)
@@ -447,8 +468,10 @@ def test_duplicate_v2_output_names_are_the_clients_400_even_as_binary():
 
 def test_a_huge_v2_id_is_refused_with_what_is_wrong():
     error = incoming(v2(["a"], id="x" * 7_000_000), JSON).outcome
-    assert error.status == 400 and error.message == '"id" has 7000000 characters; at most 1024 (it is echoed in ' \
-        "the answer)"  # fmt: skip
+    assert (
+        error.status == 400
+        and error.message == '"id" has 7000000 characters; at most 1024 (it is echoed in the answer)'
+    )
 
 
 def test_binary_elements_past_the_limit_are_not_miscounted():
@@ -500,11 +523,17 @@ PROMPTED = Limits(4, 16, 1000, "embedding", 4, prompts=(("query", "query: "), ("
         ({"text": "a", "prompt": "custom: "}, None, "custom: "),
         ({"input": "a", "prompt_name": "doc"}, "v1/embeddings", ""),  # OpenAI: an extra field
         ({"input": ["a"]}, "v1/embeddings", "query: "),
-        ({"inputs": [{"name": "t", "datatype": "BYTES", "shape": [1], "data": ["a"]}],
-          "parameters": {"prompt": "p: "}}, None, "p: "),  # KServe v2: in parameters
+        (
+            {
+                "inputs": [{"name": "t", "datatype": "BYTES", "shape": [1], "data": ["a"]}],
+                "parameters": {"prompt": "p: "},
+            },
+            None,
+            "p: ",
+        ),  # KServe v2: in parameters
         ({"instances": ["a"]}, None, "query: "),  # KServe v1: no parameters, the default
     ],
-)  # fmt: skip
+)
 def test_every_wire_format_picks_a_prompt(body, url_path, prompt):
     request = incoming(body, JSON, url_path=url_path, limits=PROMPTED).outcome
     assert not isinstance(request, RequestError), request
@@ -517,7 +546,7 @@ def test_every_wire_format_picks_a_prompt(body, url_path, prompt):
         (
             {"text": "a", "prompt_name": "nope"},
             "\"prompt_name\" 'nope' is not a prompt of this model; its prompts: 'query', 'doc'",
-        ),  # fmt: skip
+        ),
         ({"text": "a", "prompt_name": "doc", "prompt": "x"}, 'send "prompt_name" or "prompt", not both'),
         ({"text": "a", "normalize": "yes"}, '"normalize" must be true or false, got string'),
         ({"text": "a", "dimensions": 5}, '"dimensions" must be an integer from 1 to 4'),
@@ -540,8 +569,12 @@ CLASSIFIER = Limits(4, 16, 1000, "classification", 1)
 def test_kserve_v2_two_inputs_are_text_pairs_for_a_classifier():
     from bucketing.protocols.base import Pair
 
-    body = {"inputs": [{"name": "text_pair", "datatype": "BYTES", "shape": [2], "data": ["d1", "d2"]},
-                       {"name": "text", "datatype": "BYTES", "shape": [2], "data": ["q", "q"]}]}  # fmt: skip
+    body = {
+        "inputs": [
+            {"name": "text_pair", "datatype": "BYTES", "shape": [2], "data": ["d1", "d2"]},
+            {"name": "text", "datatype": "BYTES", "shape": [2], "data": ["q", "q"]},
+        ]
+    }
     request = incoming(body, JSON, limits=CLASSIFIER).outcome
     assert request.inputs == (Pair("q", "d1"), Pair("q", "d2"))
     rendered = request.render([answer([0.5], labels=("s",)), answer([0.25], labels=("s",))], "m")

@@ -85,8 +85,9 @@ def parse(row: Any, meta: Meta, limits: Limits) -> Incoming:
     content_type = meta.content_type
     path = (meta.url_path or "").strip("/")
     if path not in ROUTES:
-        return Incoming(_nearest(path), RequestError(404, "NotFound", f"no endpoint {quote(path, 60)} here; served: "
-                                                     f"{SERVED}"))  # fmt: skip
+        return Incoming(
+            _nearest(path), RequestError(404, "NotFound", f"no endpoint {quote(path, 60)} here; served: {SERVED}")
+        )
     wire, parser = ROUTES[path]
     try:
         header_length = meta.header(kserve_v2.HEADER_LENGTH)

@@ -159,14 +159,24 @@ def read_options(
         values[name] = value
     dimensions = body.get("dimensions") if "dimensions" in fields else None
     if dimensions is not None and (not is_int(dimensions) or not 1 <= dimensions <= limits.dimensions):
-        return bad("InvalidRequest", f'"dimensions" must be an integer from 1 to {limits.dimensions} (this model\'s '
-                   f"embedding size), got {quote(dimensions, 40)}", "dimensions")  # fmt: skip
+        return bad(
+            "InvalidRequest",
+            f'"dimensions" must be an integer from 1 to {limits.dimensions} (this model\'s '
+            f"embedding size), got {quote(dimensions, 40)}",
+            "dimensions",
+        )
     direction = body.get("truncation_direction", "right") if "truncation_direction" in fields else "right"
     if direction not in DIRECTIONS:
-        return bad("InvalidRequest", f'"truncation_direction" must be "right" or "left", got {quote(direction, 40)}',
-                   "truncation_direction")  # fmt: skip
-    prompt = resolve_prompt(body.get("prompt_name") if "prompt_name" in fields else None,
-                            body.get("prompt") if "prompt" in fields else None, limits)  # fmt: skip
+        return bad(
+            "InvalidRequest",
+            f'"truncation_direction" must be "right" or "left", got {quote(direction, 40)}',
+            "truncation_direction",
+        )
+    prompt = resolve_prompt(
+        body.get("prompt_name") if "prompt_name" in fields else None,
+        body.get("prompt") if "prompt" in fields else None,
+        limits,
+    )
     if isinstance(prompt, RequestError):
         return prompt
     return Options(values["normalize"], dimensions, bool(values["raw_scores"]), prompt, values["truncate"], direction)
@@ -185,8 +195,11 @@ def resolve_prompt(name: Any, text: Any, limits: Limits) -> str | RequestError:
         return prompts.get(limits.default_prompt, "") if limits.default_prompt else ""
     if not isinstance(name, str) or name not in prompts:
         known = ", ".join(quote(k, 40) for k in prompts) or "none (this model has no prompts)"
-        return bad("InvalidRequest", f'"prompt_name" {quote(name, 40)} is not a prompt of this model; its prompts: '
-                   f"{known}", "prompt_name")  # fmt: skip
+        return bad(
+            "InvalidRequest",
+            f'"prompt_name" {quote(name, 40)} is not a prompt of this model; its prompts: {known}',
+            "prompt_name",
+        )
     return prompts[name]
 
 
@@ -293,8 +306,11 @@ def texts(value: Any, where: str, max_texts: int) -> tuple[str, ...] | RequestEr
 def pairs(value: Any, where: str, limits: Limits) -> tuple[Pair, ...] | RequestError:
     """A non-empty list of at most max_texts [query, document] pairs of texts, for a classification model."""
     if limits.task != "classification":
-        return bad("InvalidRequest", f'"{where}": text pairs need a classification model (a cross-encoder); this '
-                   f"is an {limits.task} model", where)  # fmt: skip
+        return bad(
+            "InvalidRequest",
+            f'"{where}": text pairs need a classification model (a cross-encoder); this is an {limits.task} model',
+            where,
+        )
     if not isinstance(value, list):
         return bad("InvalidType", f'"{where}" must be a list of [query, document] pairs, got {json_type(value)}', where)
     if not value:
@@ -305,8 +321,11 @@ def pairs(value: Any, where: str, limits: Limits) -> tuple[Pair, ...] | RequestE
     for i, pair in enumerate(value):
         if not isinstance(pair, list) or len(pair) != 2 or not all(isinstance(t, str) for t in pair):
             size = f" of {len(pair)} items" if isinstance(pair, list) else ""
-            return bad("InvalidType", f"{where}[{i}] must be a [query, document] pair of two strings, got "
-                       f"{json_type(pair)}{size}", where)  # fmt: skip
+            return bad(
+                "InvalidType",
+                f"{where}[{i}] must be a [query, document] pair of two strings, got {json_type(pair)}{size}",
+                where,
+            )
         error = check_text(pair[0], f"{where}[{i}][0]") or check_text(pair[1], f"{where}[{i}][1]")
         if error:
             return error
@@ -362,8 +381,11 @@ def decode(row: Any, content_type: str | None) -> Any:
         return json.loads(text)
     except ValueError as e:  # JSONDecodeError, or an integer too long to convert
         if not isinstance(e, json.JSONDecodeError):
-            return bad("InvalidJSON", f"the body is not valid JSON here: it holds an integer of more than "
-                       f"{sys.get_int_max_str_digits()} digits")  # fmt: skip
+            return bad(
+                "InvalidJSON",
+                f"the body is not valid JSON here: it holds an integer of more than "
+                f"{sys.get_int_max_str_digits()} digits",
+            )
         hint = (
             " (no Content-Type was sent and the body starts with '{', so it was read as JSON; "
             "send Content-Type: text/plain to embed it as text)"

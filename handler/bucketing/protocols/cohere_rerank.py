@@ -64,8 +64,11 @@ def parse(body: Any, limits: Limits) -> CohereRerankRequest | RequestError:
         return bad("InvalidRequest", f"'top_n' must be a positive integer, got {json_type(top_n)}", "top_n")
     return_documents = body.get("return_documents", False)
     if not isinstance(return_documents, bool):
-        return bad("InvalidType", f"'return_documents' must be true or false, got {json_type(return_documents)}",
-                   "return_documents")  # fmt: skip
+        return bad(
+            "InvalidType",
+            f"'return_documents' must be true or false, got {json_type(return_documents)}",
+            "return_documents",
+        )
     return CohereRerankRequest(tuple(Pair(query, d) for d in documents), model, top_n, return_documents)
 
 

@@ -113,8 +113,15 @@ def outputs(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         elif isinstance(first, dict):  # scores by label: a [n, labels] tensor in the first row's key order
             keys = list(first)
             flat = [row[k] for row in column for k in keys]
-            tensors.append({"name": name, "datatype": "FP32", "shape": [n, len(keys)], "data": flat,
-                            "parameters": {"labels": keys}})  # fmt: skip
+            tensors.append(
+                {
+                    "name": name,
+                    "datatype": "FP32",
+                    "shape": [n, len(keys)],
+                    "data": flat,
+                    "parameters": {"labels": keys},
+                }
+            )
         else:
             raise TypeError(f"answer field {name!r} of type {type(first).__name__} has no v2 datatype")
     return tensors
@@ -140,8 +147,9 @@ def decode_bytes(raw: bytes, max_items: int, t: str = "inputs[0]") -> list[str] 
         (length,) = struct.unpack_from("<I", raw, offset)
         offset += 4
         if offset + length > len(raw):
-            return bad("InvalidRequest", f"{t} binary element {len(items)} claims {length} bytes; "
-                       f"{len(raw) - offset} are left")  # fmt: skip
+            return bad(
+                "InvalidRequest", f"{t} binary element {len(items)} claims {length} bytes; {len(raw) - offset} are left"
+            )
         try:
             items.append(raw[offset : offset + length].decode("utf-8"))
         except UnicodeDecodeError as e:
@@ -153,14 +161,19 @@ def decode_bytes(raw: bytes, max_items: int, t: str = "inputs[0]") -> list[str] 
 def split_binary(body: bytes, header_length: str) -> tuple[Any, bytes] | RequestError:
     """The binary extension's body: its JSON header (decoded) and the binary data after it."""
     if not header_length.strip().isdigit() or not 0 < int(header_length) <= len(body):
-        return bad("InvalidRequest", f"Inference-Header-Content-Length {quote(header_length, 40)} must be a "
-                   f"length from 1 to the body's {len(body)} bytes")  # fmt: skip
+        return bad(
+            "InvalidRequest",
+            f"Inference-Header-Content-Length {quote(header_length, 40)} must be a "
+            f"length from 1 to the body's {len(body)} bytes",
+        )
     n = int(header_length)
     try:
         return json.loads(body[:n].decode("utf-8")), body[n:]
     except (UnicodeDecodeError, ValueError) as e:
-        return bad("InvalidJSON", f"the first {n} bytes (Inference-Header-Content-Length) are not a JSON "
-                   f"object ({type(e).__name__})")  # fmt: skip
+        return bad(
+            "InvalidJSON",
+            f"the first {n} bytes (Inference-Header-Content-Length) are not a JSON object ({type(e).__name__})",
+        )
 
 
 def parse(body: Any, limits: Limits, binary: bytes | None = None) -> V2Request | RequestError:
@@ -171,12 +184,19 @@ def parse(body: Any, limits: Limits, binary: bytes | None = None) -> V2Request |
     if request_id is not None and not isinstance(request_id, str):
         return bad("InvalidType", f'"id" must be a string, got {json_type(request_id)}', "id")
     if request_id is not None and len(request_id) > MAX_ID_CHARS:
-        return bad("InvalidRequest", f'"id" has {len(request_id)} characters; at most {MAX_ID_CHARS} (it is echoed '
-                   "in the answer)", "id")  # fmt: skip
+        return bad(
+            "InvalidRequest",
+            f'"id" has {len(request_id)} characters; at most {MAX_ID_CHARS} (it is echoed in the answer)',
+            "id",
+        )
     inputs = body["inputs"]
     if not isinstance(inputs, list) or not 1 <= len(inputs) <= 2 or not all(isinstance(i, Mapping) for i in inputs):
-        return bad("InvalidRequest", '"inputs" must be a list of exactly one tensor object (the texts), or for a '
-                   'classifier two, "text" and "text_pair"', "inputs")  # fmt: skip
+        return bad(
+            "InvalidRequest",
+            '"inputs" must be a list of exactly one tensor object (the texts), or for a '
+            'classifier two, "text" and "text_pair"',
+            "inputs",
+        )
     if len(inputs) == 2 and sorted(str(i.get("name")) for i in inputs) != ["text", "text_pair"]:
         return bad("InvalidRequest", 'two inputs must be named "text" and "text_pair" (text pairs)', "inputs")
     columns = []
@@ -193,8 +213,11 @@ def parse(body: Any, limits: Limits, binary: bytes | None = None) -> V2Request |
         columns.append(column)
     if len(columns) == 2:
         if len(columns[0]) != len(columns[1]):
-            return bad("InvalidRequest", f'"text" has {len(columns[0])} items but "text_pair" {len(columns[1])}; '
-                       "one pair per row", "inputs")  # fmt: skip
+            return bad(
+                "InvalidRequest",
+                f'"text" has {len(columns[0])} items but "text_pair" {len(columns[1])}; one pair per row',
+                "inputs",
+            )
         parsed_pairs = pairs([list(p) for p in zip(*columns)], "inputs", limits)
         if isinstance(parsed_pairs, RequestError):
             return parsed_pairs
@@ -243,11 +266,16 @@ def _data(tensor: Mapping[str, Any], binary: bytes | None, max_texts: int, t: st
             data = [x for row in data for x in row]  # a [n, 1] tensor given row by row
         return data
     if binary is None:
-        return bad("InvalidRequest", f"{t} has binary_data_size but the request has no binary data "
-                   "(send the Inference-Header-Content-Length header)")  # fmt: skip
+        return bad(
+            "InvalidRequest",
+            f"{t} has binary_data_size but the request has no binary data "
+            "(send the Inference-Header-Content-Length header)",
+        )
     if not is_int(size) or size != len(binary):
-        return bad("InvalidRequest", f"{t}.parameters.binary_data_size is {quote(size, 40)} but "
-                   f"{len(binary)} bytes follow the JSON")  # fmt: skip
+        return bad(
+            "InvalidRequest",
+            f"{t}.parameters.binary_data_size is {quote(size, 40)} but {len(binary)} bytes follow the JSON",
+        )
     return decode_bytes(binary, max_texts, t)
 
 
@@ -267,8 +295,9 @@ def _outputs(
     if twice and not unknown:
         return bad("InvalidRequest", f"output(s) {names(twice)} asked for more than once", "outputs")
     if unknown:
-        return bad("InvalidRequest", f"unknown output(s) {names(unknown)}; this model has {', '.join(known)}",
-                   "outputs")  # fmt: skip
+        return bad(
+            "InvalidRequest", f"unknown output(s) {names(unknown)}; this model has {', '.join(known)}", "outputs"
+        )
     binary = set()
     for o in requested:
         flag = o.get("parameters", {}).get("binary_data") if isinstance(o.get("parameters"), Mapping) else None

@@ -98,8 +98,11 @@ def _texts(body: Mapping[str, Any], keys: set[Any], limits: Limits) -> TextReque
         return bad("InvalidRequest", 'the JSON object is empty; expected {"text": ...} or {"texts": [...]}')
     unknown = sorted(str(k) for k in keys - {"text", "texts", "text_pair", "pairs"})
     if unknown:
-        return bad("InvalidRequest", f'unknown field(s) {names(unknown)}; expected "text" or "texts" (a '
-                   f'classifier: "text" and "text_pair", or "pairs"; and {", ".join(OPTION_FIELDS)})')  # fmt: skip
+        return bad(
+            "InvalidRequest",
+            f'unknown field(s) {names(unknown)}; expected "text" or "texts" (a '
+            f'classifier: "text" and "text_pair", or "pairs"; and {", ".join(OPTION_FIELDS)})',
+        )
     return bad(
         "InvalidRequest",
         'send "text" or "texts", not both (a classifier also takes "text" with "text_pair", or "pairs")',

@@ -130,8 +130,11 @@ def _options(body: Mapping[str, Any], limits: Limits) -> dict[str, Any] | Reques
     if encoding is None:
         encoding = "float"
     if encoding not in ENCODINGS:
-        return bad("InvalidRequest", f"'encoding_format' must be 'float' or 'base64', got {quote(encoding, 40)}",
-                   "encoding_format")  # fmt: skip
+        return bad(
+            "InvalidRequest",
+            f"'encoding_format' must be 'float' or 'base64', got {quote(encoding, 40)}",
+            "encoding_format",
+        )
     fields = ("prompt_name", "prompt", "normalize", "dimensions", "truncate", "truncation_direction")
     options = read_options(body, limits, fields)
     if isinstance(options, RequestError):
@@ -153,8 +156,11 @@ def _inputs(value: Any, limits: Limits) -> tuple[Input, ...] | RequestError:
         ids = _ids(value, "input", limits)
         return ids if isinstance(ids, RequestError) else (ids,)
     if not isinstance(first, (str, list)):
-        return bad("InvalidType", f"input[0] must be a string, a token id or an array of token ids, got "
-                   f"{json_type(first)}", "input")  # fmt: skip
+        return bad(
+            "InvalidType",
+            f"input[0] must be a string, a token id or an array of token ids, got {json_type(first)}",
+            "input",
+        )
     if len(value) > limits.max_texts:
         return _param(too_many(len(value), "input", limits.max_texts))
     kind = str if isinstance(first, str) else list
@@ -163,8 +169,12 @@ def _inputs(value: Any, limits: Limits) -> tuple[Input, ...] | RequestError:
         if not isinstance(item, kind) or (kind is list and not item):
             expected = "a string" if kind is str else "a non-empty array of token ids"
             like = " like input[0]" if i else ""
-            return bad("InvalidType", f"input[{i}] must be {expected}{like}, got {json_type(item)}"
-                       f"{' (empty)' if isinstance(item, list) else ''}", "input")  # fmt: skip
+            return bad(
+                "InvalidType",
+                f"input[{i}] must be {expected}{like}, got {json_type(item)}"
+                f"{' (empty)' if isinstance(item, list) else ''}",
+                "input",
+            )
         parsed = (check_text(item, f"input[{i}]") or item) if kind is str else _ids(item, f"input[{i}]", limits)
         if isinstance(parsed, RequestError):
             return _param(parsed)
@@ -182,8 +192,11 @@ def _ids(value: list[Any], where: str, limits: Limits) -> tuple[int, ...] | Requ
     for j, token in enumerate(kept):
         if not 0 <= token < limits.vocab_size:
             shown = token if abs(token) < 10**12 else "a larger number"
-            return bad("InvalidRequest", f"{where}[{j}] = {shown} is not a token id of this model's vocabulary "
-                       f"(0 to {limits.vocab_size - 1})", "input")  # fmt: skip
+            return bad(
+                "InvalidRequest",
+                f"{where}[{j}] = {shown} is not a token id of this model's vocabulary (0 to {limits.vocab_size - 1})",
+                "input",
+            )
     return tuple(value[: limits.max_length + 1])
 
 

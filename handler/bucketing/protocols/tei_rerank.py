@@ -44,8 +44,9 @@ def one_label_classifier(limits: Limits, route: str) -> RequestError | None:
     """Reranking needs a classification model with one label (a relevance score)."""
     if limits.task != "classification" or limits.dimensions != 1:
         what = f"an {limits.task} model" if limits.task != "classification" else f"{limits.dimensions} labels"
-        return RequestError(404, "NotFound", f"{route} serves one-label classification models (cross-encoders); "
-                            f"this model has {what}")  # fmt: skip
+        return RequestError(
+            404, "NotFound", f"{route} serves one-label classification models (cross-encoders); this model has {what}"
+        )
     return None
 
 
@@ -58,8 +59,11 @@ def rerank_query(body: Any, limits: Limits, route: str, documents: str) -> str |
         return bad("InvalidRequest", f'expected a JSON object {{"query", "{documents}"}}, got a JSON {json_type(body)}')
     query = body.get("query")
     if not isinstance(query, str) or not query.strip():
-        return bad("InvalidType" if not isinstance(query, str) else "EmptyText",
-                   f'"query" must be a non-empty string, got {json_type(query)}', "query")  # fmt: skip
+        return bad(
+            "InvalidType" if not isinstance(query, str) else "EmptyText",
+            f'"query" must be a non-empty string, got {json_type(query)}',
+            "query",
+        )
     return query
 
 
