@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from model_store.archives import SERVED
+
 START_TIMEOUT_S = 300.0  # a worker loads the model and warms up within this, or the bound stops
 RUN_TIMEOUT_S = 600.0  # the timed passes of every worker end within this
 
@@ -68,8 +70,8 @@ def padding_free_bound(
     model_dir: str,
     workers: int = 2,
     threads: int = 1,
-    max_length: int = 256,
-    max_batch_tokens: int = 8192,
+    max_length: int = SERVED.max_length,
+    max_batch_tokens: int = SERVED.max_batch_tokens,
     engine: str = "torch",
 ) -> dict[str, Any]:
     """Real tokens per second of the same texts grouped by exact length (no padding), on the given engine."""
@@ -149,7 +151,7 @@ def run_workers(target: Callable[..., None], args: Sequence[tuple[Any, ...]], ti
         out.cancel_join_thread()
 
 
-def calibrated_cost(model_dir: str, engine: str, max_length: int = 256) -> Any:
+def calibrated_cost(model_dir: str, engine: str, max_length: int = SERVED.max_length) -> Any:
     """The planner's cost model fitted to this machine: the handler's own calibration, one thread, in process."""
     import tempfile
 

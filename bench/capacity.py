@@ -2,8 +2,10 @@
 
 The search is pure: it is given a `measure(rate) -> Step` function and decides which rates to try. It brackets
 the capacity from a starting guess (the closed-loop throughput is a good one: an open loop cannot hold more), then
-bisects until the bracket is within `precision` or the step budget is spent. The answer is a rate that was
-measured to pass, never an interpolation.
+bisects until the bracket is within `precision` or the step budget is spent, then repeats the deciding step: a
+rate holds only if every measurement at it passed. The answer is a rate measured to hold, never an interpolation,
+with its interval (`ceiling`: the lowest rate above it that missed), so two configurations rank apart only when
+one's capacity is at or above the other's ceiling.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 MIN_RATE = 0.5  # req/s: below this a configuration is reported as having no capacity at the target
+MAX_STEPS = 6  # open-loop steps of one search, at most (`--capacity-steps`)
+STEP_S = 10.0  # seconds per step, at least (`--step-s`)
+REPEATS = 2  # the deciding rate is measured this many times: it holds only if every one passes
 
 
 @dataclass(frozen=True)
@@ -40,15 +45,33 @@ class Capacity:
     target_ms: float
     steps: tuple[Step, ...]
 
+    def _held(self, rate: float) -> bool:
+        """A rate holds when every measurement at it passed (a repeat that fails takes it back)."""
+        return all(s.passes(self.target_ms) for s in self.steps if s.rate == rate)
+
     @property
     def best(self) -> Step | None:
-        passing = [s for s in self.steps if s.passes(self.target_ms)]
-        return max(passing, key=lambda s: s.rate) if passing else None
+        """The highest rate that held (its worst measurement, when it was repeated)."""
+        held = [s for s in self.steps if self._held(s.rate)]
+        if not held:
+            return None
+        top = max(s.rate for s in held)
+        return max((s for s in held if s.rate == top), key=lambda s: s.p99_ms)
 
     @property
     def rate(self) -> float:
         """Requests per second held within the target (0 when no rate tried did)."""
         return self.best.rate if self.best else 0.0
+
+    @property
+    def ceiling(self) -> float | None:
+        """The lowest rate above `rate` that missed the target: the capacity lies in [rate, ceiling)."""
+        over = [s.rate for s in self.steps if s.rate > self.rate and not self._held(s.rate)]
+        return min(over) if over else None
+
+    def separated_from(self, other: Capacity) -> bool:
+        """Whether this capacity is measured above `other`'s whole interval (a ranking that is not noise)."""
+        return other.ceiling is not None and self.rate >= other.ceiling
 
 
 def step_duration(rate: float, min_s: float, min_requests: int, max_s: float) -> float:
@@ -60,11 +83,13 @@ def search(
     measure: Callable[[float], Step],
     start: float,
     target_ms: float,
-    max_steps: int = 6,
+    max_steps: int = MAX_STEPS,
     precision: float = 0.1,
     grow: float = 1.3,
+    repeats: int = REPEATS,
 ) -> Capacity:
-    """Bracket then bisect on the rate, `max_steps` measurements at most (see the module docstring)."""
+    """Bracket then bisect on the rate, `max_steps` measurements at most, then measure the deciding rate until it
+    has passed `repeats` times (a failure takes it back and the next rate down decides; see the docstring)."""
     if start <= 0 or target_ms <= 0:
         raise ValueError(f"start rate and target must be positive (got {start}, {target_ms})")
     steps: list[Step] = []
@@ -92,4 +117,9 @@ def search(
         rate = round(rate, 1)
         if any(abs(s.rate - rate) < 0.05 for s in steps):
             break  # nothing new to learn at this resolution
+    for _ in range(repeats - 1):  # the deciding rate again: one lucky step must not set the capacity
+        best = Capacity(target_ms, tuple(steps)).best
+        if best is None or sum(s.rate == best.rate for s in steps) >= repeats:
+            break
+        steps.append(measure(best.rate))
     return Capacity(target_ms, tuple(steps))

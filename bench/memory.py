@@ -12,6 +12,8 @@ import resource
 import subprocess
 import sys
 
+from model_store.archives import SERVED
+
 
 def _case(strategy: str, requests: int, texts_per_request: int, max_length: int, max_batch_tokens: int) -> dict:
     from bucketing_handler import BucketingHandler
@@ -53,8 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch-size", type=int, default=16, help="requests TorchServe delivers at once")
     p.add_argument("--texts-per-request", type=int, default=32, help="texts per request in the worst case")
-    p.add_argument("--max-length", type=int, default=256)
-    p.add_argument("--max-batch-tokens", type=int, default=8192)
+    p.add_argument("--max-length", type=int, default=SERVED.max_length)
+    p.add_argument("--max-batch-tokens", type=int, default=SERVED.max_batch_tokens)
     p.add_argument("--case", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.case:

@@ -15,11 +15,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from model_store.archives import PREFIX, ROOT, default_engine, minilm_dir
+from model_store.archives import PREFIX, ROOT, default_engine, max_length, minilm_dir
 
 GENERATED = {"bert-base-random", "minilm-cross-encoder-random"}
 CROSS_ENCODER = "minilm-cross-encoder-random"  # the rerank workload's default model
 CACHE = ROOT / ".tmp" / "models"
+MINILM = "all-MiniLM-L6-v2"
 
 
 def model_dir(model: str | None) -> Path:
@@ -36,10 +37,24 @@ def model_dir(model: str | None) -> Path:
     return folder
 
 
-def prefix(model: str | None, engine: str | None) -> str:
-    """Archive name prefix: `minilm` (or `minilm-<engine>` off the default engine), else the model's slug."""
+def prefix(model: str | None, engine: str | None, schedule: str | None = None) -> str:
+    """Archive name prefix: `minilm` (`minilm-<engine>` off the default engine, `-continuous` for that schedule),
+    else the model's slug."""
     base = PREFIX if model is None else re.sub(r"[^a-z0-9]+", "-", Path(model).name.lower()).strip("-") or "model"
-    return base if engine in (None, default_engine()) else f"{base}-{engine}"
+    base = base if engine in (None, default_engine()) else f"{base}-{engine}"
+    return base if schedule in (None, "batch") else f"{base}-{schedule}"
+
+
+def label(model: str | None) -> str:
+    """The model's name in reports."""
+    return Path(model).name if model else MINILM
+
+
+def tokenizer(model: str | None) -> Any:
+    """The model's tokenizer as the handler runs it (at the archives' max_length), for token counts."""
+    from bucketing.tokenizer import Tokenizer
+
+    return Tokenizer(str(model_dir(model)), max_length())
 
 
 def bert_base_random(target: Path) -> Path:

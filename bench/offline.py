@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from bucketing.planner import CostModel, plan_bucketed
+from model_store.archives import SERVED
 
 from .workloads import make_workload
 
@@ -32,7 +33,7 @@ def _pow2(lengths: Sequence[int]) -> Shapes:
     return [(len(g), max(g)) for g in groups.values()]
 
 
-def policies(cost: CostModel, max_batch_tokens: int = 8192) -> dict[str, Policy]:
+def policies(cost: CostModel, max_batch_tokens: int = SERVED.max_batch_tokens) -> dict[str, Policy]:
     def planner(lengths: Sequence[int]) -> Shapes:
         return [(sb.rows, sb.padded_len) for sb in plan_bucketed(lengths, cost, max_batch_tokens).sub_batches]
 
@@ -40,7 +41,11 @@ def policies(cost: CostModel, max_batch_tokens: int = 8192) -> dict[str, Policy]
 
 
 def strategy_passes(
-    strategy: str, lengths: Sequence[int], cost: CostModel, max_length: int = 256, max_batch_tokens: int = 8192
+    strategy: str,
+    lengths: Sequence[int],
+    cost: CostModel,
+    max_length: int = SERVED.max_length,
+    max_batch_tokens: int = SERVED.max_batch_tokens,
 ) -> Shapes:
     """The passes one delivered batch costs under a handler strategy: static pads to max_length, dynamic is the
     `arrival` policy, bucketed the `planner` one."""

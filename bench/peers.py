@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from model_store.archives import ROOT
+from model_store.archives import ROOT, SERVED
 from tsctl import free_ports, group_cpu_seconds
 
 PEER_ROOT = ROOT / ".tmp" / "peers"
@@ -196,7 +196,9 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     return dot / (na * nb) if na and nb else 0.0
 
 
-def reference_embeddings(texts: Sequence[str], model_dir: Path, max_length: int = 256) -> list[list[float]]:
+def reference_embeddings(
+    texts: Sequence[str], model_dir: Path, max_length: int = SERVED.max_length
+) -> list[list[float]]:
     """Our handler's answer to each text served alone (torch engine, batch of one), in this process."""
     from bucketing.config import HandlerConfig
     from bucketing.tasks import load_task

@@ -114,13 +114,9 @@ def capacity_comparison(summaries: Sequence[Summary], out: Path) -> str | None:
     ys = range(len(searched))
     ax.barh([y + 0.2 for y in ys], [s.rps for s in searched], 0.4, color="lightgrey", label="closed-loop throughput")
     colors = [COLORS.get(s.config.strategy, "grey") for s in searched]
-    ax.barh(
-        [y - 0.2 for y in ys],
-        [s.capacity.rate for s in searched],
-        0.4,
-        color=colors,  # type: ignore[union-attr]
-        label=f"capacity at p99 <= {searched[0].capacity.target_ms:g} ms",
-    )  # type: ignore[union-attr]
+    rates = [s.capacity.rate if s.capacity else 0.0 for s in searched]
+    target = searched[0].capacity.target_ms if searched[0].capacity else float("nan")
+    ax.barh([y - 0.2 for y in ys], rates, 0.4, color=colors, label=f"capacity at p99 <= {target:g} ms")
     ax.set_yticks(list(ys), labels)
     ax.invert_yaxis()
     ax.set_xlabel("requests/s")

@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from .stats import Comparison, Config, Summary
-from .tune import TuneResult
+from .tune import TuneResult, separated
 
 
 def _num(value: float | None, fmt: str = ".1f") -> str:
@@ -33,7 +33,9 @@ def render_block(s: Summary) -> str:
         else f"  Batching:    {c.peer}'s own (batch size {c.batch_size}); it reports no padding counters"
     )
     load = f"closed loop, {c.concurrency} clients" if c.mode == "closed" else f"open loop, {c.rate:g} req/s Poisson"
-    bound = f"   ({_num(s.bound_fraction, '.2f')} of padding-free bound)" if s.bound_fraction is not None else ""
+    bound = f"   ({_num(s.bound_fraction, '.2f')} of exact-length grouping)" if s.bound_fraction is not None else ""
+    if s.roofline_fraction is not None:
+        bound += f"   ({_num(s.roofline_fraction, '.2f')} of the fp32 GEMM roofline)"
     errors = ", ".join(f"{k}: {v}" for k, v in sorted(s.errors.items())) or "none"
     server = f"server {_num(s.server_cpu_cores, '.2f')} cores, " if s.server_cpu_cores is not None else ""
     return "\n".join(
@@ -42,7 +44,8 @@ def render_block(s: Summary) -> str:
             f"{f', {s.engine} on {s.device}' if s.engine else ''}]",
             f"  Throughput:  {s.rps:7.1f} req/s   {s.tokens_per_s:8.0f} tokens/s{bound}",
             f"  Latency:     p50 {_num(s.p50_ms):>7} ms   p90 {_num(s.p90_ms):>7} ms   "
-            f"p99 {_num(s.p99_ms):>7} ms   max {_num(s.max_ms):>7} ms",
+            f"p99 {_num(s.p99_ms):>7} ms   max {_num(s.max_ms):>7} ms   "
+            f"(shortest quarter p50 {_num(s.short_p50_ms)} ms)",
             batching,
             f"  Requests:    {s.requests} sent, {s.ok} ok, errors: {errors}",
             f"  CPU:         {server}load generator {s.client_cpu_cores:.2f} cores",
@@ -192,10 +195,12 @@ def render_markdown(
     if bounds:
         parts += [
             "",
-            "## Padding-free bound",
+            "## Exact-length grouping (a reference, not a bound)",
             "",
             "The same texts run in process, grouped by exact token length (zero padding), with the workers' threads; "
-            "each configuration's `bound_fraction` is its real tokens/s over this.",
+            "each configuration's `bound_fraction` is its real tokens/s over this. It is not a limit: exact-length "
+            "groups are small and pay more per-pass overhead, and a configuration can run faster. The limit is the "
+            "fp32 GEMM roofline (`roofline_fraction`, bench/roofline.py).",
             "",
             _table(
                 ["workload", "model", "engine", "processes x threads", "real tokens/s", "texts", "forward passes"],
@@ -279,6 +284,16 @@ def tune_section(t: TuneResult) -> str:
         parts.append(
             f"- **Runner-up**: {_settings(runner)}: capacity {_capacity(runner)}; closed loop {runner.rps:.1f} req/s."
         )
+        ceiling = runner.capacity.ceiling if runner.capacity else None
+        sure = (
+            f"the winner's capacity is at or above the runner-up's interval (it missed the target at "
+            f"{ceiling:g} req/s): the ranking holds"
+            if separated(winner, runner)
+            else "the winner's capacity lies within the runner-up's interval (below the lowest rate it missed at"
+            + (f", {ceiling:g} req/s" if ceiling else "")
+            + "): a tie at the search's resolution, broken by closed-loop throughput"
+        )
+        parts.append(f"- **How sure**: each capacity is its lower measurement when measured twice; {sure}.")
     parts.append(
         f"- **Time**: {t.elapsed_s / 60:.1f} of {t.budget_s / 60:g} budgeted minutes; {len(t.measured)} "
         f"configurations measured, {len(t.skipped)} skipped to fit, "

@@ -33,6 +33,7 @@ class Config:
     rate: float | None = None
     duration: float = 20.0
     engine: str | None = None  # torch | onnxruntime; None: the shipped archives' engine
+    schedule: str | None = None  # batch | continuous (handler.schedule); None: the shipped archives' (batch)
     model: str | None = None  # None: the bundled MiniLM; `bert-base-random`; or a model folder
     peer: str | None = None  # another server measured on the same load (`infinity`); strategy is then unused
     label: str = ""  # appended to the name, e.g. `from YAML` for the tuned configuration's re-measurement
@@ -49,6 +50,8 @@ class Config:
             label += f" @{self.rate:g}/s"
         if self.engine is not None:
             label += f" {self.engine}"
+        if self.schedule is not None:
+            label += f" {self.schedule}"
         if self.model is not None:
             label += f" [{Path(self.model).name}]"
         if self.label:
@@ -117,6 +120,12 @@ class Summary:
     device: str = ""  # where they ran: cpu, or gpu (TorchServe's describe API says per worker)
     capacity: Capacity | None = None  # highest open-loop rate within the p99 target (--p99-ms)
     min_cosine: float | None = None  # a peer's answers against our batch-of-one reference (spot check)
+    short_p50_ms: float = float("nan")  # p50 of the shortest quarter of requests (by tokens)
+    roofline_tokens_per_s: float | None = None  # the fp32 GEMM roofline of this model and layout (bench.roofline)
+
+    @property
+    def roofline_fraction(self) -> float | None:
+        return self.tokens_per_s / self.roofline_tokens_per_s if self.roofline_tokens_per_s else None
 
     @property
     def bound_fraction(self) -> float | None:
@@ -134,6 +143,7 @@ class Summary:
             "workers": c.workers,
             "threads": c.threads,
             "engine": self.engine,
+            "schedule": "" if c.peer else c.schedule or "batch",
             "device": self.device,
             "workload": c.workload_label,
             "mode": c.mode,
@@ -161,6 +171,8 @@ class Summary:
             "capacity_p99_ms": round(self.capacity.best.p99_ms, 1) if self.capacity and self.capacity.best else "",
             "capacity_steps": len(self.capacity.steps) if self.capacity else "",
             "min_cosine": _round(self.min_cosine, 6),
+            "short_p50_ms": round(self.short_p50_ms, 1),
+            "roofline_fraction": _round(self.roofline_fraction, 3),
         }
 
     def as_json(self) -> dict[str, object]:
@@ -192,6 +204,8 @@ def summarize(
     ok = [(lat, tok) for lat, status, tok in samples if status == 200]
     latencies = [lat for lat, _ in ok]
     errors = Counter(str(status) for _, status, _ in samples if status != 200)
+    by_tokens = sorted(ok, key=lambda x: x[1])
+    shortest = [lat for lat, _ in by_tokens[: max(1, len(by_tokens) // 4)]] if by_tokens else []
     return Summary(
         config=config,
         requests=len(samples),
@@ -210,6 +224,7 @@ def summarize(
         bound_tokens_per_s=bound_tokens_per_s,
         engine=engine,
         device=device,
+        short_p50_ms=percentile(shortest, 50),
     )
 
 

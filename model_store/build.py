@@ -22,12 +22,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from bucketing.config import ENGINES, STRATEGIES, TASKS
+from bucketing.config import ENGINES, SCHEDULES, STRATEGIES, TASKS
 from model_store import archives
 
 
@@ -45,10 +46,9 @@ def stage(staging: Path, model_dir: Path, engine: str, task: str) -> Path:
             shutil.copytree(item, staging / "model" / name, ignore=shutil.ignore_patterns("*.onnx"))
         else:
             shutil.copy2(item, staging / "model" / name)
-    if engine == "onnxruntime":
-        from bucketing.engines import ONNX_FILE, export_onnx
+    from bucketing.engines import ENGINE_KINDS
 
-        export_onnx(task, str(model_dir), staging / "model" / ONNX_FILE)
+    ENGINE_KINDS[engine].prepare_into(task, str(model_dir), staging / "model")
     return staging
 
 
@@ -96,12 +96,16 @@ def print_commands(
 ) -> int:
     """Stage the files and model-configs into `stage_dir` and print the archiver command of each archive."""
     staging = stage(stage_dir / "extra", model_dir, engine, task)
-    model_files = sorted(p.name for p in (staging / "model").iterdir() if p.suffix != ".onnx")
+    from bucketing.engines import ENGINE_KINDS
+
+    written = ENGINE_KINDS[engine].files
+    note = f"; {', '.join(written)} written for the {engine} engine" if written else ""
+    model_files = sorted(p.name for p in (staging / "model").iterdir() if p.name not in written)
     _, package = archives.handler_sources()
     print(
         f"# staged {shown(staging)}/: bucketing/ (the handler package, from {shown(package)}), model/ "
         f"({len(model_files)} files from {shown(model_dir)}"
-        f"{'; model.onnx exported for the onnxruntime engine' if engine == 'onnxruntime' else ''})"
+        f"{note})"
     )
     for name, cfg in configs.items():
         config = stage_dir / f"{name}.yaml"
@@ -127,6 +131,81 @@ def parse_prompts(values: list[str]) -> dict[str, str]:
     return prompts
 
 
+class BuildError(RuntimeError):
+    """An archive that cannot be built: the message says why, in one line."""
+
+
+def archive_configs(
+    strategies: Sequence[str] | None = None,
+    threads: int = 1,
+    engine: str | None = None,
+    model_dir: Path | None = None,
+    task: str | None = None,
+    prefix: str = archives.PREFIX,
+    schedule: str | None = None,
+    prompts: Mapping[str, str] | None = None,
+    default_prompt: str | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Each archive's name and model-config: the template with the strategy, threads, engine, schedule, prompts,
+    and for a user's folder its task and usable max_length (BuildError for a folder we cannot serve)."""
+    strategies = list(strategies or STRATEGIES)
+    unknown = sorted(set(strategies) - set(STRATEGIES))
+    if unknown:
+        raise BuildError(f"--strategies: unknown {', '.join(unknown)}; allowed: {', '.join(STRATEGIES)}")
+    overrides: dict[str, Any] = {"engine": engine or archives.default_engine(), "schedule": schedule}
+    try:
+        if model_dir is not None:
+            longest = archives.check_model_dir(model_dir, task or "embedding")
+            overrides.update(task=task or "embedding", max_length=min(archives.max_length(), longest))
+        chain = (
+            archives.read_model_chain(model_dir or archives.minilm_dir())
+            if (task or "embedding") == "embedding"
+            else None
+        )
+        known = {**(dict(chain.prompts) if chain else {}), **(prompts or {})}
+        if default_prompt is not None and default_prompt not in known:
+            raise archives.ModelFolderError(
+                f"--default-prompt {default_prompt!r}: not a prompt of the model or "
+                f"of --prompt ({', '.join(known) or 'none'})"
+            )
+    except archives.ModelFolderError as e:
+        raise BuildError(str(e)) from None
+    overrides.update(prompts=dict(prompts) if prompts else None, default_prompt_name=default_prompt)
+    configs = {archives.name(s, threads, prefix): archives.model_config(s, threads, **overrides) for s in strategies}
+    if (
+        chain is not None
+    ):  # what was read, for a person reading the archive's model-config (the worker reads the folder)
+        for cfg in configs.values():
+            cfg["model_chain"] = chain.describe()
+    return configs
+
+
+def build_archives(
+    out: Path,
+    strategies: Sequence[str] | None = None,
+    threads: int = 1,
+    engine: str | None = None,
+    model_dir: Path | None = None,
+    task: str | None = None,
+    prefix: str = archives.PREFIX,
+    schedule: str | None = None,
+    prompts: Mapping[str, str] | None = None,
+    default_prompt: str | None = None,
+    if_stale: bool = False,
+) -> list[Path]:
+    """Build the archives (with `if_stale`, only those missing or older than a source); their paths."""
+    configs = archive_configs(strategies, threads, engine, model_dir, task, prefix, schedule, prompts, default_prompt)
+    if if_stale:
+        configs = {n: cfg for n, cfg in configs.items() if archives.stale(out / f"{n}.mar")}
+        if not configs:
+            print("archives are up to date")
+            return []
+    handler = next(iter(configs.values()))["handler"]
+    return build_all(
+        configs, model_dir or archives.minilm_dir(), handler["engine"], handler.get("task", "embedding"), out
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated subset")
@@ -134,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-dir", type=Path, default=None, help="model files (default: the installed package)")
     parser.add_argument("--threads", type=int, default=1, help="threads per worker (names minilm-tN-*)")
     parser.add_argument("--engine", choices=ENGINES, help="torch or onnxruntime (default: the template's)")
+    parser.add_argument("--schedule", choices=SCHEDULES, help="handler.schedule (default: the template's)")
     parser.add_argument("--name", default=archives.PREFIX, help="archive name prefix: NAME-<strategy>.mar")
     parser.add_argument("--task", choices=TASKS, default=None, help="with --model-dir: embedding or classification")
     parser.add_argument("--if-stale", action="store_true", help="only archives missing or older than a source")
@@ -158,77 +238,77 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--default-prompt", metavar="NAME", help="the prompt used when a request names none")
     args = parser.parse_args(argv)
-    if args.config is not None:
-        return from_config(args.config, args.name, args.out, args.model_dir)
-    engine = args.engine or archives.default_engine()
-    task = args.task or "embedding"
-    overrides: dict[str, Any] = {"engine": engine}
-    model_dir = args.model_dir or archives.minilm_dir()
+    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     try:
+        if args.config is not None:
+            from_config(args.config, args.name, args.out, args.model_dir)
+            return 0
         prompts = parse_prompts(args.prompt)
-        if args.model_dir is not None:
-            longest = archives.check_model_dir(args.model_dir, task)
-            template_length = archives.model_config("bucketed")["handler"].get("max_length", 256)
-            overrides.update(task=task, max_length=min(template_length, longest))
-        chain = archives.read_model_chain(model_dir) if task == "embedding" else None
-        known = {**(dict(chain.prompts) if chain else {}), **prompts}
-        if args.default_prompt is not None and args.default_prompt not in known:
-            raise archives.ModelFolderError(
-                f"--default-prompt {args.default_prompt!r}: not a prompt of the model or "
-                f"of --prompt ({', '.join(known) or 'none'})"
+        task = args.task if args.model_dir is not None else None
+        if args.print_commands:
+            configs = archive_configs(
+                strategies,
+                args.threads,
+                args.engine,
+                args.model_dir,
+                task,
+                args.name,
+                args.schedule,
+                prompts,
+                args.default_prompt,
             )
-    except archives.ModelFolderError as e:
+            handler = next(iter(configs.values()))["handler"]
+            args.stage_dir.mkdir(parents=True, exist_ok=True)
+            model_dir = args.model_dir or archives.minilm_dir()
+            return print_commands(configs, model_dir, handler["engine"], task or "embedding", args.out, args.stage_dir)
+        build_archives(
+            args.out,
+            strategies,
+            args.threads,
+            args.engine,
+            args.model_dir,
+            task,
+            args.name,
+            args.schedule,
+            prompts,
+            args.default_prompt,
+            args.if_stale,
+        )
+    except (BuildError, archives.ModelFolderError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    overrides.update(prompts=prompts or None, default_prompt_name=args.default_prompt)
-
-    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
-    unknown = sorted(set(strategies) - set(STRATEGIES))
-    if unknown:
-        parser.error(f"--strategies: unknown {', '.join(unknown)}; allowed: {', '.join(STRATEGIES)}")
-    names = {s: archives.name(s, args.threads, args.name) for s in strategies}
-    if args.if_stale:
-        names = {s: n for s, n in names.items() if archives.stale(args.out / f"{n}.mar")}
-        if not names:
-            print("archives are up to date")
-            return 0
-    configs = {name: archives.model_config(strategy, args.threads, **overrides) for strategy, name in names.items()}
-    if (
-        chain is not None
-    ):  # what was read, for a person reading the archive's model-config (the worker reads the folder)
-        for cfg in configs.values():
-            cfg["model_chain"] = chain.describe()
-    if args.print_commands:
-        args.stage_dir.mkdir(parents=True, exist_ok=True)
-        return print_commands(configs, model_dir, engine, task, args.out, args.stage_dir)
-    return build_all(configs, model_dir, engine, task, args.out)
+    return 0
 
 
-def build_all(configs: dict[str, dict[str, Any]], model_dir: Path, engine: str, task: str, out: Path) -> int:
-    """One archive per (name, model-config), sharing one staged model folder."""
+def build_all(configs: dict[str, dict[str, Any]], model_dir: Path, engine: str, task: str, out: Path) -> list[Path]:
+    """One archive per (name, model-config), sharing one staged model folder; their paths."""
     archiver = shutil.which("torch-model-archiver", path=str(Path(sys.executable).parent)) or shutil.which(
         "torch-model-archiver"
     )
     if not archiver:
-        print("torch-model-archiver not found: run `make venv` first", file=sys.stderr)
-        return 2
+        raise BuildError("torch-model-archiver not found: run `make venv` first")
     tmp = archives.ROOT / ".tmp"
     tmp.mkdir(exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     staging = stage(tmp / "staging", model_dir, engine, task)
+    built = []
     with tempfile.TemporaryDirectory(dir=tmp) as folder:
         for name, cfg in configs.items():
             start = time.perf_counter()
             config = Path(folder) / f"{name}.yaml"
             config.write_text(yaml.safe_dump(cfg, sort_keys=False))
-            path = build(name, config, staging, out, archiver, tmp)
+            try:
+                path = build(name, config, staging, out, archiver, tmp)
+            except subprocess.CalledProcessError as e:
+                raise BuildError(f"torch-model-archiver failed for {name} (exit {e.returncode}; see above)") from None
+            built.append(path)
             shown = path.relative_to(archives.ROOT) if path.is_relative_to(archives.ROOT) else path
             print(f"built {shown} ({path.stat().st_size / 1e6:.0f} MB, {time.perf_counter() - start:.1f} s)")
     shutil.rmtree(staging, ignore_errors=True)
-    return 0
+    return built
 
 
-def from_config(path: Path, name: str, out: Path, model_dir: Path | None) -> int:
+def from_config(path: Path, name: str, out: Path, model_dir: Path | None = None) -> Path:
     """NAME.mar from a model-config YAML (checked first: its `handler:` section as the handler will read it)."""
     from bucketing.config import ConfigError, HandlerConfig
 
@@ -236,15 +316,12 @@ def from_config(path: Path, name: str, out: Path, model_dir: Path | None) -> int
         cfg = yaml.safe_load(path.read_text())
         handler = HandlerConfig.from_yaml(cfg)
     except FileNotFoundError:
-        print(f"error: --config {path}: no such file", file=sys.stderr)
-        return 2
+        raise BuildError(f"--config {path}: no such file") from None
     except (yaml.YAMLError, ConfigError) as e:
-        print(f"error: --config {path}: {str(e).splitlines()[0]}", file=sys.stderr)
-        return 2
+        raise BuildError(f"--config {path}: {str(e).splitlines()[0]}") from None
     if not isinstance(cfg, dict):
-        print(f"error: --config {path}: not a model-config (a mapping of keys)", file=sys.stderr)
-        return 2
-    return build_all({name: cfg}, model_dir or archives.minilm_dir(), handler.engine, handler.task, out)
+        raise BuildError(f"--config {path}: not a model-config (a mapping of keys)")
+    return build_all({name: cfg}, model_dir or archives.minilm_dir(), handler.engine, handler.task, out)[0]
 
 
 if __name__ == "__main__":

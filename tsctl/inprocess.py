@@ -28,10 +28,17 @@ class LocalContext:
     """What a handler reads from TorchServe's Context (model dir, model-config, request headers) and what it sets
     (per-request status and content type), for running a handler in process."""
 
-    def __init__(self, handler_section: dict[str, Any], model_dir: str = ".", model_name: str = "local") -> None:
+    def __init__(
+        self,
+        handler_section: dict[str, Any],
+        model_dir: str = ".",
+        model_name: str = "local",
+        model_config: dict[str, Any] | None = None,
+    ) -> None:
         self.model_name = model_name
         self.system_properties = {"model_dir": model_dir, "gpu_id": None, "batch_size": 8}
-        self.model_yaml_config = {"handler": handler_section}
+        self.model_yaml_config = {**(model_config or {}), "handler": handler_section}
+        self.request_ids: dict[int, str] = {}
         self.metrics = LocalMetrics()
         self.headers: list[dict[str, Any]] = []
         self.status: dict[int, tuple[int, str]] = {}
@@ -43,8 +50,10 @@ class LocalContext:
         content_types: list[str | None],
         url_paths: list[str] | None = None,
         headers: list[dict[str, str]] | None = None,
+        ids: list[str] | None = None,
     ) -> LocalContext:
-        """Record per-request Content-Types, url_paths and headers the way TorchServe's RequestProcessor holds them."""
+        """Record per-request Content-Types, url_paths, headers and ids the way TorchServe's backend holds them."""
+        self.request_ids = dict(enumerate(ids or [f"request-{i}" for i in range(len(content_types))]))
         paths = url_paths or [""] * len(content_types)
         extra = headers or [{}] * len(content_types)
         self.headers = [
@@ -67,3 +76,50 @@ class LocalContext:
 
     def set_response_header(self, idx: int, key: str, value: str) -> None:
         self.response_headers.setdefault(idx, {})[key] = value
+
+
+class ContinuousFrontend:
+    """TorchServe's `ContinuousBatching` aggregator in process: a queue, a batch of at most `batch_size` jobs;
+    each call sends every job of the batch (new ones fill the free slots), and a job leaves the batch when the
+    handler's response carries a prediction for it (its index still in `context.request_ids` after the call)."""
+
+    def __init__(self, handler: Any, context: LocalContext, batch_size: int, max_calls: int = 1000) -> None:
+        self.handler, self.context, self.batch_size, self.max_calls = handler, context, batch_size, max_calls
+        self.queue: list[tuple[str, Any, str | None]] = []  # (id, row, content type)
+        self.calls: list[list[str]] = []  # the ids sent in each call
+        self.answers: dict[str, tuple[int, bytes | str, dict[str, str]]] = {}  # id -> (status, body, headers)
+        self._batch: list[tuple[str, Any, str | None]] = []  # jobs sent and not yet answered
+
+    def submit(self, key: str, row: Any, content_type: str | None = "application/json") -> None:
+        self.queue.append((key, row, content_type))
+
+    def step(self, before: Any = None) -> list[str]:
+        """One call: the batch topped up from the queue; the ids answered in it."""
+        batch = list(self._batch)
+        while len(batch) < self.batch_size and self.queue:
+            batch.append(self.queue.pop(0))
+        if before is not None:
+            before(batch)
+        keys = [k for k, _, _ in batch]
+        self.context.with_requests([ct for _, _, ct in batch], ids=keys)
+        bodies = self.handler.handle([row for _, row, _ in batch], self.context)
+        if len(bodies) != len(batch):
+            raise AssertionError(f"{len(batch)} requests but {len(bodies)} bodies")
+        answered = [self.context.request_ids[i] for i in sorted(self.context.request_ids)]
+        for i, key in enumerate(keys):
+            if key in answered:
+                status = self.context.status.get(i, (200, ""))[0]
+                self.answers[key] = (status, bodies[i], self.context.response_headers.get(i, {}))
+        self._batch = [job for job in batch if job[0] not in answered]
+        self.calls.append(keys)
+        return answered
+
+    def drain(self) -> dict[str, tuple[int, bytes | str, dict[str, str]]]:
+        """Call until every submitted job is answered (an AssertionError after `max_calls`: nothing may hang)."""
+        while self.queue or self._batch:
+            if len(self.calls) >= self.max_calls:
+                raise AssertionError(
+                    f"still {len(self.queue) + len(self._batch)} jobs unanswered after {self.max_calls} calls"
+                )
+            self.step()
+        return self.answers

@@ -17,6 +17,7 @@ STRATEGIES = ("bucketed", "dynamic", "static")
 OVERFLOW = ("truncate", "reject")
 ENGINES = ("torch", "onnxruntime")
 DTYPES = ("float32", "float16", "bfloat16")
+SCHEDULES = ("batch", "continuous")
 NORMALIZE = ("auto", "true", "false")  # YAML's true/false are read as "true"/"false"
 
 # The largest position count of BERT-family encoders; the model's own limit is checked at load.
@@ -72,6 +73,22 @@ class HandlerConfig:
         "`bucketed` (sorted sub-batches under a token budget), `dynamic` (one pass "
         "padded to the longest text) or `static` (padded to max_length)",
         choices=STRATEGIES,
+    )
+    schedule: str = option(
+        "batch",
+        "`batch` (every request of TorchServe's batch answered in the call) or `continuous` (with the "
+        "model-config's `continuousBatching: true`: texts pool across calls; each call runs about `slice_ms` "
+        "of passes and answers the requests that are done, so new ones join without waiting for the rest)",
+        choices=SCHEDULES,
+    )
+    slice_ms: float = option(
+        40.0, "`continuous`: estimated milliseconds of passes per call (at least one pass)", low=1.0, high=60000.0
+    )
+    max_wait_ms: float = option(
+        250.0,
+        "`continuous`: a request pending this long goes before all younger ones (shortest first otherwise)",
+        low=0.0,
+        high=600000.0,
     )
     model_path: str = option("model", "folder of the model inside the archive (or an absolute path)")
     max_length: int = option(

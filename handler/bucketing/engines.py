@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from .chain import Chain, ChainError, read_chain
-from .config import ConfigError, HandlerConfig
+from .config import ENGINES, ConfigError, HandlerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -243,10 +243,10 @@ def check_dtype(config: HandlerConfig, device: str) -> torch.dtype:
             f"handler.dtype: got {config.dtype!r} on the CPU; allowed: float32 (float16 and bfloat16 "
             "are for a worker with a CUDA GPU)"
         )
-    if config.dtype != "float32" and config.engine == "onnxruntime":
+    if config.dtype != "float32" and ENGINE_KINDS[config.engine].float32_only:
         raise ConfigError(
-            f"handler.dtype: got {config.dtype!r} with handler.engine onnxruntime; allowed: float32 "
-            "(the exported graph is float32; use engine: torch for float16/bfloat16)"
+            f"handler.dtype: got {config.dtype!r} with handler.engine {config.engine}; allowed: float32 "
+            f"(the {config.engine} engine runs float32 only; use engine: torch for float16/bfloat16)"
         )
     return DTYPES[config.dtype]
 
@@ -381,13 +381,14 @@ def export_onnx(task: str, model_dir: str, path: Path) -> Path:
     return path
 
 
-def load_engine(config: HandlerConfig, model_dir: str, gpu_id: Any = None) -> tuple[Engine, ModelInfo]:
-    """The configured engine for the model, checked; and what the handler needs to know of the model."""
-    device = select_device(gpu_id, torch.cuda.is_available())
-    dtype = check_dtype(config, device)
-    head, info = load_head(config.task, model_dir)
-    if config.engine == "torch":
-        return TorchEngine(head, device, dtype, config.torchscript, info.vocab_size), info
+def open_torch(head: Head, info: ModelInfo, config: HandlerConfig, model_dir: str, device: str, dtype: Any) -> Engine:
+    return TorchEngine(head, device, dtype, config.torchscript, info.vocab_size)
+
+
+def open_onnxruntime(
+    head: Head, info: ModelInfo, config: HandlerConfig, model_dir: str, device: str, dtype: Any
+) -> Engine:
+    """The exported graph, checked against the torch model on padded inputs (an EngineError past TOLERANCE)."""
     path = Path(model_dir) / ONNX_FILE
     if not path.exists():
         raise EngineError(
@@ -412,4 +413,40 @@ def load_engine(config: HandlerConfig, model_dir: str, gpu_id: Any = None) -> tu
             f"inputs (allowed: {TOLERANCE:g}); rebuild the archive from this model"
         )
     logger.info("onnxruntime engine checked against torch: max abs diff %.1e", diff)
-    return engine, info
+    return engine
+
+
+@dataclass(frozen=True)
+class EngineKind:
+    """An engine as the handler and the archive builder see it: how it opens, and what its archive carries."""
+
+    name: str
+    open: Callable[[Head, ModelInfo, HandlerConfig, str, str, Any], Engine]  # head, info, config, folder, device, dtype
+    files: tuple[str, ...] = ()  # what it reads beside the model's files; `prepare` writes them at build time
+    prepare: Callable[[str, str, Path], Path] | None = None  # (task, model folder, target file)
+    float32_only: bool = False
+
+    def prepare_into(self, task: str, model_dir: str, folder: Path) -> None:
+        """Write the files this engine needs into the archive's model folder."""
+        if self.prepare is not None:
+            for name in self.files:
+                self.prepare(task, model_dir, folder / name)
+
+
+# The engines, by `handler.engine` name: adding one is its class, its `open`, and a line here (and in ENGINES).
+ENGINE_KINDS = {
+    kind.name: kind
+    for kind in (
+        EngineKind("torch", open_torch),
+        EngineKind("onnxruntime", open_onnxruntime, (ONNX_FILE,), export_onnx, float32_only=True),
+    )
+}
+assert tuple(ENGINE_KINDS) == ENGINES, "bucketing.config.ENGINES and engines.ENGINE_KINDS must name the same engines"
+
+
+def load_engine(config: HandlerConfig, model_dir: str, gpu_id: Any = None) -> tuple[Engine, ModelInfo]:
+    """The configured engine for the model, checked; and what the handler needs to know of the model."""
+    device = select_device(gpu_id, torch.cuda.is_available())
+    dtype = check_dtype(config, device)
+    head, info = load_head(config.task, model_dir)
+    return ENGINE_KINDS[config.engine].open(head, info, config, model_dir, device, dtype), info

@@ -142,13 +142,13 @@ class Pipeline:
         """One reply per row, in row order, and the batch's figures."""
         start = time.perf_counter()
         incoming = [protocols.parse(row, m, self.limits) for row, m in zip(rows, meta)]
-        incoming, items = self._tokenize(incoming)
-        incoming, outputs, stats = self._run(incoming, items)
+        incoming, items = self.tokenize(incoming)
+        incoming, outputs, stats = self.run(incoming, items)
         answers: dict[int, list[Answer]] = {}
         for item, output in zip(items, outputs):
             if output is not None:
                 answers.setdefault(item.request, []).append(self.task.answer(output, item.encoded))
-        replies = [self._reply(inc, answers.get(i, []), model_name) for i, inc in enumerate(incoming)]
+        replies = [self.reply(inc, answers.get(i, []), model_name) for i, inc in enumerate(incoming)]
         if len(replies) != len(rows):
             raise RuntimeError(f"{len(rows)} requests but {len(replies)} replies")
         stats = replace(
@@ -162,7 +162,7 @@ class Pipeline:
         )
         return replies, stats
 
-    def _reply(self, incoming: Incoming, answers: list[Answer], model_name: str) -> Reply:
+    def reply(self, incoming: Incoming, answers: list[Answer], model_name: str) -> Reply:
         try:
             return incoming.reply(answers, model_name, self.config.max_response_bytes)
         except Exception as e:  # noqa: BLE001 - a rendering fault fails this request alone
@@ -205,7 +205,7 @@ class Pipeline:
         chain = getattr(self.task, "chain", None)
         return chain is not None and not chain.include_prompt
 
-    def _tokenize(self, incoming: list[Incoming]) -> tuple[list[Incoming], list[Item]]:
+    def tokenize(self, incoming: list[Incoming]) -> tuple[list[Incoming], list[Item]]:
         """Every input's tokens, one tokenizer call for the batch (redone per request if it fails)."""
         live = [i for i, inc in enumerate(incoming) if inc.request is not None]
         try:
@@ -309,8 +309,10 @@ class Pipeline:
             )
         return None
 
-    def _run(self, incoming: list[Incoming], items: list[Item]) -> tuple[list[Incoming], list[Any], BatchStats]:
+    def run(self, incoming: list[Incoming], items: list[Item]) -> tuple[list[Incoming], list[Any], BatchStats]:
         """Outputs for every item (None where its request failed), in item order; redone per request on failure."""
+        if not items:
+            return incoming, [], BatchStats(batches=0)
         try:
             computed = compute(items, self.plan, self.task, self.tokenizer.pad_id)
             return incoming, list(computed.outputs), computed.stats

@@ -15,6 +15,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .config import CostConfig
+
+_UNCALIBRATED = CostConfig()  # the cost model's constants have one home: the handler's config schema
+
 
 def row_features(padded_len: int) -> tuple[int, int]:
     """What one row of a forward pass costs in, beyond the pass's fixed overhead: tokens, and tokens x length."""
@@ -28,9 +32,9 @@ class CostModel:
     The per-row terms are `row_features`; calibration fits these same features (`calibrate.fit_cost`).
     """
 
-    overhead_us: float = 5000.0
-    per_token_us: float = 230.0
-    per_token_sq_us: float = 0.2
+    overhead_us: float = _UNCALIBRATED.forward_overhead_us
+    per_token_us: float = _UNCALIBRATED.per_token_us
+    per_token_sq_us: float = _UNCALIBRATED.per_token_sq_us
 
     def row_us(self, padded_len: int) -> float:
         """Estimated microseconds one row padded to `padded_len` adds to a pass."""

@@ -35,7 +35,13 @@ def model_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     store = tmp_path_factory.mktemp("model_store")
     assert build.main(["--out", str(store)]) == 0
+    continuous = ["--out", str(store), "--strategies", "bucketed", "--schedule", "continuous"]
+    assert build.main([*continuous, "--name", "minilm-continuous"]) == 0  # minilm-continuous-bucketed.mar
     return store
+
+
+# The archives every door is tested through: TorchServe's batching, and continuous batching.
+SCHEDULED = {"batch": "minilm-bucketed.mar", "continuous": "minilm-continuous-bucketed.mar"}
 
 
 @pytest.fixture(scope="session")

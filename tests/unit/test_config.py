@@ -133,3 +133,11 @@ def test_kserve_config_listens_on_loopback_only_because_its_auth_is_off():
     policy = next(d for d in docs if d["kind"] == "NetworkPolicy")
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     assert [p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]] == [8080]
+
+
+def test_archive_template_states_no_handler_default():
+    """The template sets only what differs from the handler's defaults: a default has one home, the schema."""
+    handler = yaml.safe_load(archives.TEMPLATE.read_text())["handler"]
+    defaults = HandlerConfig()
+    restated = sorted(k for k, v in handler.items() if k != "strategy" and getattr(defaults, k) == v)
+    assert restated == [], f"config/minilm.yaml restates handler defaults: {restated}"

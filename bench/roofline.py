@@ -1,0 +1,44 @@
+"""The real limit of a configuration: the machine's measured fp32 GEMM rate over the model's FLOPs per real token.
+
+An encoder's work is almost all matrix products: per token and layer, the attention projections (4 d x d) and
+the feed-forward (2 d x ff), two FLOPs a multiply-add, plus attention's scores and mix (4 x length x d). The
+roofline is `cores x GEMM FLOP/s per core / FLOPs per token`: no engine or schedule runs real tokens faster.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+
+def flops_per_token(model_dir: Path, mean_length: float) -> float:
+    """Forward FLOPs per real token of a BERT-family encoder (from its config.json) at this mean text length."""
+    cfg = json.loads((model_dir / "config.json").read_text())
+    d = cfg.get("hidden_size") or cfg.get("dim")
+    ff = cfg.get("intermediate_size") or cfg.get("hidden_dim") or 4 * d
+    layers = cfg.get("num_hidden_layers") or cfg.get("n_layers")
+    return layers * (2 * (4 * d * d + 2 * d * ff) + 4 * mean_length * d)
+
+
+def gemm_flops_per_core(seconds: float = 1.0, n: int = 384, m: int = 1536, rows: int = 512) -> float:
+    """The best fp32 matmul rate of one thread over `seconds` (the shapes of a MiniLM-sized feed-forward)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a, b = torch.randn(rows, n), torch.randn(n, m)
+        best, end = 0.0, time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            start = time.perf_counter()
+            for _ in range(10):
+                torch.mm(a, b)
+            best = max(best, 10 * 2 * rows * n * m / (time.perf_counter() - start))
+        return best
+    finally:
+        torch.set_num_threads(threads)
+
+
+def roofline_tokens_per_s(model_dir: Path, mean_length: float, cores: int, per_core: float) -> float:
+    return cores * per_core / flops_per_token(model_dir, mean_length)

@@ -1,0 +1,140 @@
+"""The run plan: which configurations a run measures, from a named suite (`suites.yaml`) and the command's flags."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bucketing.config import ENGINES, SCHEDULES, STRATEGIES
+
+from . import models, traffic
+from .stats import Config
+from .workloads import BENCH_WORKLOADS, RERANK
+
+SUITES = Path(__file__).resolve().parent / "suites.yaml"
+CONFIG_FIELDS = {f.name for f in fields(Config)}
+# Flags that make a configuration axis over a suite or a matrix: every configuration once per value.
+AXES = {"engines": ("engine", ENGINES), "schedules": ("schedule", SCHEDULES)}
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run does: configurations, and whether to add the bound and the offline sweep."""
+
+    name: str
+    description: str
+    configs: tuple[Config, ...]
+    bound: bool
+    sweep: dict[str, list[Any]] | None
+    tune: dict[str, Any] | None = None  # the tune suite's search space (`--suite tune`)
+
+
+def expand(defaults: dict[str, Any], configs: Sequence[dict[str, Any]], matrix: dict[str, list[Any]]) -> list[Config]:
+    """Configurations from a list and/or every combination of a matrix, over defaults; unknown keys refused."""
+    out = []
+    items = [dict(c) for c in configs]
+    if matrix:
+        keys = list(matrix)
+        items += [dict(zip(keys, combo)) for combo in itertools.product(*(matrix[k] for k in keys))]
+    for item in items:
+        merged = {**defaults, **item}
+        unknown = sorted(set(merged) - CONFIG_FIELDS)
+        if unknown:
+            raise SystemExit(
+                f"unknown configuration key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(CONFIG_FIELDS))}"
+            )
+        if merged.get("strategy") not in STRATEGIES:
+            raise SystemExit(f"strategy: got {merged.get('strategy')!r}; allowed: {' | '.join(STRATEGIES)}")
+        for key, allowed in AXES.values():
+            if merged.get(key) not in (None, *allowed):
+                raise SystemExit(f"{key}: got {merged.get(key)!r}; allowed: {' | '.join(allowed)}")
+        workload = str(merged.get("workload", "longtail"))
+        if workload not in BENCH_WORKLOADS and not workload.startswith(traffic.PREFIX):
+            raise SystemExit(f"workload: got {merged.get('workload')!r}; allowed: {' | '.join(BENCH_WORKLOADS)}")
+        if merged.get("mode", "closed") == "open" and not merged.get("rate"):
+            raise SystemExit("an open-loop configuration needs a rate (req/s)")
+        out.append(Config(**merged))
+    return out
+
+
+def suites(path: Path = SUITES) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text())
+
+
+def load_suite(name: str, path: Path = SUITES) -> RunPlan:
+    named = suites(path)
+    if name not in named:
+        raise SystemExit(f"--suite: no suite {name!r} in {path.name}; suites: {', '.join(named)}")
+    s = named[name]
+    configs = expand(s.get("defaults", {}), s.get("configs", []), s.get("matrix", {}))
+    return RunPlan(
+        name, s.get("description", ""), tuple(configs), bool(s.get("bound", False)), s.get("sweep"), s.get("tune")
+    )
+
+
+def csv_list(text: str | None, cast: type) -> list[Any] | None:
+    return [cast(x) for x in text.split(",") if x.strip()] if text else None
+
+
+def plan_from_args(args: argparse.Namespace) -> RunPlan:
+    """The suite (default `default`), with flags overriding its defaults; matrix flags replace its configs."""
+    flags = {
+        "strategy": csv_list(args.strategies, str),
+        "batch_size": csv_list(args.batch_sizes, int),
+        "max_batch_delay": csv_list(args.delays, int),
+        "rate": csv_list(args.rates, float),
+        "short_frac": csv_list(args.short_fracs, float),
+    }
+    matrix: dict[str, list[Any]] = {k: v for k, v in flags.items() if v}
+    model = str(args.model_dir) if args.model_dir else models.CROSS_ENCODER if args.workload == RERANK else None
+    overrides = {
+        k: v
+        for k, v in {
+            "duration": args.duration,
+            "mode": args.mode,
+            "concurrency": args.concurrency,
+            "workers": args.workers,
+            "threads": args.threads,
+            "model": model,
+            "workload": traffic.workload_name(args.texts) if args.texts else args.workload,
+        }.items()
+        if v is not None
+    }
+    base = load_suite(args.suite or "default")
+    if matrix:
+        defaults = {"strategy": "bucketed", "batch_size": 16, **overrides}
+        if "rate" in matrix and "mode" not in overrides:
+            defaults["mode"] = "open"
+        configs = tuple(expand(defaults, [], matrix))
+        plan = RunPlan("custom", "configurations from flags", configs, args.bound, base.sweep if args.suite else None)
+    else:
+        configs = tuple(replace(c, **overrides) for c in base.configs)
+        plan = RunPlan(base.name, base.description, configs, base.bound or args.bound, base.sweep, base.tune)
+    for flag, (key, allowed) in AXES.items():
+        values = csv_list(getattr(args, flag, None), str)
+        if not values:
+            continue
+        bad = sorted(set(values) - set(allowed))
+        if bad:
+            raise SystemExit(f"--{flag}: got {', '.join(bad)}; allowed: {' | '.join(allowed)}")
+        plan = replace(plan, configs=tuple(replace(c, **{key: v}) for c in plan.configs for v in values))
+    return plan
+
+
+def peer_configs(configs: Sequence[Config], peer: str) -> list[Config]:
+    """The peer on each distinct load of the plan (its own single process, using every core)."""
+    loads = [
+        replace(
+            c, strategy=peer, peer=peer, engine=None, schedule=None, workers=1, threads=os.cpu_count() or 1, label=""
+        )
+        for c in configs
+        if c.peer is None
+    ]
+    return list(dict.fromkeys(loads))

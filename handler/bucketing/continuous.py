@@ -1,0 +1,104 @@
+"""`handler.schedule: continuous`: a pool of tokenized texts that spans TorchServe calls.
+
+With `continuousBatching: true` TorchServe's frontend (`ContinuousBatching.java`) keeps every request the handler
+did not answer in the worker's batch and sends it again, whole, on the next call, with new requests filling the
+free slots at once (no `maxBatchDelay` wait while anything is pending). A request counts as answered when the
+call's response carries a prediction for it; the handler leaves a pending request out of the response by taking
+its index out of `context.request_ids`, which TorchServe's backend reads to write the response. So a pending
+request gets nothing a client could see: no status, no body, no header.
+
+Each call: new requests are parsed and tokenized (4xx and 5xx answered at once, as under `batch`); the pool
+forgets any request TorchServe no longer sends (its client went away); `scheduler.pick` chooses about
+`slice_ms` of texts; they run as the configured strategy plans them; every request whose texts are all done is
+answered. A failed pass fails only the requests whose texts it held, each with its own 500.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from . import protocols, scheduler
+from .metrics import BatchStats
+from .pipeline import Item, Pipeline
+from .planner import CostModel
+from .protocols import Incoming, Reply
+from .protocols.base import Meta
+
+
+@dataclass
+class Entry:
+    """A pending request: its parsed form, its texts' tokens, the outputs of those run so far."""
+
+    incoming: Incoming
+    items: list[Item]
+    arrived: float
+    outputs: list[Any] = field(default_factory=list)
+
+    @property
+    def remaining(self) -> list[Item]:
+        return self.items[len(self.outputs) :]
+
+
+class Pool:
+    """The pending requests of one worker, by TorchServe request id."""
+
+    def __init__(self, pipeline: Pipeline, cost: CostModel, clock: Callable[[], float] = time.monotonic) -> None:
+        self.pipeline, self.cost, self.clock = pipeline, cost, clock
+        self.entries: dict[str, Entry] = {}
+
+    def serve(
+        self, rows: Sequence[Any], meta: Sequence[Meta], keys: Sequence[str], model_name: str
+    ) -> tuple[list[Reply | None], BatchStats]:
+        """A reply for each row answered in this call (None for one still pending), and the call's figures."""
+        start, now = time.perf_counter(), self.clock()
+        pipeline, config = self.pipeline, self.pipeline.config
+        replies: list[Reply | None] = [None] * len(rows)
+        position = {key: i for i, key in enumerate(keys)}
+        for key in [k for k in self.entries if k not in position]:
+            del self.entries[key]  # TorchServe dropped it (the client went away): nothing to answer
+        new = [i for i, key in enumerate(keys) if key not in self.entries]
+        parsed = [protocols.parse(rows[i], meta[i], pipeline.limits) for i in new]
+        parsed, items = pipeline.tokenize(parsed)
+        for j, i in enumerate(new):
+            mine = [replace(item, request=0) for item in items if item.request == j]
+            if parsed[j].request is None or not mine:
+                replies[i] = pipeline.reply(parsed[j], [], model_name)
+            else:
+                self.entries[keys[i]] = Entry(parsed[j], mine, now)
+
+        live = [k for k in keys if k in self.entries]
+        pool = [
+            scheduler.Pending(k, self.entries[k].arrived, tuple(len(x.encoded.ids) for x in self.entries[k].remaining))
+            for k in live
+        ]
+        chosen = scheduler.pick(pool, now, self.cost, config.slice_ms, config.max_wait_ms, config.max_batch_tokens)
+        incoming = [self.entries[k].incoming for k in live]
+        run = [Item(pos, x.encoded) for pos, n in chosen.take for x in self.entries[live[pos]].remaining[:n]]
+        outcome, outputs, stats = pipeline.run(incoming, run)
+        ran: dict[int, list[Any]] = {}
+        for item, output in zip(run, outputs):
+            ran.setdefault(item.request, []).append(output)
+        for pos, results in ran.items():
+            key, entry = live[pos], self.entries[live[pos]]
+            if outcome[pos].request is None:  # a pass holding its texts failed: its own 500, now
+                replies[position[key]] = pipeline.reply(outcome[pos], [], model_name)
+            else:
+                entry.outputs.extend(results)
+                if entry.remaining:
+                    continue
+                answers = [pipeline.task.answer(o, x.encoded) for o, x in zip(entry.outputs, entry.items)]
+                replies[position[key]] = pipeline.reply(entry.incoming, answers, model_name)
+            del self.entries[key]
+        done = [r for r in replies if r is not None]
+        return replies, replace(
+            stats,
+            batches=1,
+            requests=len(done),
+            rejected=sum(400 <= r.status < 500 for r in done),
+            failed=sum(r.status >= 500 for r in done),
+            errors=tuple((r.error, r.status) for r in done if r.error),
+            handler_ms=round((time.perf_counter() - start) * 1000.0, 3),
+        )

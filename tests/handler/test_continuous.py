@@ -1,0 +1,153 @@
+"""`handler.schedule: continuous` in process, under a stand-in for TorchServe's ContinuousBatching aggregator:
+every request gets the answer `batch` gives it, in every wire format; a pending request gets nothing a client could
+see; 4xx come at once; a model failure later is the request's own 500; nothing hangs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from bucketing.config import ConfigError
+from bucketing_handler import BucketingHandler
+from tests.handler.test_handler import make_handler
+from tsctl.inprocess import ContinuousFrontend, LocalContext
+
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa".split()
+
+
+def text(n: int) -> str:
+    return " ".join(WORDS[i % len(WORDS)] for i in range(n))
+
+
+def continuous(model_dir, **section):
+    section = {"model_path": str(model_dir), "cost": {"calibrate": False}, "schedule": "continuous", **section}
+    context = LocalContext(section, model_name="tiny", model_config={"continuousBatching": True})
+    handler = BucketingHandler()
+    handler.initialize(context)
+    return handler, context
+
+
+ROWS = [
+    ({"body": {"text": text(3)}}, "application/json"),
+    ({"body": {"texts": [text(90), text(5), text(40)]}}, "application/json"),
+    ({"body": {"input": [text(60), text(2)], "model": "tiny"}}, "application/json"),
+    ({"body": {"inputs": [{"name": "t", "shape": [2], "datatype": "BYTES", "data": [text(7), text(100)]}]}}, None),
+    ({"body": {"instances": [text(30)]}}, "application/json"),
+    ({"body": b"plain words here"}, "text/plain"),
+]
+PATHS = {2: "v1/embeddings"}  # what follows /predictions/NAME/VERSION/; KServe bodies are told by their shape
+
+
+def vectors(body):
+    """Every number of an answer, in order (the formats differ; the numbers must not)."""
+    out = []
+
+    def walk(x):
+        if isinstance(x, bool):
+            return
+        if isinstance(x, (int, float)):
+            out.append(float(x))
+        elif isinstance(x, dict):
+            for k in sorted(x):
+                if k not in ("usage", "model", "id", "created"):
+                    walk(x[k])
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(body)
+    return np.array(out)
+
+
+@pytest.fixture
+def frontend_rows():
+    return [(f"r{i}", row, ct, PATHS.get(i, "")) for i, (row, ct) in enumerate(ROWS)]
+
+
+def run_batch(model_dir, rows):
+    handler, context = make_handler(model_dir)
+    context.with_requests([ct for _, _, ct, _ in rows], [p for *_, p in rows])
+    bodies = handler.handle([row for _, row, _, _ in rows], context)
+    return {key: (context.status[i][0], json.loads(bodies[i])) for i, (key, *_) in enumerate(rows)}
+
+
+def test_every_door_gets_the_batch_answer(tiny_embedder_dir, frontend_rows):
+    expected = run_batch(tiny_embedder_dir, frontend_rows)
+    handler, context = continuous(tiny_embedder_dir, slice_ms=1.0)  # a tiny slice: requests span several calls
+    paths = {k: p for k, _, _, p in frontend_rows}
+    original = context.with_requests
+
+    def with_requests(content_types, url_paths=None, headers=None, ids=None):
+        return original(content_types, [paths[k] for k in ids], headers, ids)
+
+    context.with_requests = with_requests
+    front = ContinuousFrontend(handler, context, batch_size=4)
+    for key, row, ct, _ in frontend_rows:
+        front.submit(key, row, ct)
+    answers = front.drain()
+    assert len(front.calls) > 2  # the pool did span calls
+    for key, (status, body) in expected.items():
+        got_status, got_body, _ = answers[key]
+        assert got_status == status == 200, (key, got_body)
+        got = json.loads(got_body)
+        assert type(got) is type(body) and (not isinstance(got, dict) or set(got) == set(body))
+        np.testing.assert_allclose(vectors(got), vectors(body), atol=1e-5)
+
+
+def test_a_pending_request_gets_nothing_until_it_is_done(tiny_embedder_dir):
+    handler, context = continuous(tiny_embedder_dir, slice_ms=1.0)
+    front = ContinuousFrontend(handler, context, batch_size=8)
+    front.submit("long", {"body": {"texts": [text(100)] * 6}})
+    answered = front.step()
+    assert answered == [] and context.request_ids == {} and context.status == {}
+    front.submit("short", {"body": {"text": "hi"}})
+    assert front.step() == ["short"]  # the short one overtakes, answered in its first call
+    front.drain()
+    assert front.answers["long"][0] == 200 and len(json.loads(front.answers["long"][1])) == 6
+
+
+def test_a_bad_request_is_answered_in_its_first_call(tiny_embedder_dir):
+    handler, context = continuous(tiny_embedder_dir, slice_ms=1.0)
+    front = ContinuousFrontend(handler, context, batch_size=8)
+    front.submit("long", {"body": {"texts": [text(100)] * 6}})
+    front.submit("bad", {"body": {"texts": []}})
+    assert front.step() == ["bad"]
+    assert front.answers["bad"][0] == 400
+
+
+def test_a_model_failure_on_a_pending_request_is_its_own_500(tiny_embedder_dir, monkeypatch):
+    handler, context = continuous(tiny_embedder_dir, slice_ms=1.0)
+    poison = handler.tokenizer.encode(["poison"])[0].ids
+    forward = handler.task.forward
+
+    def flaky(ids, mask, skip=None, types=None):
+        if any(tuple(row[: len(poison)]) == poison for row in ids.tolist()):
+            raise RuntimeError("boom")
+        return forward(ids, mask, skip, types)
+
+    monkeypatch.setattr(handler.task, "forward", flaky)
+    front = ContinuousFrontend(handler, context, batch_size=8)
+    front.submit("sick", {"body": {"texts": [text(100), text(100), "poison"]}})
+    front.submit("well", {"body": {"texts": [text(100), text(100)]}})
+    assert front.step() == []  # nothing is answered before its texts are all run
+    answers = front.drain()
+    assert answers["sick"][0] == 500 and json.loads(answers["sick"][1])["type"] == "InternalServerError"
+    assert answers["well"][0] == 200
+
+
+def test_a_request_torchserve_drops_is_forgotten(tiny_embedder_dir):
+    handler, context = continuous(tiny_embedder_dir, slice_ms=1.0)
+    front = ContinuousFrontend(handler, context, batch_size=8)
+    front.submit("gone", {"body": {"texts": [text(100)] * 6}})
+    front.step()
+    assert "gone" in handler.pool.entries
+    front._batch.clear()  # its client went away: TorchServe stops sending it
+    front.submit("next", {"body": {"text": "hi"}})
+    assert front.step() == ["next"] and handler.pool.entries == {}
+
+
+def test_continuous_without_torchserve_continuous_batching_is_refused(tiny_embedder_dir):
+    with pytest.raises(ConfigError, match="continuousBatching: true"):
+        make_handler(tiny_embedder_dir, schedule="continuous")

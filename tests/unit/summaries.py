@@ -1,0 +1,21 @@
+"""A literal Summary for the bench's pure tests: one configuration's samples shaped by rate and p99."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench import stats
+
+
+def summary(strategy, bs, rps_scale, p99, mode="closed", rate=None):
+    config = stats.Config(strategy, bs, mode=mode, rate=rate)
+    samples = [(10.0 * (i % 10 + 1) * p99 / 100, 200, 50) for i in range(int(100 * rps_scale))]
+    samples += [(1.0, 503, 50)] * 2
+    padded = 5000 / (0.95 if strategy == "bucketed" else 0.4)
+    handler = stats.HandlerDelta(
+        batches=10, requests=100, texts=100, real_tokens=5000, padded_tokens=padded, sub_batches=30, forward_ms=900
+    )
+    return stats.summarize(config, samples, 10.0, handler, 0.5, 15.0, 20000.0)
+
+
+GOLDEN = Path(__file__).parent / "golden"  # expected renderings (report.md, blocks, the tune section)

@@ -1,0 +1,116 @@
+"""bench.compare and bench.run_plan: flags, suites and axes into configurations, one-line errors; and
+model_store.build's checks of a model-config."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from bench.stats import Config
+
+# --- --texts ---------------------------------------------------------------------------------------------------
+
+
+BASE = Config("bucketed", 16, duration=8)
+
+
+def test_peer_runs_once_per_distinct_load():
+    from bench import compare
+
+    configs = [BASE, replace(BASE, strategy="dynamic"), replace(BASE, batch_size=1), replace(BASE, engine="torch")]
+    peers = compare.peer_configs(configs, "infinity")
+    assert [(c.name, c.batch_size, c.workers) for c in peers] == [
+        (f"infinity bs16 1x{peers[0].threads}", 16, 1),
+        (f"infinity bs1 1x{peers[0].threads}", 1, 1),
+    ]
+    assert all(c.peer == "infinity" and c.engine is None for c in peers)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--suite", "tune"], "--suite tune needs --p99-ms"),
+        (["--suite", "tune", "--p99-ms", "100", "--peer", "infinity"], "--peer: not with --suite tune"),
+        (["--p99-ms", "-5"], "--p99-ms: got -5; allowed: a positive number"),
+        (["--p99-ms", "100", "--capacity-steps", "0"], "--capacity-steps and --step-s"),
+        (["--p99-ms", "100", "--budget-min", "0"], "--budget-min: got 0"),
+    ],
+)
+def test_flag_errors_are_one_line(argv, message):
+    from bench import compare
+
+    args = compare.parse_args(argv)
+    with pytest.raises(SystemExit, match=message):
+        compare.check_args(args, compare.plan_from_args(args))
+
+
+def test_tune_settings_come_from_the_suite_unless_given():
+    from bench import compare
+
+    args = compare.parse_args(["--suite", "tune", "--p99-ms", "250"])
+    settings = compare.check_args(args, compare.plan_from_args(args))
+    assert settings == compare.CapacitySettings(250.0, 4, 6)
+    args = compare.parse_args(["--suite", "tune", "--p99-ms", "250", "--step-s", "12", "--capacity-steps", "3"])
+    assert compare.check_args(args, compare.plan_from_args(args)) == compare.CapacitySettings(250.0, 3, 12.0)
+
+
+def test_texts_flag_makes_the_file_the_workload(tmp_path):
+    from bench import compare
+
+    args = compare.parse_args(["--texts", str(tmp_path / "q.csv"), "--strategies", "bucketed", "--batch-sizes", "8"])
+    (config,) = compare.plan_from_args(args).configs
+    assert config.workload == config.workload_label == "file:q.csv"
+
+
+def test_build_from_a_config_checks_it_first(tmp_path, capsys):
+    from model_store import build
+
+    bad = tmp_path / "tuned.yaml"
+    bad.write_text("batchSize: 4\nhandler:\n  strategy: fastest\n")
+    assert build.main(["--config", str(bad), "--name", "x", "--out", str(tmp_path)]) == 2
+    assert "handler.strategy: got 'fastest'" in capsys.readouterr().err
+    assert build.main(["--config", str(tmp_path / "none.yaml"), "--name", "x", "--out", str(tmp_path)]) == 2
+    assert "no such file" in capsys.readouterr().err
+    bad.write_text("- a list\n")
+    assert build.main(["--config", str(bad), "--name", "x", "--out", str(tmp_path)]) == 2
+    assert not list(tmp_path.glob("*.mar"))
+
+
+def test_engines_are_an_axis_over_a_suite_or_a_matrix():
+    from bench.compare import parse_args, plan_from_args
+
+    suite = plan_from_args(parse_args(["--suite", "batch-size", "--engines", "torch"]))
+    assert suite.name == "batch-size" and {c.engine for c in suite.configs} == {"torch"}
+    matrix = plan_from_args(parse_args(["--strategies", "bucketed", "--engines", "torch,onnxruntime"]))
+    assert [c.name for c in matrix.configs] == ["bucketed bs16 torch", "bucketed bs16 onnxruntime"]
+    with pytest.raises(SystemExit, match="--engines"):
+        plan_from_args(parse_args(["--engines", "tensorrt"]))
+
+
+def test_model_axis_names_and_suite():
+    from bench import models
+    from bench.compare import parse_args, plan_from_args
+
+    assert models.prefix(None, None) == "minilm" and models.prefix("/data/My_Encoder.v2", None) == "my-encoder-v2"
+    assert models.prefix("bert-base-random", "torch") == "bert-base-random-torch"
+    suite = plan_from_args(parse_args(["--suite", "model-size"]))
+    assert {c.model for c in suite.configs} == {None, "bert-base-random"} and suite.bound
+    custom = plan_from_args(parse_args(["--strategies", "bucketed", "--model-dir", "/data/enc"]))
+    assert custom.configs[0].model == "/data/enc" and custom.configs[0].name == "bucketed bs16 [enc]"
+    with pytest.raises(SystemExit, match="no config.json"):
+        models.model_dir("/nonexistent/encoder")
+
+
+def test_the_rerank_workload_refuses_what_measures_embeddings():
+    import pytest
+
+    from bench import compare
+
+    for extra in (["--bound"], ["--peer", "infinity"]):
+        args = compare.parse_args(["--workload", "rerank", "--strategies", "bucketed", *extra])
+        with pytest.raises(SystemExit, match="--workload rerank: not with"):
+            compare.check_args(args, compare.plan_from_args(args))
+    args = compare.parse_args(["--workload", "rerank", "--strategies", "bucketed"])
+    plan = compare.plan_from_args(args)
+    assert {c.model for c in plan.configs} == {"minilm-cross-encoder-random"}
