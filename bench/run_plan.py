@@ -125,7 +125,14 @@ def plan_from_args(args: argparse.Namespace) -> RunPlan:
         if bad:
             raise SystemExit(f"--{flag}: got {', '.join(bad)}; allowed: {' | '.join(allowed)}")
         plan = replace(plan, configs=tuple(replace(c, **{key: v}) for c in plan.configs for v in values))
-    return plan
+    return replace(plan, configs=tuple(one_worker_if_continuous(c) for c in plan.configs))
+
+
+def one_worker_if_continuous(config: Config) -> Config:
+    """`continuous` runs one worker a model (TorchServe 0.12's queue lock): the same cores as its threads."""
+    if config.schedule != "continuous" or config.workers == 1:
+        return config
+    return replace(config, workers=1, threads=config.workers * config.threads)
 
 
 def peer_configs(configs: Sequence[Config], peer: str) -> list[Config]:

@@ -50,6 +50,13 @@ class BucketingHandler:
                 "TorchServe's default batching would leave a pending request unanswered (build the archive with "
                 "`python -m model_store.build --schedule continuous`, which sets both)"
             )
+        workers = (getattr(context, "model_yaml_config", None) or {}).get("maxWorkers", 1)
+        if self.pool is not None and isinstance(workers, int) and workers > 1:
+            raise ConfigError(
+                f"handler.schedule: got 'continuous' with maxWorkers {workers}; allowed: one worker per model "
+                "(TorchServe 0.12 holds the model's queue lock while an idle worker waits, so another worker's "
+                "pending request could wait for the next arrival); use torch_threads for the cores instead"
+            )
         described = f", model chain {chain.describe()}" if chain is not None else ""
         logger.info("bucketing handler ready: %s%s, cost model %s", self.config, described, self.cost)
         self.initialized = True

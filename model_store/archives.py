@@ -85,6 +85,7 @@ def with_schedule(cfg: dict[str, Any]) -> dict[str, Any]:
     """TorchServe's side of `handler.schedule`: `continuous` needs its `continuousBatching` aggregator."""
     if (cfg.get("handler") or {}).get("schedule") == "continuous":
         cfg["continuousBatching"] = True
+        cfg["minWorkers"] = cfg["maxWorkers"] = 1  # one worker a model (the handler says why at start-up)
     else:
         cfg.pop("continuousBatching", None)
     return cfg

@@ -9,8 +9,9 @@ request gets nothing a client could see: no status, no body, no header.
 
 Each call: new requests are parsed and tokenized (4xx and 5xx answered at once, as under `batch`); the pool
 forgets any request TorchServe no longer sends (its client went away); `scheduler.pick` chooses about
-`slice_ms` of texts; they run as the configured strategy plans them; every request whose texts are all done is
-answered. A failed pass fails only the requests whose texts it held, each with its own 500.
+`slice_ms` of texts (all of them when the call brought no new request: see `Pool.serve`); they run as the
+configured strategy plans them; every request whose texts are all done is answered. A failed pass fails only the
+requests whose texts it held, each with its own 500.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 from . import protocols, scheduler
 from .metrics import BatchStats
-from .pipeline import Item, Pipeline
+from .pipeline import Item, Pipeline, call_stats
 from .planner import CostModel
 from .protocols import Incoming, Reply
 from .protocols.base import Meta
@@ -74,7 +75,11 @@ class Pool:
             scheduler.Pending(k, self.entries[k].arrived, tuple(len(x.encoded.ids) for x in self.entries[k].remaining))
             for k in live
         ]
-        chosen = scheduler.pick(pool, now, self.cost, config.slice_ms, config.max_wait_ms, config.max_batch_tokens)
+        # A call that brought no new request finds TorchServe's queue empty; leaving work pending then can stall
+        # it: another idle worker of the model waits for the next request while holding the model's queue lock,
+        # and this worker cannot be called again until that request arrives. So such a call finishes everything.
+        slice_ms = config.slice_ms if new else float("inf")
+        chosen = scheduler.pick(pool, now, self.cost, slice_ms, config.max_wait_ms, config.max_batch_tokens)
         incoming = [self.entries[k].incoming for k in live]
         run = [Item(pos, x.encoded) for pos, n in chosen.take for x in self.entries[live[pos]].remaining[:n]]
         outcome, outputs, stats = pipeline.run(incoming, run)
@@ -92,13 +97,4 @@ class Pool:
                 answers = [pipeline.task.answer(o, x.encoded) for o, x in zip(entry.outputs, entry.items)]
                 replies[position[key]] = pipeline.reply(entry.incoming, answers, model_name)
             del self.entries[key]
-        done = [r for r in replies if r is not None]
-        return replies, replace(
-            stats,
-            batches=1,
-            requests=len(done),
-            rejected=sum(400 <= r.status < 500 for r in done),
-            failed=sum(r.status >= 500 for r in done),
-            errors=tuple((r.error, r.status) for r in done if r.error),
-            handler_ms=round((time.perf_counter() - start) * 1000.0, 3),
-        )
+        return replies, call_stats(stats, [r for r in replies if r is not None], start)

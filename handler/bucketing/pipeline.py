@@ -151,16 +151,7 @@ class Pipeline:
         replies = [self.reply(inc, answers.get(i, []), model_name) for i, inc in enumerate(incoming)]
         if len(replies) != len(rows):
             raise RuntimeError(f"{len(rows)} requests but {len(replies)} replies")
-        stats = replace(
-            stats,
-            batches=1,
-            requests=len(rows),
-            rejected=sum(400 <= r.status < 500 for r in replies),
-            failed=sum(r.status >= 500 for r in replies),
-            errors=tuple((r.error, r.status) for r in replies if r.error),
-            handler_ms=round((time.perf_counter() - start) * 1000.0, 3),
-        )
-        return replies, stats
+        return replies, call_stats(stats, replies, start)
 
     def reply(self, incoming: Incoming, answers: list[Answer], model_name: str) -> Reply:
         try:
@@ -360,6 +351,19 @@ class _Merged:
             out.append(encoded[start : start + n])
             start += n
         return out
+
+
+def call_stats(stats: BatchStats, replies: Sequence[Reply], start: float) -> BatchStats:
+    """One handler call's figures: its passes' (`stats`) with the requests it answered, and its time."""
+    return replace(
+        stats,
+        batches=1,
+        requests=len(replies),
+        rejected=sum(400 <= r.status < 500 for r in replies),
+        failed=sum(r.status >= 500 for r in replies),
+        errors=tuple((r.error, r.status) for r in replies if r.error),
+        handler_ms=round((time.perf_counter() - start) * 1000.0, 3),
+    )
 
 
 def server_error(message: str) -> RequestError:

@@ -11,7 +11,7 @@ import pytest
 
 from bucketing.config import ConfigError
 from bucketing_handler import BucketingHandler
-from tests.handler.test_handler import make_handler
+from tests.handler.test_handler import make_handler, poison
 from tsctl.inprocess import ContinuousFrontend, LocalContext
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa".split()
@@ -119,15 +119,7 @@ def test_a_bad_request_is_answered_in_its_first_call(tiny_embedder_dir):
 
 def test_a_model_failure_on_a_pending_request_is_its_own_500(tiny_embedder_dir, monkeypatch):
     handler, context = continuous(tiny_embedder_dir, slice_ms=1.0)
-    poison = handler.tokenizer.encode(["poison"])[0].ids
-    forward = handler.task.forward
-
-    def flaky(ids, mask, skip=None, types=None):
-        if any(tuple(row[: len(poison)]) == poison for row in ids.tolist()):
-            raise RuntimeError("boom")
-        return forward(ids, mask, skip, types)
-
-    monkeypatch.setattr(handler.task, "forward", flaky)
+    poison(handler, monkeypatch)
     front = ContinuousFrontend(handler, context, batch_size=8)
     front.submit("sick", {"body": {"texts": [text(100), text(100), "poison"]}})
     front.submit("well", {"body": {"texts": [text(100), text(100)]}})
@@ -151,3 +143,20 @@ def test_a_request_torchserve_drops_is_forgotten(tiny_embedder_dir):
 def test_continuous_without_torchserve_continuous_batching_is_refused(tiny_embedder_dir):
     with pytest.raises(ConfigError, match="continuousBatching: true"):
         make_handler(tiny_embedder_dir, schedule="continuous")
+
+
+def test_a_call_with_no_new_request_finishes_everything(tiny_embedder_dir):
+    """TorchServe 0.12 holds its model-wide queue lock while an idle worker waits for a request: a worker left
+    with pending work may not be called again before the next arrival, so a call without news drains the pool."""
+    handler, context = continuous(tiny_embedder_dir, slice_ms=1.0)
+    front = ContinuousFrontend(handler, context, batch_size=8)
+    front.submit("long", {"body": {"texts": [text(100)] * 6}})
+    assert front.step() == []  # new: a slice only
+    assert front.step() == ["long"]  # nothing new came: all of it, now
+
+
+def test_continuous_with_more_than_one_worker_is_refused(tiny_embedder_dir):
+    section = {"model_path": str(tiny_embedder_dir), "cost": {"calibrate": False}, "schedule": "continuous"}
+    context = LocalContext(section, model_config={"continuousBatching": True, "maxWorkers": 2})
+    with pytest.raises(ConfigError, match="one worker per model"):
+        BucketingHandler().initialize(context)

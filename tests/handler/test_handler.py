@@ -153,17 +153,22 @@ def test_metrics_report_real_and_padded_tokens(tiny_embedder_dir):
     assert padded["bucketed"] < padded["dynamic"] < padded["static"]
 
 
-def test_a_failing_text_fails_alone(tiny_embedder_dir, monkeypatch):
-    handler, context = make_handler(tiny_embedder_dir)
-    poison = handler.tokenizer.encode(["poison"])[0].ids
+def poison(handler, monkeypatch) -> None:
+    """Make every forward pass holding the text "poison" raise."""
+    bad = handler.tokenizer.encode(["poison"])[0].ids
     forward = handler.task.forward
 
     def flaky(ids, mask, skip=None, types=None):
-        if any(tuple(row[: len(poison)]) == poison for row in ids.tolist()):
+        if any(tuple(row[: len(bad)]) == bad for row in ids.tolist()):
             raise RuntimeError("boom")
         return forward(ids, mask, skip, types)
 
     monkeypatch.setattr(handler.task, "forward", flaky)
+
+
+def test_a_failing_text_fails_alone(tiny_embedder_dir, monkeypatch):
+    handler, context = make_handler(tiny_embedder_dir)
+    poison(handler, monkeypatch)
     answers = serve(
         handler,
         context,

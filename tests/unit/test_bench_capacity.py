@@ -8,6 +8,7 @@ import pytest
 
 from bench import capacity
 
+
 def fake_server(knee: float, target: float = 100.0):
     """p99 under the target below `knee` req/s, far over it above; every call recorded."""
     calls = []
