@@ -87,6 +87,8 @@ def candidates(
                 continue  # one text a batch: dynamic and bucketed run the very same pass
             for workers, threads in layouts(cores):
                 for schedule in schedules:
+                    if schedule == "continuous" and workers > 1:
+                        continue  # one worker a model under continuous (TorchServe 0.12's queue lock)
                     config = replace(
                         base,
                         strategy=strategy,

@@ -147,7 +147,9 @@ def test_own_texts_and_capacity_on_a_running_torchserve(torchserve, tmp_path):
     run = only_run(tmp_path / "out")
     (row,) = list(csv.DictReader(open(run / "results.csv")))
     assert row["workload"] == "file:traffic.jsonl" and row["errors"] == "0"
-    assert float(row["capacity_rps"]) > 0 and row["p99_target_ms"] == "5000.0" and row["capacity_steps"] in "12"
+    assert (
+        float(row["capacity_rps"]) > 0 and row["p99_target_ms"] == "5000.0" and int(row["capacity_steps"]) <= 2 + 1
+    )  # 2 steps, then the deciding rate again
     (detail,) = json.loads((run / "results.json").read_text())
     assert all(step["requests"] > 0 for step in detail["capacity_detail"])
     report = (run / "report.md").read_text()
