@@ -80,18 +80,17 @@ def build_archives(
     schedule: str | None = None,
 ) -> None:
     """Build the archives that are missing or older than their sources (the one staleness rule)."""
+    spec = archive_build.ArchiveSpec(
+        strategies=tuple(strategies or archive_build.STRATEGIES),
+        threads=threads,
+        engine=engine,
+        model_dir=models.model_dir(model) if model is not None else None,
+        task=task if model is not None else None,
+        prefix=models.prefix(model, engine, schedule),
+        schedule=schedule,
+    )
     try:
-        archive_build.build_archives(
-            store,
-            strategies=strategies,
-            threads=threads,
-            engine=engine,
-            model_dir=models.model_dir(model) if model is not None else None,
-            task=task if model is not None else None,
-            prefix=models.prefix(model, engine, schedule),
-            schedule=schedule,
-            if_stale=True,
-        )
+        archive_build.build_archives(store, spec, if_stale=True)
     except archive_build.BuildError as e:
         raise SystemExit(f"building the archives failed: {e}") from None
 

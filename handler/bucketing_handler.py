@@ -12,8 +12,8 @@ import numpy as np
 import torch
 
 from bucketing.calibrate import fit_cost, measure
-from bucketing.config import ConfigError, HandlerConfig
-from bucketing.continuous import Pool
+from bucketing.config import HandlerConfig
+from bucketing.continuous import Pool, check_model_config
 from bucketing.metrics import emit
 from bucketing.pipeline import Pipeline, make_planner
 from bucketing.planner import CostModel
@@ -40,23 +40,10 @@ class BucketingHandler:
         self.tokenizer = Tokenizer(model_dir, self.config.max_length, lower_case=bool(chain and chain.do_lower_case))
         self.cost = self._cost_model()
         self.pipeline = Pipeline(self.config, self.tokenizer, self.task, make_planner(self.config, self.cost))
-        self.pool = Pool(self.pipeline, self.cost) if self.config.schedule == "continuous" else None
-        if (
-            self.pool is not None
-            and (getattr(context, "model_yaml_config", None) or {}).get("continuousBatching") is not True
-        ):
-            raise ConfigError(
-                "handler.schedule: got 'continuous' without continuousBatching: true in the model-config; "
-                "TorchServe's default batching would leave a pending request unanswered (build the archive with "
-                "`python -m model_store.build --schedule continuous`, which sets both)"
-            )
-        workers = (getattr(context, "model_yaml_config", None) or {}).get("maxWorkers", 1)
-        if self.pool is not None and isinstance(workers, int) and workers > 1:
-            raise ConfigError(
-                f"handler.schedule: got 'continuous' with maxWorkers {workers}; allowed: one worker per model "
-                "(TorchServe 0.12 holds the model's queue lock while an idle worker waits, so another worker's "
-                "pending request could wait for the next arrival); use torch_threads for the cores instead"
-            )
+        self.pool = None
+        if self.config.schedule == "continuous":
+            check_model_config(getattr(context, "model_yaml_config", None))
+            self.pool = Pool(self.pipeline, self.cost)
         described = f", model chain {chain.describe()}" if chain is not None else ""
         logger.info("bucketing handler ready: %s%s, cost model %s", self.config, described, self.cost)
         self.initialized = True

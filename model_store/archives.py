@@ -8,6 +8,7 @@ a model folder, and the model-config template `config/minilm.yaml` with `handler
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.resources
 import importlib.util
 from pathlib import Path
@@ -38,7 +39,13 @@ def minilm_dir() -> Path:
 
 def served(template: Path = TEMPLATE) -> HandlerConfig:
     """The shipped archives' handler settings (the template over the handler's defaults): the one source of the
-    bench's model limits (`max_length`, `max_batch_tokens`) and of the default engine."""
+    bench's model limits (`max_length`, `max_batch_tokens`) and of the default engine. Read once per version of
+    the file."""
+    return _read_served(template, template.stat().st_mtime_ns)
+
+
+@functools.cache
+def _read_served(template: Path, mtime_ns: int) -> HandlerConfig:
     return HandlerConfig.from_yaml(yaml.safe_load(template.read_text()))
 
 

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -135,75 +136,66 @@ class BuildError(RuntimeError):
     """An archive that cannot be built: the message says why, in one line."""
 
 
-def archive_configs(
-    strategies: Sequence[str] | None = None,
-    threads: int = 1,
-    engine: str | None = None,
-    model_dir: Path | None = None,
-    task: str | None = None,
-    prefix: str = archives.PREFIX,
-    schedule: str | None = None,
-    prompts: Mapping[str, str] | None = None,
-    default_prompt: str | None = None,
-) -> dict[str, dict[str, Any]]:
-    """Each archive's name and model-config: the template with the strategy, threads, engine, schedule, prompts,
-    and for a user's folder its task and usable max_length (BuildError for a folder we cannot serve)."""
-    strategies = list(strategies or STRATEGIES)
-    unknown = sorted(set(strategies) - set(STRATEGIES))
-    if unknown:
-        raise BuildError(f"--strategies: unknown {', '.join(unknown)}; allowed: {', '.join(STRATEGIES)}")
-    overrides: dict[str, Any] = {"engine": engine or archives.default_engine(), "schedule": schedule}
-    try:
-        if model_dir is not None:
-            longest = archives.check_model_dir(model_dir, task or "embedding")
-            overrides.update(task=task or "embedding", max_length=min(archives.max_length(), longest))
-        chain = (
-            archives.read_model_chain(model_dir or archives.minilm_dir())
-            if (task or "embedding") == "embedding"
-            else None
-        )
-        known = {**(dict(chain.prompts) if chain else {}), **(prompts or {})}
-        if default_prompt is not None and default_prompt not in known:
-            raise archives.ModelFolderError(
-                f"--default-prompt {default_prompt!r}: not a prompt of the model or "
-                f"of --prompt ({', '.join(known) or 'none'})"
-            )
-    except archives.ModelFolderError as e:
-        raise BuildError(str(e)) from None
-    overrides.update(prompts=dict(prompts) if prompts else None, default_prompt_name=default_prompt)
-    configs = {archives.name(s, threads, prefix): archives.model_config(s, threads, **overrides) for s in strategies}
-    if (
-        chain is not None
-    ):  # what was read, for a person reading the archive's model-config (the worker reads the folder)
-        for cfg in configs.values():
-            cfg["model_chain"] = chain.describe()
-    return configs
+@dataclass(frozen=True)
+class ArchiveSpec:
+    """What to build: one archive per strategy, from the template with these settings (None: the template's)."""
+
+    strategies: Sequence[str] = STRATEGIES
+    threads: int = 1
+    engine: str | None = None
+    model_dir: Path | None = None  # None: the bundled MiniLM
+    task: str | None = None  # with model_dir: embedding | classification
+    prefix: str = archives.PREFIX
+    schedule: str | None = None
+    prompts: Mapping[str, str] | None = None
+    default_prompt: str | None = None
+
+    @property
+    def folder(self) -> Path:
+        return self.model_dir or archives.minilm_dir()
+
+    def configs(self) -> dict[str, dict[str, Any]]:
+        """Each archive's name and model-config: the template with the strategy, threads, engine, schedule,
+        prompts, and for a user's folder its task and usable max_length (BuildError for a folder we cannot serve)."""
+        unknown = sorted(set(self.strategies) - set(STRATEGIES))
+        if unknown:
+            raise BuildError(f"--strategies: unknown {', '.join(unknown)}; allowed: {', '.join(STRATEGIES)}")
+        task = self.task or "embedding"
+        overrides: dict[str, Any] = {"engine": self.engine or archives.default_engine(), "schedule": self.schedule}
+        try:
+            if self.model_dir is not None:
+                longest = archives.check_model_dir(self.model_dir, task)
+                overrides.update(task=task, max_length=min(archives.max_length(), longest))
+            chain = archives.read_model_chain(self.folder) if task == "embedding" else None
+            known = {**(dict(chain.prompts) if chain else {}), **(self.prompts or {})}
+            if self.default_prompt is not None and self.default_prompt not in known:
+                raise archives.ModelFolderError(
+                    f"--default-prompt {self.default_prompt!r}: not a prompt of the model or "
+                    f"of --prompt ({', '.join(known) or 'none'})"
+                )
+        except archives.ModelFolderError as e:
+            raise BuildError(str(e)) from None
+        overrides.update(prompts=dict(self.prompts) if self.prompts else None, default_prompt_name=self.default_prompt)
+        configs = {
+            archives.name(s, self.threads, self.prefix): archives.model_config(s, self.threads, **overrides)
+            for s in self.strategies
+        }
+        if chain is not None:  # what was read, for a person reading the model-config (the worker reads the folder)
+            for cfg in configs.values():
+                cfg["model_chain"] = chain.describe()
+        return configs
 
 
-def build_archives(
-    out: Path,
-    strategies: Sequence[str] | None = None,
-    threads: int = 1,
-    engine: str | None = None,
-    model_dir: Path | None = None,
-    task: str | None = None,
-    prefix: str = archives.PREFIX,
-    schedule: str | None = None,
-    prompts: Mapping[str, str] | None = None,
-    default_prompt: str | None = None,
-    if_stale: bool = False,
-) -> list[Path]:
-    """Build the archives (with `if_stale`, only those missing or older than a source); their paths."""
-    configs = archive_configs(strategies, threads, engine, model_dir, task, prefix, schedule, prompts, default_prompt)
+def build_archives(out: Path, spec: ArchiveSpec, if_stale: bool = False) -> list[Path]:
+    """Build the spec's archives (with `if_stale`, only those missing or older than a source); their paths."""
+    configs = spec.configs()
     if if_stale:
         configs = {n: cfg for n, cfg in configs.items() if archives.stale(out / f"{n}.mar")}
         if not configs:
             print("archives are up to date")
             return []
     handler = next(iter(configs.values()))["handler"]
-    return build_all(
-        configs, model_dir or archives.minilm_dir(), handler["engine"], handler.get("task", "embedding"), out
-    )
+    return build_all(configs, spec.folder, handler["engine"], handler.get("task", "embedding"), out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -238,42 +230,27 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--default-prompt", metavar="NAME", help="the prompt used when a request names none")
     args = parser.parse_args(argv)
-    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     try:
         if args.config is not None:
             from_config(args.config, args.name, args.out, args.model_dir)
             return 0
-        prompts = parse_prompts(args.prompt)
-        task = args.task if args.model_dir is not None else None
-        if args.print_commands:
-            configs = archive_configs(
-                strategies,
-                args.threads,
-                args.engine,
-                args.model_dir,
-                task,
-                args.name,
-                args.schedule,
-                prompts,
-                args.default_prompt,
-            )
-            handler = next(iter(configs.values()))["handler"]
-            args.stage_dir.mkdir(parents=True, exist_ok=True)
-            model_dir = args.model_dir or archives.minilm_dir()
-            return print_commands(configs, model_dir, handler["engine"], task or "embedding", args.out, args.stage_dir)
-        build_archives(
-            args.out,
-            strategies,
-            args.threads,
-            args.engine,
-            args.model_dir,
-            task,
-            args.name,
-            args.schedule,
-            prompts,
-            args.default_prompt,
-            args.if_stale,
+        spec = ArchiveSpec(
+            strategies=[s.strip() for s in args.strategies.split(",") if s.strip()],
+            threads=args.threads,
+            engine=args.engine,
+            model_dir=args.model_dir,
+            task=args.task if args.model_dir is not None else None,
+            prefix=args.name,
+            schedule=args.schedule,
+            prompts=parse_prompts(args.prompt),
+            default_prompt=args.default_prompt,
         )
+        if args.print_commands:
+            configs = spec.configs()
+            engine = next(iter(configs.values()))["handler"]["engine"]
+            args.stage_dir.mkdir(parents=True, exist_ok=True)
+            return print_commands(configs, spec.folder, engine, spec.task or "embedding", args.out, args.stage_dir)
+        build_archives(args.out, spec, args.if_stale)
     except (BuildError, archives.ModelFolderError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -93,13 +93,11 @@ class ContinuousFrontend:
     def submit(self, key: str, row: Any, content_type: str | None = "application/json") -> None:
         self.queue.append((key, row, content_type))
 
-    def step(self, before: Any = None) -> list[str]:
+    def step(self) -> list[str]:
         """One call: the batch topped up from the queue; the ids answered in it."""
         batch = list(self._batch)
         while len(batch) < self.batch_size and self.queue:
             batch.append(self.queue.pop(0))
-        if before is not None:
-            before(batch)
         keys = [k for k, _, _ in batch]
         self.context.with_requests([ct for _, _, ct in batch], ids=keys)
         bodies = self.handler.handle([row for _, row, _ in batch], self.context)
@@ -107,10 +105,10 @@ class ContinuousFrontend:
             raise AssertionError(f"{len(batch)} requests but {len(bodies)} bodies")
         answered = [self.context.request_ids[i] for i in sorted(self.context.request_ids)]
         for i, key in enumerate(keys):
-            if key in answered:
+            if i in self.context.request_ids:
                 status = self.context.status.get(i, (200, ""))[0]
                 self.answers[key] = (status, bodies[i], self.context.response_headers.get(i, {}))
-        self._batch = [job for job in batch if job[0] not in answered]
+        self._batch = [job for i, job in enumerate(batch) if i not in self.context.request_ids]
         self.calls.append(keys)
         return answered
 

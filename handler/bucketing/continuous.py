@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import protocols, scheduler
+from .config import ConfigError
 from .metrics import BatchStats
 from .pipeline import Item, Pipeline, call_stats
 from .planner import CostModel
@@ -41,6 +42,26 @@ class Entry:
     @property
     def remaining(self) -> list[Item]:
         return self.items[len(self.outputs) :]
+
+
+def check_model_config(model_config: Any) -> None:
+    """What `continuous` needs of the model-config (its top-level keys, as TorchServe reads them): the
+    continuous-batching aggregator, and one worker (TorchServe 0.12 holds the model's queue lock while an idle
+    worker waits for a request, so another worker's pending request could wait for the next arrival)."""
+    top = model_config if isinstance(model_config, dict) else {}
+    if top.get("continuousBatching") is not True:
+        raise ConfigError(
+            "handler.schedule: got 'continuous' without continuousBatching: true in the model-config; "
+            "TorchServe's default batching would leave a pending request unanswered (build the archive with "
+            "`python -m model_store.build --schedule continuous`, which sets both)"
+        )
+    workers = top.get("maxWorkers", 1)
+    if isinstance(workers, int) and workers > 1:
+        raise ConfigError(
+            f"handler.schedule: got 'continuous' with maxWorkers {workers}; allowed: one worker per model "
+            "(TorchServe 0.12 holds the model's queue lock while an idle worker waits, so another worker's "
+            "pending request could wait for the next arrival); use torch_threads for the cores instead"
+        )
 
 
 class Pool:
@@ -63,8 +84,11 @@ class Pool:
         new = [i for i, key in enumerate(keys) if key not in self.entries]
         parsed = [protocols.parse(rows[i], meta[i], pipeline.limits) for i in new]
         parsed, items = pipeline.tokenize(parsed)
+        by_request: dict[int, list[Item]] = {}
+        for item in items:
+            by_request.setdefault(item.request, []).append(replace(item, request=0))
         for j, i in enumerate(new):
-            mine = [replace(item, request=0) for item in items if item.request == j]
+            mine = by_request.get(j, [])
             if parsed[j].request is None or not mine:
                 replies[i] = pipeline.reply(parsed[j], [], model_name)
             else:

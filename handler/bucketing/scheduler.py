@@ -59,15 +59,21 @@ def pick(
     """The texts to run now: requests in `order`, whole while the slice holds, at least one text in all."""
     budget_us = slice_ms * 1000.0
     take: list[tuple[int, int]] = []
-    chosen: list[int] = []
+    tokens, rows_us, texts = 0, 0.0, 0  # of what is chosen so far: work_us, kept as running sums
+
+    def with_text(n: int) -> float:
+        passes = max(1, math.ceil((tokens + n) / max_batch_tokens))
+        return passes * cost.overhead_us + rows_us + cost.row_us(n)
+
     for i in order(pool, now, cost, max_batch_tokens, max_wait_ms / 1000.0):
         lengths = pool[i].lengths
         n = 0
-        while n < len(lengths) and (not chosen or work_us([*chosen, lengths[n]], cost, max_batch_tokens) <= budget_us):
-            chosen.append(lengths[n])
+        while n < len(lengths) and (not texts or with_text(lengths[n]) <= budget_us):
+            tokens, rows_us, texts = tokens + lengths[n], rows_us + cost.row_us(lengths[n]), texts + 1
             n += 1
         if n:
             take.append((i, n))
         if n < len(lengths):
             break  # the slice is full: what comes later waits for the next call
-    return Pick(tuple(take), work_us(chosen, cost, max_batch_tokens))
+    passes = max(1, math.ceil(tokens / max_batch_tokens)) if texts else 0
+    return Pick(tuple(take), passes * cost.overhead_us + rows_us)

@@ -32,22 +32,23 @@ REQUIRED = [
 ]
 
 
+def server_flags(torchserve) -> list[str]:
+    """The flags that point the bench at a running TorchServe."""
+    e = torchserve.endpoints
+    return [
+        *("--inference-url", e.inference, "--management-url", e.management, "--metrics-url", e.metrics),
+        *("--token-file", str(torchserve.workdir / "key_file.json")),
+    ]
+
+
 def only_run(out):
     (run,) = list(out.iterdir())
     return run
 
 
 def test_against_a_running_torchserve(torchserve, tmp_path, capsys):
-    e = torchserve.endpoints
     argv = [
-        "--inference-url",
-        e.inference,
-        "--management-url",
-        e.management,
-        "--metrics-url",
-        e.metrics,
-        "--token-file",
-        str(torchserve.workdir / "key_file.json"),
+        *server_flags(torchserve),
         "--strategies",
         "bucketed,dynamic",
         "--batch-sizes",
@@ -109,16 +110,8 @@ def test_own_texts_and_capacity_on_a_running_torchserve(torchserve, tmp_path):
     texts = tmp_path / "traffic.jsonl"
     lines = [{"text": f"short query {i}"} if i % 3 else {"text": "a much longer passage " * (5 + i)} for i in range(40)]
     texts.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    e = torchserve.endpoints
     argv = [
-        "--inference-url",
-        e.inference,
-        "--management-url",
-        e.management,
-        "--metrics-url",
-        e.metrics,
-        "--token-file",
-        str(torchserve.workdir / "key_file.json"),
+        *server_flags(torchserve),
         "--strategies",
         "bucketed",
         "--batch-sizes",

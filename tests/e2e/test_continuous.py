@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
-import signal
 
 import numpy as np
 import pytest
 
 from tests.e2e.conftest import SCHEDULED
-from tests.e2e.test_resilience import POOL, check_answer, fire, worker_pids
+from tests.e2e.test_resilience import POOL, fire, load_and_kill, worker_pids
 from tsctl import Endpoints, TorchServe, free_ports
 
 pytestmark = pytest.mark.e2e
@@ -87,18 +85,4 @@ def test_a_killed_worker_leaves_nothing_hanging_or_wrong(cont, reference):
     rng = random.Random(12)
     texts = [rng.choice(POOL) for _ in range(120)]
     url = f"{cont.endpoints.inference}/predictions/{NAME}"
-    headers = cont.client.keys.headers("inference")
-
-    async def load_and_kill():
-        task = asyncio.create_task(fire(url, headers, [(t.encode(), "text/plain") for t in texts], 8, timeout_s=60))
-        await asyncio.sleep(0.7)
-        os.kill(pid, signal.SIGKILL)
-        return await task
-
-    replies = asyncio.run(load_and_kill())
-    statuses = [s for s, _, _ in replies]
-    assert 0 not in statuses, "a request hung past the client timeout"
-    assert all(s == 200 or 500 <= s < 600 for s in statuses), sorted(set(statuses))
-    for text, (status, body, _) in zip(texts, replies, strict=True):
-        if status == 200:
-            check_answer(text, status, body, reference)
+    load_and_kill(url, cont.client.keys.headers("inference"), texts, pid, 8, reference)
