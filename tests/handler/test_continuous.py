@@ -160,3 +160,26 @@ def test_continuous_with_more_than_one_worker_is_refused(tiny_embedder_dir):
     context = LocalContext(section, model_config={"continuousBatching": True, "maxWorkers": 2})
     with pytest.raises(ConfigError, match="one worker per model"):
         BucketingHandler().initialize(context)
+
+
+def test_rerank_routes_span_calls_and_rank_as_cross_encoder_ranks(tmp_path):
+    from tests.handler.test_cross_encoder import MAX_LENGTH, QUERY, cross_encoder, documents, ranked_as_expected
+    from tests.models import build_cross_encoder
+
+    folder = build_cross_encoder(tmp_path / "ce", "bert", 1)
+    docs = documents(12, seed=12)
+    expected = {r["corpus_id"]: r["score"] for r in cross_encoder(folder).rank(QUERY, docs)}
+    scores = [expected[i] for i in range(len(docs))]
+    handler, context = continuous(folder, task="classification", max_length=MAX_LENGTH, slice_ms=1.0)
+    paths = {"tei": "rerank", "cohere": "v1/rerank"}
+    original = context.with_requests
+    context.with_requests = lambda cts, url_paths=None, headers=None, ids=None: original(
+        cts, [paths[k] for k in ids], headers, ids
+    )
+    front = ContinuousFrontend(handler, context, batch_size=4)
+    front.submit("tei", {"body": {"query": QUERY, "texts": docs}})
+    front.submit("cohere", {"body": {"query": QUERY, "documents": docs, "top_n": 5}})
+    answers = front.drain()
+    assert len(front.calls) > 1 and answers["tei"][0] == answers["cohere"][0] == 200
+    ranked_as_expected(json.loads(answers["tei"][1]), scores, "score", len(docs))
+    ranked_as_expected(json.loads(answers["cohere"][1])["results"], scores, "relevance_score", 5)
