@@ -2,7 +2,9 @@
 process as a worker runs it (`inprocess`), and the CLI behind `make serve/stop/token/status` (`python -m tsctl`)."""
 
 from .client import Client, Endpoints, KeyFile, Reply, ServerError, free_ports, port_in_use, read_properties, request
-from .process import TorchServe, exit_on_signals, group_cpu_seconds
+from .identity import group_cpu_seconds
+from .process import TorchServe
+from .signals import exit_on_signals
 
 __all__ = [
     "Client",

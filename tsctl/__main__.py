@@ -11,7 +11,8 @@ from bucketing.config import STRATEGIES
 from model_store import archives
 
 from .client import Endpoints, ServerError
-from .process import ROOT, TorchServe, exit_on_signals
+from .process import ROOT, TorchServe
+from .signals import exit_on_signals
 
 SERVE_DIR = ROOT / ".tmp" / "serve"
 

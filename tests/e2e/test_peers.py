@@ -10,7 +10,7 @@ import pytest
 
 from bench import peers
 from tests.e2e.conftest import processes_under
-from tsctl.process import _group_alive
+from tsctl.identity import group_alive
 
 pytestmark = pytest.mark.e2e
 
@@ -56,7 +56,7 @@ def test_peer_server_lifecycle_and_group_stop(tmp_path):
         assert len(processes_under(script)) == 1 and server.cpu() is not None
         pgid = server.proc.pid
     assert processes_under(script) == []
-    assert not _group_alive(pgid)  # the child it started is gone too (zombies count as gone)
+    assert not group_alive(pgid)  # the child it started is gone too (zombies count as gone)
 
 
 @pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])  # Ctrl-C; SIGTERM under exit_on_signals
@@ -77,7 +77,7 @@ def test_an_interrupt_while_the_peer_starts_ends_its_whole_group(tmp_path, monke
     with pytest.raises(interrupt):
         with server:
             pytest.fail("__enter__ must not return")
-    assert processes_under(script) == [] and not _group_alive(server.proc.pid)
+    assert processes_under(script) == [] and not group_alive(server.proc.pid)
 
 
 def test_a_peer_that_exits_at_start_says_why(tmp_path):

@@ -6,11 +6,12 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from tsctl import TorchServe
-from tsctl.process import is_our_server
+from tsctl.identity import is_our_server
 
 
 @pytest.fixture
@@ -93,24 +94,28 @@ def impostors(tmp_path):
         proc.wait()
 
 
-def group_members(pgid: int) -> int:
-    from tsctl.process import group_stats
+def bystanders(pgid: int) -> set[int]:
+    """The long-lived members of a process group: those running `sleep 300` (the loop's own `pgrep` and `sleep 0.2`
+    come and go, so counting all members would race with them)."""
+    from tsctl.identity import argv, stat_fields
 
-    return sum(1 for f in group_stats(pgid) if f[0] != "Z")
+    pids = (int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit())
+    members = {pid for pid in pids if (f := stat_fields(pid)) and int(f[2]) == pgid and f[0] != "Z"}
+    return {pid for pid in members if argv(pid) == ["sleep", "300"]}
 
 
 def test_stop_without_a_pid_file_signals_nothing_that_only_names_torchserve(impostors):
     workdir, procs = impostors
     loop = procs[0]
     deadline = time.monotonic() + 5
-    while group_members(loop.pid) < 2 and time.monotonic() < deadline:  # the loop and its bystander
+    while not bystanders(loop.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    members = group_members(loop.pid)
+    held = bystanders(loop.pid)
+    assert held, "the bystander never started"
     out = tsctl("stop", workdir)
     assert out.returncode == 0 and "TorchServe was not running." in out.stdout, out
     assert all(p.poll() is None for p in procs), "a process that only names TorchServe was signalled"
-    assert all(p.poll() is None for p in procs), "a process that only names TorchServe was signalled"
-    assert group_members(loop.pid) >= members  # the bystander in the loop's group too
+    assert bystanders(loop.pid) == held  # the bystander in the loop's group too
 
 
 def test_a_fifo_as_pid_file_is_one_line_not_a_hang(tmp_path):
