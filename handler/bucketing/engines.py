@@ -142,14 +142,18 @@ def dense_layers(model_dir: str, chain: Chain) -> list[torch.nn.Module]:
     layers: list[torch.nn.Module] = []
     for d in chain.dense:
         folder = Path(model_dir) / d.path
-        linear = torch.nn.Linear(d.in_features, d.out_features, bias=d.bias)
         if (folder / "model.safetensors").is_file():
             from safetensors.torch import load_file
 
             state = load_file(str(folder / "model.safetensors"))
         else:
             state = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
-        linear.load_state_dict({k.removeprefix("linear."): v for k, v in state.items()})
+        state = {k.removeprefix("linear."): v for k, v in state.items()}
+        held = {k: list(v.shape) for k, v in state.items()}
+        if held != d.shapes():  # before allocating the layer its config declares
+            raise EngineError(f"module Dense in {folder}: config.json declares {d.shapes()}, its weights hold {held}")
+        linear = torch.nn.Linear(d.in_features, d.out_features, bias=d.bias)
+        linear.load_state_dict(state)
         module, _, name = d.activation.rpartition(".")
         activation = getattr(importlib.import_module(module), name)()
         layers.append(torch.nn.Sequential(linear, activation))

@@ -192,7 +192,8 @@ def test_the_build_records_the_chain_and_writes_prompts(folders, tmp_path, capsy
     assert cfg["handler"]["prompts"] == {"query": "query: ", "passage": "passage: "}
     assert cfg["handler"]["default_prompt_name"] == "passage"
     assert cfg["model_chain"]["pooling"] == ["cls"] and cfg["model_chain"]["include_prompt"] is False
-    assert cfg["model_chain"]["normalize"] is True and cfg["handler"]["max_length"] == 256
+    assert cfg["model_chain"]["normalize"] is True
+    assert cfg["handler"]["max_length"] == 512  # where sentence-transformers cuts: its tokenizer's model_max_length
     assert sorted(p.name for p in (stage / "extra" / "model").iterdir() if p.is_dir()) == ["1_Pooling", "2_Normalize"]
     section = {k: v for k, v in cfg["handler"].items() if k != "model_path"} | {"cost": {"calibrate": False}}
     handler, context = make_handler(stage / "extra" / "model", **section)
