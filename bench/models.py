@@ -50,11 +50,21 @@ def label(model: str | None) -> str:
     return Path(model).name if model else MINILM
 
 
-def tokenizer(model: str | None) -> Any:
-    """The model's tokenizer as the handler runs it (at the archives' max_length), for token counts."""
-    from bucketing.tokenizer import Tokenizer
+def archive_max_length(model: str | None) -> int | None:
+    """The max_length the bench builds a model's archives with: the shipped one for the generated random models
+    (comparable with MiniLM; their answers mean nothing); None for MiniLM (the template's) and a user's folder
+    (its own limit, where sentence-transformers cuts)."""
+    return max_length() if model in GENERATED else None
 
-    return Tokenizer(str(model_dir(model)), max_length())
+
+def tokenizer(model: str | None, task: str = "embedding") -> Any:
+    """The model's tokenizer as the handler runs it (at its archives' max_length), for token counts."""
+    from bucketing.tokenizer import Tokenizer
+    from model_store.archives import check_model_dir
+
+    folder = model_dir(model)
+    length = max_length() if model is None else archive_max_length(model) or check_model_dir(folder, task)
+    return Tokenizer(str(folder), length)
 
 
 def bert_base_random(target: Path) -> Path:

@@ -88,6 +88,7 @@ def build_archives(
         task=task if model is not None else None,
         prefix=models.prefix(model, engine, schedule),
         schedule=schedule,
+        max_length=models.archive_max_length(model),
     )
     try:
         archive_build.build_archives(store, spec, if_stale=True)
@@ -158,7 +159,7 @@ class Runner:
         """The texts of a configuration's workload (the user's file for `file:`), their bodies and token counts."""
         key = (config.workload, config.short_frac if config.workload == "mixed" else 0.0, config.model)
         if key not in self._bodies:
-            tokenizer = models.tokenizer(config.model)  # token counts in the model's own terms
+            tokenizer = models.tokenizer(config.model, models.task(config.workload))  # as the archive cuts
             if config.workload == RERANK:
                 self._bodies[key] = self.rerank_bodies(tokenizer)
                 return self._bodies[key]

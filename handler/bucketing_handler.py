@@ -45,7 +45,8 @@ class BucketingHandler:
             check_model_config(getattr(context, "model_yaml_config", None))
             self.pool = Pool(self.pipeline, self.cost)
         described = f", model chain {chain.describe()}" if chain is not None else ""
-        logger.info("bucketing handler ready: %s%s, cost model %s", self.config, described, self.cost)
+        note = self.pipeline.limit_note()
+        logger.info("bucketing handler ready: %s%s, cost model %s%s", self.config, described, self.cost, note)
         self.initialized = True
 
     def _cost_model(self) -> CostModel:

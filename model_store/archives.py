@@ -11,6 +11,7 @@ import copy
 import functools
 import importlib.resources
 import importlib.util
+import os
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +105,8 @@ class ModelFolderError(ValueError):
 
 def check_model_dir(model_dir: Path, task: str) -> int:
     """Whether the handler can serve this folder (config.json, a known architecture for the task, a fast
-    tokenizer); returns the longest input it takes, in tokens. Raises ModelFolderError naming what is missing."""
+    tokenizer); returns the tokens per text sentence-transformers cuts it at (`sentence_transformers_limit`).
+    Raises ModelFolderError naming what is missing."""
     if task not in TASKS:
         raise ModelFolderError(f"--task {task!r}; allowed: {', '.join(TASKS)}")
     if not (model_dir / "config.json").is_file():
@@ -135,11 +137,15 @@ def check_model_dir(model_dir: Path, task: str) -> int:
     except Exception as e:  # noqa: BLE001 - reported in one line
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise ModelFolderError(f"no usable fast tokenizer: {first}") from e
+    from bucketing.chain import sentence_transformers_limit
     from bucketing.engines import usable_positions
 
-    positions = usable_positions(config)
-    limits = [positions, tokenizer.model_max_length, chain.max_seq_length if chain is not None else None]
-    return min(n for n in limits if n)
+    try:
+        positions = usable_positions(config)
+    except (TypeError, ValueError) as e:
+        raise ModelFolderError(f"{model_dir}: config.json max_position_embeddings is not a number ({e})") from None
+    max_seq_length = chain.max_seq_length if chain is not None else None
+    return sentence_transformers_limit(max_seq_length, tokenizer.model_max_length, positions)
 
 
 def read_model_chain(model_dir: Path) -> Any:
@@ -160,6 +166,7 @@ def engine_model_dir(model_dir: Path, engine: str, task: str, target: Path) -> P
     kind = ENGINE_KINDS[engine]
     if not kind.files:
         return model_dir
+    archived_files(model_dir)  # nothing from outside the folder, linked or copied
     target.mkdir(parents=True, exist_ok=True)
     for name in model_files(model_dir):
         if not (target / name).exists():
@@ -175,13 +182,58 @@ ST_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transf
 def model_files(model_dir: Path) -> list[str]:
     """What an archive carries of a model folder: its top-level files (the bundled MiniLM: those the handler
     reads) but exported graphs, and the folders its sentence-transformers chain reads (`1_Pooling`, `2_Dense`)."""
-    from bucketing.chain import module_folders
+    from bucketing.chain import ChainError, module_folders
 
     bundled = model_dir.resolve() == minilm_dir().resolve()
     files = [p.name for p in sorted(model_dir.iterdir()) if p.is_file() and p.suffix != ".onnx"]
     if bundled:
         files = [f for f in files if f in MODEL_FILES or f in ST_FILES]
-    return files + [f for f in module_folders(model_dir) if (model_dir / f).is_dir()]
+    try:
+        folders = module_folders(model_dir)
+    except ChainError as e:
+        raise ModelFolderError(str(e)) from None
+    return files + [f for f in folders if (model_dir / f).is_dir()]
+
+
+def allowed_root(model_dir: Path) -> Path:
+    """Where a model folder's files may resolve: the folder itself; for a Hugging Face cache snapshot
+    (`models--org--name/snapshots/<revision>`, whose files link into `../../blobs`), that model's own cache folder."""
+    folder = model_dir.resolve()
+    if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
+        return folder.parent.parent
+    return folder
+
+
+def archived_files(model_dir: Path) -> list[tuple[str, Path]]:
+    """Each file an archive carries of a model folder (`model_files`, the module folders walked; no `.onnx`): its
+    path inside the archive's `model/` and the file read. A file or folder resolving outside `allowed_root` is a
+    ModelFolderError naming it: an archive carries nothing from outside the model folder."""
+    root = allowed_root(model_dir)
+
+    def inside(path: Path) -> Path:
+        target = path.resolve()
+        if not target.is_relative_to(root):
+            raise ModelFolderError(f"{path}: links to {target}, outside the model folder {root}; refused")
+        return target
+
+    files: list[tuple[str, Path]] = []
+    for name in model_files(model_dir):
+        item = model_dir / name
+        if not inside(item).is_dir():
+            files.append((name, item.resolve()))
+            continue
+        seen: set[Path] = set()
+        for current, dirs, names in os.walk(item, followlinks=True):
+            here = inside(Path(current))
+            if here in seen:  # a link back into a folder already walked
+                dirs.clear()
+                continue
+            seen.add(here)
+            for each in sorted(names):
+                path = Path(current) / each
+                if path.suffix != ".onnx" and inside(path).is_file():
+                    files.append((str(path.relative_to(model_dir)), path.resolve()))
+    return files
 
 
 def sources(template: Path = TEMPLATE) -> list[Path]:

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from bucketing.config import ENGINES, SCHEDULES, STRATEGIES, TASKS
+from bucketing.config import ENGINES, MAX_LENGTH_CAP, SCHEDULES, STRATEGIES, TASKS
 from model_store import archives
 
 
@@ -41,15 +41,18 @@ def stage(staging: Path, model_dir: Path, engine: str, task: str) -> Path:
     _, package = archives.handler_sources()
     shutil.copytree(package, staging / "bucketing", ignore=shutil.ignore_patterns("__pycache__"))
     (staging / "model").mkdir(parents=True)
-    for name in archives.model_files(model_dir):
-        item = model_dir / name
-        if item.is_dir():
-            shutil.copytree(item, staging / "model" / name, ignore=shutil.ignore_patterns("*.onnx"))
-        else:
-            shutil.copy2(item, staging / "model" / name)
-    from bucketing.engines import ENGINE_KINDS
+    for relative, source in archives.archived_files(model_dir):  # each checked to lie inside the model folder
+        target = staging / "model" / relative
+        if not target.resolve().is_relative_to(staging.resolve()):
+            raise BuildError(f"{relative}: would be written outside the staging folder {staging}; refused")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target)
+    from bucketing.engines import ENGINE_KINDS, EngineError
 
-    ENGINE_KINDS[engine].prepare_into(task, str(model_dir), staging / "model")
+    try:
+        ENGINE_KINDS[engine].prepare_into(task, str(model_dir), staging / "model")
+    except EngineError as e:
+        raise BuildError(str(e)) from None
     return staging
 
 
@@ -149,23 +152,48 @@ class ArchiveSpec:
     schedule: str | None = None
     prompts: Mapping[str, str] | None = None
     default_prompt: str | None = None
+    max_length: int | None = None  # None: the model's own limit (the bundled MiniLM: the template's)
 
     @property
     def folder(self) -> Path:
         return self.model_dir or archives.minilm_dir()
 
+    def length(self, longest: int) -> int:
+        """The archive's max_length for a model sentence-transformers cuts at `longest` tokens: that, or the
+        explicit `max_length` below it (printed: longer texts then differ); past MAX_LENGTH_CAP, a BuildError."""
+        if self.max_length is None:
+            if longest > MAX_LENGTH_CAP:
+                raise BuildError(
+                    f"{self.folder}: the model takes {longest} tokens a text, above the handler's cap of "
+                    f"{MAX_LENGTH_CAP} (memory per pass); pass --max-length N (at most {MAX_LENGTH_CAP}), and texts "
+                    "over N tokens will differ from sentence-transformers"
+                )
+            return longest
+        if not 1 <= self.max_length <= min(longest, MAX_LENGTH_CAP):
+            raise BuildError(
+                f"--max-length {self.max_length}: allowed 1 to {min(longest, MAX_LENGTH_CAP)} (the model's own "
+                f"limit is {longest} tokens, where sentence-transformers cuts its texts)"
+            )
+        if self.max_length < longest:
+            print(
+                f"note: max_length {self.max_length} (--max-length) is below the model's own limit of {longest} "
+                f"tokens: texts over {self.max_length} tokens will differ from sentence-transformers' answers"
+            )
+        return self.max_length
+
     def configs(self) -> dict[str, dict[str, Any]]:
         """Each archive's name and model-config: the template with the strategy, threads, engine, schedule,
-        prompts, and for a user's folder its task and usable max_length (BuildError for a folder we cannot serve)."""
+        prompts, and for a user's folder its task and max_length: where sentence-transformers cuts its texts, or
+        `max_length` below that (said in the build output). BuildError for a folder we cannot serve."""
         unknown = sorted(set(self.strategies) - set(STRATEGIES))
         if unknown:
             raise BuildError(f"--strategies: unknown {', '.join(unknown)}; allowed: {', '.join(STRATEGIES)}")
         task = self.task or "embedding"
         overrides: dict[str, Any] = {"engine": self.engine or archives.default_engine(), "schedule": self.schedule}
         try:
-            if self.model_dir is not None:
-                longest = archives.check_model_dir(self.model_dir, task)
-                overrides.update(task=task, max_length=min(archives.max_length(), longest))
+            if self.model_dir is not None or self.max_length is not None:
+                longest = archives.check_model_dir(self.folder, task)
+                overrides.update(task=task if self.model_dir is not None else None, max_length=self.length(longest))
             chain = archives.read_model_chain(self.folder) if task == "embedding" else None
             known = {**(dict(chain.prompts) if chain else {}), **(self.prompts or {})}
             if self.default_prompt is not None and self.default_prompt not in known:
@@ -229,6 +257,13 @@ def main(argv: list[str] | None = None) -> int:
         help="a prompt requests may name (repeatable): e5's query='query: ', bge's query instruction",
     )
     parser.add_argument("--default-prompt", metavar="NAME", help="the prompt used when a request names none")
+    parser.add_argument(
+        "--max-length",
+        type=int,
+        metavar="N",
+        help="tokens per text, below the model's own limit (default: that limit, as sentence-transformers cuts; "
+        "longer texts then differ from it)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.config is not None:
@@ -244,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
             schedule=args.schedule,
             prompts=parse_prompts(args.prompt),
             default_prompt=args.default_prompt,
+            max_length=args.max_length,
         )
         if args.print_commands:
             configs = spec.configs()

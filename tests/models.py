@@ -191,3 +191,44 @@ def build_cross_encoder(target: Path, arch: str = "bert", labels: int = 1, seed:
     body = build_tiny(target.parent / f"{target.name}-body", arch, classifier=True, seed=seed, labels_by_id=names)
     CrossEncoder(str(body), device="cpu").save(str(target))
     return target
+
+
+def build_gemma3(target: Path, window: int = 8, seed: int = 0) -> Path:
+    """A tiny random EmbeddingGemma-style model saved by sentence-transformers: a Gemma3 text body with
+    bidirectional attention and a sliding window of `window` tokens, mean pooling, two Dense layers, Normalize."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Dense, Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+    from transformers import AutoModel, AutoTokenizer, Gemma3TextConfig
+
+    body = build_tokenizer(target.parent / f"{target.name}-body", "bpe")
+    tok = AutoTokenizer.from_pretrained(body)
+    config = Gemma3TextConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=256,
+        sliding_window=window,
+        layer_types=["sliding_attention", "full_attention"],
+        use_bidirectional_attention=True,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    torch.manual_seed(seed)
+    AutoModel.from_config(config).eval().save_pretrained(body)
+    transformer = Transformer(str(body))
+    width = transformer.get_embedding_dimension()
+    dense = [
+        Dense(width, 48, bias=False, activation_function=torch.nn.Identity()),
+        Dense(48, 24, bias=False, activation_function=torch.nn.Identity()),
+    ]
+    SentenceTransformer(modules=[transformer, Pooling(width, pooling_mode="mean"), *dense, Normalize()]).save(
+        str(target)
+    )
+    return target

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
@@ -31,6 +31,7 @@ LEGACY_POOLING = {
 SERVED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
 ACTIVATION_PREFIX = "torch.nn.modules."  # Dense activations: classes of torch.nn, built with no arguments
 DENSE_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+SAFETENSORS_HEADER_CAP = 100 << 20  # bytes: safetensors' own limit on a header
 
 
 class ChainError(ValueError):
@@ -46,6 +47,10 @@ class DenseLayer:
     out_features: int
     bias: bool
     activation: str  # a torch.nn class path, e.g. torch.nn.modules.activation.Tanh
+
+    def shapes(self) -> dict[str, list[int]]:
+        """The tensors its weights must hold (names without sentence-transformers' `linear.` prefix)."""
+        return {"weight": [self.out_features, self.in_features], **({"bias": [self.out_features]} if self.bias else {})}
 
 
 @dataclass(frozen=True)
@@ -105,9 +110,9 @@ def read_chain(model_dir: Path | str) -> Chain:
         raise ChainError(f"{modules_file}: a Pooling module must follow the Transformer, got {', '.join(kinds)}")
     if "Normalize" in kinds and kinds.index("Normalize") != len(kinds) - 1:
         raise ChainError(f"{modules_file}: Normalize must be the last module, got {', '.join(kinds)}")
-    max_seq_length, lower = _transformer(folder / str(modules[0].get("path", "")))
-    pooling, include_prompt = _pooling(folder / str(modules[1]["path"]))
-    dense = tuple(_dense(folder, str(m["path"])) for k, m in zip(kinds, modules) if k == "Dense")
+    max_seq_length, lower = _transformer(module_path(folder, modules[0]))
+    pooling, include_prompt = _pooling(module_path(folder, modules[1]))
+    dense = tuple(_dense(folder, m) for k, m in zip(kinds, modules) if k == "Dense")
     return Chain(
         "sentence-transformers",
         pooling,
@@ -123,10 +128,31 @@ def read_chain(model_dir: Path | str) -> Chain:
 
 def module_folders(model_dir: Path | str) -> list[str]:
     """The module folders (relative) a chain reads, for the archive to carry: `1_Pooling`, `2_Dense`, ..."""
-    modules_file = Path(model_dir) / "modules.json"
+    folder = Path(model_dir)
+    modules_file = folder / "modules.json"
     if not modules_file.is_file():
         return []
-    return [str(m["path"]) for m in _json(modules_file) if str(m.get("path", "")) not in ("", ".")]
+    modules = _json(modules_file)
+    if not isinstance(modules, list) or not all(isinstance(m, Mapping) for m in modules):
+        raise ChainError(f"{modules_file}: expected a list of modules")
+    return [str(m["path"]) for m in modules if module_path(folder, m) != folder]
+
+
+def module_path(folder: Path, module: Mapping[str, Any]) -> Path:
+    """A module's folder as modules.json names it, which must lie inside the model folder: a relative path without
+    `..` (ChainError naming the path; what links resolve to is the archive builder's check)."""
+    relative = module.get("path", "")
+    if not isinstance(relative, str):
+        raise ChainError(f"{folder / 'modules.json'}: module path {relative!r} is not a folder name")
+    if PurePath(relative).is_absolute() or ".." in PurePath(relative.replace("\\", "/")).parts:
+        raise ChainError(f"{folder / 'modules.json'}: module path {relative!r} leaves the model folder; refused")
+    return folder / relative if relative not in ("", ".") else folder
+
+
+def sentence_transformers_limit(max_seq_length: int | None, tokenizer_limit: int | None, positions: int) -> int:
+    """The tokens per text sentence-transformers cuts at, within the model's positions: the folder's
+    max_seq_length when it says one (it wins over the tokenizer's), else the tokenizer's model_max_length."""
+    return min(max_seq_length or tokenizer_limit or positions, positions)
 
 
 def _json(path: Path) -> Any:
@@ -140,7 +166,7 @@ def _prompts(folder: Path) -> tuple[dict[str, str], str | None]:
     path = folder / "config_sentence_transformers.json"
     if not path.is_file():
         return {}, None
-    cfg = _json(path)
+    cfg = _mapping(path)
     prompts = cfg.get("prompts") or {}
     if not isinstance(prompts, Mapping) or not all(isinstance(v, str) for v in prompts.values()):
         raise ChainError(f"{path}: prompts must map names to texts")
@@ -151,22 +177,45 @@ def _prompts(folder: Path) -> tuple[dict[str, str], str | None]:
 
 
 def _transformer(path: Path) -> tuple[int | None, bool]:
-    """`sentence_bert_config.json`'s max_seq_length and do_lower_case (absent in newer folders: the tokenizer's)."""
+    """`sentence_bert_config.json`'s max_seq_length (a `model_max_length` of its tokenizer arguments wins, as in
+    sentence-transformers; absent in newer folders: the tokenizer's) and do_lower_case."""
     for name in ("sentence_bert_config.json", "sentence_roberta_config.json", "sentence_distilbert_config.json"):
         if (path / name).is_file():
-            cfg = _json(path / name)
-            length = cfg.get("max_seq_length")
-            return (int(length) if length else None), bool(cfg.get("do_lower_case", False))
+            cfg = _mapping(path / name)
+            kwargs = cfg.get("processor_kwargs") or cfg.get("tokenizer_args") or {}
+            if isinstance(kwargs, Mapping) and kwargs.get("model_max_length") is not None:
+                length = _positive(kwargs["model_max_length"], f"{path / name}: tokenizer model_max_length")
+            else:
+                length = _positive(cfg.get("max_seq_length"), f"{path / name}: max_seq_length")
+            return length, bool(cfg.get("do_lower_case", False))
     return None, False
 
 
+def _positive(value: Any, what: str) -> int | None:
+    """A positive integer setting (None when not set); ChainError in one line otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ChainError(f"{what} must be a positive integer, got {value!r:.40}")
+    return value
+
+
+def _mapping(path: Path) -> Mapping[str, Any]:
+    cfg = _json(path)
+    if not isinstance(cfg, Mapping):
+        raise ChainError(f"{path}: expected a JSON object, got {type(cfg).__name__}")
+    return cfg
+
+
 def _pooling(path: Path) -> tuple[tuple[str, ...], bool]:
-    cfg = _json(path / "config.json")
+    cfg = _mapping(path / "config.json")
     mode = cfg.get("pooling_mode")
     if mode is None:
         modes = tuple(m for key, m in LEGACY_POOLING.items() if cfg.get(key)) or ("mean",)
-    else:
+    elif isinstance(mode, str) or (isinstance(mode, list) and mode and all(isinstance(m, str) for m in mode)):
         modes = (mode,) if isinstance(mode, str) else tuple(mode)
+    else:
+        raise ChainError(f"module Pooling in {path}: pooling_mode {mode!r:.40} is not a mode name or a list of them")
     unknown = [m for m in modes if m not in POOLING_MODES]
     if unknown:
         raise ChainError(
@@ -175,14 +224,51 @@ def _pooling(path: Path) -> tuple[tuple[str, ...], bool]:
     return modes, bool(cfg.get("include_prompt", True))
 
 
-def _dense(folder: Path, relative: str) -> DenseLayer:
-    path = folder / relative
-    cfg = _json(path / "config.json")
+def _dense(folder: Path, module: Mapping[str, Any]) -> DenseLayer:
+    path = module_path(folder, module)
+    cfg = _mapping(path / "config.json")
     activation = str(cfg.get("activation_function") or "torch.nn.modules.linear.Identity")
     if not activation.startswith(ACTIVATION_PREFIX):
         raise ChainError(f"module Dense in {path}: activation {activation!r} is not a torch.nn class; not served")
-    if not any((path / w).is_file() for w in DENSE_WEIGHTS):
+    weights = [path / w for w in DENSE_WEIGHTS if (path / w).is_file()]
+    if not weights:
         raise ChainError(f"module Dense in {path}: no weights ({' or '.join(DENSE_WEIGHTS)})")
-    return DenseLayer(
-        relative, int(cfg["in_features"]), int(cfg["out_features"]), bool(cfg.get("bias", True)), activation
-    )
+    sizes = [
+        _positive(cfg.get(key), f"module Dense in {path}: config.json {key}") for key in ("in_features", "out_features")
+    ]
+    if sizes[0] is None or sizes[1] is None:
+        raise ChainError(f"module Dense in {path}: config.json must give in_features and out_features")
+    layer = DenseLayer(str(module["path"]), sizes[0], sizes[1], bool(cfg.get("bias", True)), activation)
+    if weights[0].name == "model.safetensors":  # checked before anything of that size is allocated
+        held = {k.removeprefix("linear."): v for k, v in safetensors_shapes(weights[0]).items()}
+        if held != layer.shapes():
+            raise ChainError(
+                f"module Dense in {path}: config.json declares {layer.shapes()}, its model.safetensors holds "
+                f"{held}; refused"
+            )
+    return layer
+
+
+def safetensors_shapes(path: Path) -> dict[str, list[int]]:
+    """The tensors' shapes in a safetensors file, from its header alone (8 bytes little-endian: the header's
+    length; then that much JSON), without reading the tensors."""
+    with path.open("rb") as f:
+        start = f.read(8)
+        length = int.from_bytes(start, "little") if len(start) == 8 else -1
+        if not 0 < length <= min(SAFETENSORS_HEADER_CAP, path.stat().st_size - 8):
+            raise ChainError(f"{path}: not a safetensors file (header length {length})")
+        try:
+            header = json.loads(f.read(length))
+        except ValueError:
+            header = None
+    if not isinstance(header, Mapping):
+        raise ChainError(f"{path}: not a safetensors file (unreadable header)")
+    shapes = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        shape = entry.get("shape") if isinstance(entry, Mapping) else None
+        if not isinstance(shape, list) or not all(isinstance(n, int) and not isinstance(n, bool) for n in shape):
+            raise ChainError(f"{path}: not a safetensors file (tensor {name!r:.40} has no shape)")
+        shapes[str(name)] = shape
+    return shapes

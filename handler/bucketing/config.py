@@ -92,7 +92,12 @@ class HandlerConfig:
     )
     model_path: str = option("model", "folder of the model inside the archive (or an absolute path)")
     max_length: int = option(
-        256, "tokens per text, special tokens included (at most the model's positions)", low=1, high=MAX_LENGTH_CAP
+        256,
+        "tokens per text, special tokens included: at most where sentence-transformers cuts the model's texts (its "
+        "`max_seq_length`, else its tokenizer's `model_max_length`, within its positions), which `model_store.build "
+        "--model-dir` writes; a smaller one is said in the worker's ready line",
+        low=1,
+        high=MAX_LENGTH_CAP,
     )
     on_overflow: str = option(
         "truncate", "`truncate` (the answer says `truncated: true`) or `reject` (413)", choices=OVERFLOW

@@ -18,6 +18,7 @@ import logging
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -74,6 +75,7 @@ class Head(torch.nn.Module):
         super().__init__()
         self.model = model
         self.pooled = pooled
+        self.masks: Callable[[torch.Tensor], Any] | None = None  # for export: attention masks from plain tensor ops
         self.modes = tuple((chain or Chain()).pooling)
         self.dense = torch.nn.ModuleList(dense)
         # A classifier of text pairs takes token types (BERT's segments) where its model has more than one.
@@ -89,10 +91,11 @@ class Head(torch.nn.Module):
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, extra: torch.Tensor | None = None
     ) -> torch.Tensor:
         """`extra`: the pooling mask (embeddings) or the token types (a pair classifier)."""
+        attention = attention_mask if self.masks is None else self.masks(attention_mask)
         if not self.pooled:
             kwargs = {"token_type_ids": extra} if self.types and extra is not None else {}
-            return self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=False, **kwargs)[0]
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=False)[0]
+            return self.model(input_ids=input_ids, attention_mask=attention, return_dict=False, **kwargs)[0]
+        out = self.model(input_ids=input_ids, attention_mask=attention, return_dict=False)[0]
         mask = attention_mask if extra is None else extra
         pooled = torch.cat([pool(mode, out, mask, attention_mask) for mode in self.modes], dim=-1)
         for layer in self.dense:
@@ -142,14 +145,18 @@ def dense_layers(model_dir: str, chain: Chain) -> list[torch.nn.Module]:
     layers: list[torch.nn.Module] = []
     for d in chain.dense:
         folder = Path(model_dir) / d.path
-        linear = torch.nn.Linear(d.in_features, d.out_features, bias=d.bias)
         if (folder / "model.safetensors").is_file():
             from safetensors.torch import load_file
 
             state = load_file(str(folder / "model.safetensors"))
         else:
             state = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
-        linear.load_state_dict({k.removeprefix("linear."): v for k, v in state.items()})
+        state = {k.removeprefix("linear."): v for k, v in state.items()}
+        held = {k: list(v.shape) for k, v in state.items()}
+        if held != d.shapes():  # before allocating the layer its config declares
+            raise EngineError(f"module Dense in {folder}: config.json declares {d.shapes()}, its weights hold {held}")
+        linear = torch.nn.Linear(d.in_features, d.out_features, bias=d.bias)
+        linear.load_state_dict(state)
         module, _, name = d.activation.rpartition(".")
         activation = getattr(importlib.import_module(module), name)()
         layers.append(torch.nn.Sequential(linear, activation))
@@ -368,23 +375,87 @@ def export_onnx(task: str, model_dir: str, path: Path) -> Path:
     """Export the task's head to ONNX with dynamic batch and sequence axes (done when an archive is built), from
     the model loaded with `ONNX_ATTENTION` (the worker checks the graph against torch within TOLERANCE)."""
     head, info = load_head(task, model_dir, ONNX_ATTENTION)
+    config: Any = head.model.config
+    masks = EXPORT_MASKS.get(config.model_type)
+    head.masks = partial(masks, config) if masks is not None else None
     ids, mask, pool_mask = probe(info.vocab_size)
     inputs = head_inputs(head, ids, mask, pool_mask, probe_types(mask))
     names = list(head.inputs)
     axes = {**{name: {0: "batch", 1: "sequence"} for name in names}, "output": {0: "batch"}}
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            head,
-            tuple(torch.from_numpy(a) for a in inputs),
-            str(path),
-            input_names=names,
-            output_names=["output"],
-            dynamic_axes=axes,
-            opset_version=17,
-            dynamo=False,
-        )
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                head,
+                tuple(torch.from_numpy(a) for a in inputs),
+                str(path),
+                input_names=names,
+                output_names=["output"],
+                dynamic_axes=axes,
+                opset_version=17,
+                dynamo=False,
+            )
+    except Exception as e:  # noqa: BLE001 - a model the exporter cannot take: one line, and what serves it
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise EngineError(
+            f"{model_dir}: the ONNX export of this {config.model_type} model failed ({type(e).__name__}: {first}); "
+            "build it with --engine torch, which serves it exactly"
+        ) from None
+    head.masks = None  # the reference: transformers' own masks
+    check_export(head, info, path, getattr(config, "sliding_window", None))
     return path
+
+
+def check_export(head: Head, info: ModelInfo, path: Path, window: int | None) -> None:
+    """The exported graph against the torch head on padded rows long enough to cross the model's sliding window
+    (if any), so the graph's masks are checked where the window bites; an EngineError past TOLERANCE."""
+    length = min(info.max_positions, 2 * window + 8) if window else 24
+    rng = np.random.default_rng(1)
+    ids = rng.integers(min(1000, info.vocab_size // 2), info.vocab_size, size=(3, length), dtype=np.int64)
+    mask = np.ones_like(ids)
+    mask[1, length // 2 :] = 0
+    mask[2, length - 3 :] = 0
+    try:
+        got = OrtEngine(path, 1, "cpu")(ids, mask, mask, probe_types(mask))
+        diff = float(
+            np.abs(
+                got
+                - TorchEngine(head, "cpu", torch.float32, False, info.vocab_size)(ids, mask, mask, probe_types(mask))
+            ).max()
+        )
+    except Exception as e:  # noqa: BLE001 - reported in one line
+        diff, why = float("nan"), f" ({type(e).__name__}: {str(e).strip()[:160]})"
+    else:
+        why = ""
+    if not diff <= TOLERANCE:
+        raise EngineError(
+            f"the exported ONNX graph differs from the torch model by {diff:.2e} at {length} tokens{why}; "
+            "build it with --engine torch, which serves it exactly"
+        )
+
+
+def window_masks(config: Any, attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Gemma3's attention masks by layer type, from plain tensor ops (transformers' mask functions do not export to
+    ONNX): every real token (causal: every earlier one) for full attention, those within `sliding_window` for
+    sliding attention; additive float32 masks, as eager attention takes them."""
+    n = attention_mask.shape[1]
+    positions = torch.arange(n, device=attention_mask.device)
+    distance = positions.view(-1, 1) - positions.view(1, -1)  # query - key
+    keep = attention_mask.bool().view(-1, 1, 1, n)
+    window = int(config.sliding_window)
+    if getattr(config, "use_bidirectional_attention", False):
+        full, near = keep, keep & (distance.abs() < window)
+    else:
+        full, near = keep & (distance >= 0), keep & (distance >= 0) & (distance < window)
+    low = torch.finfo(torch.float32).min  # the exported graph runs float32
+    return {
+        "full_attention": torch.where(full, 0.0, low).expand(-1, 1, n, n),
+        "sliding_attention": torch.where(near, 0.0, low).expand(-1, 1, n, n),
+    }
+
+
+# Models whose exported graph takes its attention masks from `Head.masks` (by config.model_type).
+EXPORT_MASKS: dict[str, Callable[[Any, torch.Tensor], Any]] = {"gemma3_text": window_masks}
 
 
 def open_torch(head: Head, info: ModelInfo, config: HandlerConfig, model_dir: str, device: str, dtype: Any) -> Engine:

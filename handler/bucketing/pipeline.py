@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any, cast
 
 from . import protocols
+from .chain import sentence_transformers_limit
 from .config import ConfigError, HandlerConfig
 from .metrics import BatchStats
 from .planner import CostModel, Plan, plan_bucketed, plan_dynamic, plan_static, round_up
@@ -120,6 +121,15 @@ class Pipeline:
                 f"handler.max_length: got {config.max_length}; allowed: at most the model's "
                 f"max_position_embeddings ({self.task.max_positions})"
             )
+        max_seq_length = chain.max_seq_length if chain is not None else None
+        self.model_limit = sentence_transformers_limit(
+            max_seq_length, self.tokenizer.model_max_length, self.task.max_positions
+        )
+        if config.max_length > self.model_limit:
+            raise ConfigError(
+                f"handler.max_length: got {config.max_length}; allowed: at most the model's own limit "
+                f"({self.model_limit}, its tokenizer's model_max_length), where sentence-transformers cuts its texts"
+            )
         padded = round_up(config.max_length, config.pad_to_multiple_of)
         if config.strategy != "static" and padded > self.task.max_positions:
             raise ConfigError(
@@ -137,6 +147,15 @@ class Pipeline:
                 f"a text) fits handler.max_response_bytes ({config.max_response_bytes}, TorchServe's "
                 "max_response_size)"
             )
+
+    def limit_note(self) -> str:
+        """For the ready line: what a max_length below the model's own limit means (empty when it is that limit)."""
+        if self.config.max_length >= self.model_limit:
+            return ""
+        return (
+            f"; max_length {self.config.max_length} is below the model's own limit of {self.model_limit} tokens: "
+            f"texts over {self.config.max_length} tokens differ from sentence-transformers' answers"
+        )
 
     def serve(self, rows: Sequence[Any], meta: Sequence[Meta], model_name: str) -> tuple[list[Reply], BatchStats]:
         """One reply per row, in row order, and the batch's figures."""

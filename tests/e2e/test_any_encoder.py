@@ -25,8 +25,8 @@ CASES = [
 
 
 def in_process(model_dir, task):
-    """Batch-of-one answers in process, with the max_length the build wrote (what the model takes, at most 256)."""
-    max_length = min(256, archives.check_model_dir(model_dir, task))
+    """Batch-of-one answers in process, with the max_length the build wrote (where sentence-transformers cuts)."""
+    max_length = archives.check_model_dir(model_dir, task)
     context = LocalContext(
         {
             "model_path": str(model_dir),

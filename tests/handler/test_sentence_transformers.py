@@ -192,7 +192,8 @@ def test_the_build_records_the_chain_and_writes_prompts(folders, tmp_path, capsy
     assert cfg["handler"]["prompts"] == {"query": "query: ", "passage": "passage: "}
     assert cfg["handler"]["default_prompt_name"] == "passage"
     assert cfg["model_chain"]["pooling"] == ["cls"] and cfg["model_chain"]["include_prompt"] is False
-    assert cfg["model_chain"]["normalize"] is True and cfg["handler"]["max_length"] == 256
+    assert cfg["model_chain"]["normalize"] is True
+    assert cfg["handler"]["max_length"] == 512  # where sentence-transformers cuts: its tokenizer's model_max_length
     assert sorted(p.name for p in (stage / "extra" / "model").iterdir() if p.is_dir()) == ["1_Pooling", "2_Normalize"]
     section = {k: v for k, v in cfg["handler"].items() if k != "model_path"} | {"cost": {"calibrate": False}}
     handler, context = make_handler(stage / "extra" / "model", **section)
@@ -233,3 +234,41 @@ def test_a_left_cut_with_an_excluded_prompt_is_refused(folders):
         handler, context, [{"body": {"text": "x", "prompt": "q: ", "truncation_direction": "left"}}]
     )
     assert status == 400 and body["message"].startswith('truncation_direction "left" with a prompt is not served')
+
+
+@pytest.fixture(scope="module")
+def gemma3(tmp_path_factory):
+    from tests.models import build_gemma3
+
+    return build_gemma3(tmp_path_factory.mktemp("gemma3") / "gemma3", window=8)
+
+
+@pytest.mark.parametrize("engine", ["torch", "onnxruntime"])
+def test_a_gemma3_model_with_a_sliding_window_answers_as_sentence_transformers(gemma3, engine, tmp_path):
+    """EmbeddingGemma's shape (bidirectional attention, a sliding window, two Dense layers): its graph exports (the
+    masks from plain tensor ops) and both engines answer as encode() at lengths well past the 8-token window."""
+    texts = mixed_texts(8, seed=5)[:7] + ["short"]
+    model = sentence_transformers.SentenceTransformer(str(gemma3), device="cpu")
+    assert max(len(model.tokenizer(t)["input_ids"]) for t in texts) > 4 * 8
+    model_dir = engine_model_dir(gemma3, engine, "embedding", tmp_path / engine)
+    handler, context = make_handler(model_dir, engine=engine, max_length=model.max_seq_length)
+    ((status, body),) = serve(handler, context, [{"body": {"texts": texts}}])
+    assert status == 200
+    close(np.array([a["embedding"] for a in body]), reference(gemma3, texts))
+
+
+def test_a_graph_that_does_not_export_is_one_line_naming_the_torch_engine(gemma3, tmp_path, capsys, monkeypatch):
+    import torch
+
+    from model_store import build
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("unordered_map::at")
+
+    monkeypatch.setattr(torch.onnx, "export", fails)
+    argv = ["--model-dir", str(gemma3), "--engine", "onnxruntime", "--strategies", "bucketed", "--print-commands"]
+    assert build.main([*argv, "--stage-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: ") and "Traceback" not in err
+    assert "the ONNX export of this gemma3_text model failed (RuntimeError: unordered_map::at); build it with " in err
+    assert err.endswith("--engine torch, which serves it exactly")

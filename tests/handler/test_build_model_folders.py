@@ -1,0 +1,228 @@
+"""What the archive builder takes from a model folder: nothing from outside it (modules.json paths, links; a
+Hugging Face cache snapshot still builds), Dense sizes checked against the weights before anything is allocated,
+malformed settings refused in one line, and max_length where sentence-transformers cuts the model's texts."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from bucketing.config import ConfigError
+from bucketing.engines import EngineError
+from model_store import archives, build
+from tests.handler.test_handler import make_handler, serve
+from tests.models import build_sentence_transformer
+
+sentence_transformers = pytest.importorskip("sentence_transformers")
+
+
+@pytest.fixture(scope="module")
+def st_folder(tmp_path_factory):
+    """A sentence-transformers folder with a Dense layer and a Normalize module folder."""
+    root = tmp_path_factory.mktemp("folders")
+    return build_sentence_transformer(root / "st", dense=((8, True, "Tanh"),), normalize=True)
+
+
+def copy_of(folder: Path, tmp_path: Path, name: str = "model") -> Path:
+    target = tmp_path / name
+    shutil.copytree(folder, target)
+    return target
+
+
+def stage_only(model_dir: Path, tmp_path: Path, *extra: str) -> int:
+    """`build --print-commands` (stages the archive's files, runs no archiver) for the folder, torch engine."""
+    argv = ["--model-dir", str(model_dir), "--strategies", "bucketed", "--engine", "torch", "--print-commands"]
+    return build.main([*argv, "--stage-dir", str(tmp_path / "stage"), *extra])
+
+
+def staged(tmp_path: Path) -> dict[str, bytes]:
+    root = tmp_path / "stage" / "extra" / "model"
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("path", ["../Documents", "../../outside", "2_Normalize/../../Documents"])
+def test_a_modules_json_path_out_of_the_folder_is_refused(st_folder, tmp_path, capsys, path):
+    folder = copy_of(st_folder, tmp_path / "home")
+    for secret in (tmp_path / "home" / "Documents", tmp_path / "outside"):
+        secret.mkdir(parents=True, exist_ok=True)
+        (secret / "id_rsa").write_text("SECRET")
+    modules = json.loads((folder / "modules.json").read_text())
+    modules[-1]["path"] = path  # the Normalize module: read by nothing, carried by the archive
+    (folder / "modules.json").write_text(json.dumps(modules))
+    assert stage_only(folder, tmp_path) == 2
+    assert f"module path {path!r} leaves the model folder; refused" in one_line_error(capsys)
+    assert not (tmp_path / "stage" / "outside").exists()
+    assert not any(b"SECRET" in data for data in staged(tmp_path).values()) if (tmp_path / "stage").exists() else True
+
+
+def test_a_link_out_of_the_folder_is_refused(st_folder, tmp_path, capsys):
+    folder = copy_of(st_folder, tmp_path)
+    (tmp_path / "id_rsa").write_text("SECRET")
+    (folder / "README.md").unlink()
+    (folder / "README.md").symlink_to(Path("..") / "id_rsa")
+    assert stage_only(folder, tmp_path) == 2
+    assert f"{folder / 'README.md'}: links to {tmp_path / 'id_rsa'}, outside the model folder" in one_line_error(capsys)
+    (folder / "README.md").unlink()
+    (folder / "1_Pooling" / "notes").symlink_to(tmp_path / "id_rsa")  # inside a module folder too
+    assert stage_only(folder, tmp_path) == 2
+    assert "1_Pooling/notes: links to" in one_line_error(capsys)
+
+
+def hub_cache(folder: Path, root: Path) -> Path:
+    """The folder laid out as the Hugging Face hub cache does: every file a link into `../../blobs`."""
+    repo = root / "models--org--tiny"
+    snapshot = repo / "snapshots" / "0123abc"
+    for i, path in enumerate(sorted(p for p in folder.rglob("*") if p.is_file())):
+        relative = path.relative_to(folder)
+        blob = repo / "blobs" / f"blob{i}"
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, blob)
+        link = snapshot / relative
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+    return snapshot
+
+
+def test_a_hugging_face_cache_snapshot_builds_from_its_blobs(st_folder, tmp_path, capsys):
+    snapshot = hub_cache(st_folder, tmp_path / "hub")
+    assert (snapshot / "config.json").is_symlink()
+    assert stage_only(snapshot, tmp_path) == 0
+    files = staged(tmp_path)
+    assert files["config.json"] == (st_folder / "config.json").read_bytes()
+    assert files["2_Dense/model.safetensors"] == (st_folder / "2_Dense" / "model.safetensors").read_bytes()
+    assert not any(p.is_symlink() for p in (tmp_path / "stage" / "extra" / "model").rglob("*"))
+    capsys.readouterr()
+    (tmp_path / "hub" / "other").write_text("SECRET")  # beside the model's own cache folder: refused
+    (snapshot / "extra.txt").symlink_to(Path("..") / ".." / ".." / "other")
+    assert stage_only(snapshot, tmp_path) == 2
+    assert "extra.txt: links to" in one_line_error(capsys)
+
+
+def test_dense_sizes_are_checked_against_the_weights_before_allocating(st_folder, tmp_path, capsys):
+    folder = copy_of(st_folder, tmp_path)
+    dense = folder / "2_Dense" / "config.json"
+    cfg = json.loads(dense.read_text())
+    dense.write_text(json.dumps({**cfg, "out_features": 10_000_000}))
+    with pytest.raises(archives.ModelFolderError) as e:
+        archives.check_model_dir(folder, "embedding")
+    assert "config.json declares {'weight': [10000000, 32], 'bias': [10000000]}, its model.safetensors holds" in str(
+        e.value
+    )
+    assert stage_only(folder, tmp_path) == 2 and "its model.safetensors holds" in one_line_error(capsys)
+    with pytest.raises(EngineError, match="its model.safetensors holds"):
+        make_handler(folder, max_length=128)
+
+
+def test_dense_sizes_of_a_pytorch_bin_are_checked_before_allocating(st_folder, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    folder = copy_of(st_folder, tmp_path)
+    dense = folder / "2_Dense"
+    torch.save(load_file(str(dense / "model.safetensors")), dense / "pytorch_model.bin")
+    (dense / "model.safetensors").unlink()
+    cfg = json.loads((dense / "config.json").read_text())
+    (dense / "config.json").write_text(json.dumps({**cfg, "in_features": 5_000_000}))
+    with pytest.raises(EngineError, match=r"declares \{'weight': \[8, 5000000\], 'bias': \[8\]\}, its weights hold"):
+        make_handler(folder, max_length=128)
+
+
+@pytest.mark.parametrize(
+    ("file", "change", "message"),
+    [
+        ("2_Dense/config.json", {"in_features": None}, "config.json must give in_features and out_features"),
+        ("2_Dense/config.json", {"out_features": "8"}, "config.json out_features must be a positive integer, got '8'"),
+        ("sentence_bert_config.json", {"max_seq_length": "512"}, "max_seq_length must be a positive integer"),
+        ("1_Pooling/config.json", {"pooling_mode": 3}, "pooling_mode 3 is not a mode name or a list of them"),
+    ],
+)
+def test_malformed_settings_are_one_line(st_folder, tmp_path, capsys, file, change, message):
+    folder = copy_of(st_folder, tmp_path)
+    cfg = json.loads((folder / file).read_text())
+    cfg.update(change)
+    (folder / file).write_text(json.dumps({k: v for k, v in cfg.items() if v is not None}))
+    assert stage_only(folder, tmp_path) == 2
+    assert message in one_line_error(capsys)
+
+
+@pytest.fixture(scope="module")
+def long_folder(tmp_path_factory):
+    """A folder whose sentence_bert_config.json says 300 tokens while its tokenizer says 128 (positions: 512)."""
+    folder = build_sentence_transformer(tmp_path_factory.mktemp("long") / "st", seed=3)
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 300, "do_lower_case": False}))
+    tokenizer = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**tokenizer, "model_max_length": 128}))
+    return folder
+
+
+def test_the_archive_cuts_where_sentence_transformers_cuts(long_folder, tmp_path, capsys, caplog):
+    model = sentence_transformers.SentenceTransformer(str(long_folder), device="cpu")
+    assert model.max_seq_length == 300  # max_seq_length wins over the tokenizer's model_max_length
+    assert stage_only(long_folder, tmp_path, "--name", "long") == 0
+    assert "note:" not in capsys.readouterr().out
+    cfg = yaml.safe_load((tmp_path / "stage" / "long-bucketed.yaml").read_text())
+    assert cfg["handler"]["max_length"] == 300
+    text = " ".join(["serving transformer encoders with padding"] * 32)  # 290 tokens
+    assert 256 < len(model.tokenizer(text)["input_ids"]) < 300
+    section = {k: v for k, v in cfg["handler"].items() if k != "model_path"} | {"cost": {"calibrate": False}}
+    with caplog.at_level(logging.INFO):
+        handler, context = make_handler(tmp_path / "stage" / "extra" / "model", **section)
+    assert "below the model's own limit" not in caplog.text
+    ((status, body),) = serve(handler, context, [{"body": {"text": text}}])
+    assert status == 200 and body["truncated"] is False
+    assert float(np.max(np.abs(np.array(body["embedding"]) - model.encode([text])[0]))) <= 1e-5
+
+
+def test_an_explicit_max_length_below_the_model_s_says_so_at_build_and_start(long_folder, tmp_path, capsys, caplog):
+    assert stage_only(long_folder, tmp_path, "--name", "long", "--max-length", "200") == 0
+    assert (
+        "note: max_length 200 (--max-length) is below the model's own limit of 300 tokens: texts over 200 tokens "
+        "will differ from sentence-transformers' answers"
+    ) in capsys.readouterr().out
+    cfg = yaml.safe_load((tmp_path / "stage" / "long-bucketed.yaml").read_text())
+    assert cfg["handler"]["max_length"] == 200
+    with caplog.at_level(logging.INFO):
+        make_handler(long_folder, max_length=200)
+    assert "max_length 200 is below the model's own limit of 300 tokens: texts over 200 tokens differ" in caplog.text
+    capsys.readouterr()
+    assert stage_only(long_folder, tmp_path, "--max-length", "301") == 2
+    assert "--max-length 301: allowed 1 to 300 (the model's own limit is 300 tokens" in one_line_error(capsys)
+
+
+def test_a_model_past_the_memory_cap_needs_an_explicit_max_length(tiny_embedder_dir, tmp_path, capsys):
+    folder = copy_of(tiny_embedder_dir, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 16384}))
+    tokenizer = json.loads((folder / "tokenizer_config.json").read_text())
+    tokenizer.pop("model_max_length", None)
+    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer))
+    assert stage_only(folder, tmp_path) == 2
+    assert "the model takes 16384 tokens a text, above the handler's cap of 8192" in one_line_error(capsys)
+    assert stage_only(folder, tmp_path, "--max-length", "512") == 0
+    assert "texts over 512 tokens will differ" in capsys.readouterr().out
+
+
+def test_a_worker_refuses_a_max_length_past_the_tokenizer_s_limit(tiny_embedder_dir, tmp_path):
+    folder = copy_of(tiny_embedder_dir, tmp_path)
+    tokenizer = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**tokenizer, "model_max_length": 128}))
+    with pytest.raises(ConfigError, match=r"at most the model's own limit \(128, its tokenizer's model_max_length\)"):
+        make_handler(folder, max_length=256)
+
+
+def test_the_shipped_minilm_archives_cut_where_sentence_transformers_cuts(minilm_dir):
+    model = sentence_transformers.SentenceTransformer(str(minilm_dir), device="cpu")
+    assert archives.check_model_dir(minilm_dir, "embedding") == model.max_seq_length == archives.max_length() == 256
