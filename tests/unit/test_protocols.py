@@ -602,3 +602,45 @@ def test_every_wire_format_is_registered_once_with_its_routes():
     for wire in protocols.WIRES:
         assert wire.SERVED in protocols.SERVED and callable(wire.error_body)
     assert incoming({}, JSON, url_path="v1/nope").wire is openai  # a 404 in the shape of its neighbours
+
+
+def v2_pair_body(binary_names, queries=("q", "q"), documents=("d1", "d2"), order=("text", "text_pair")):
+    """A v2 pair request whose inputs named in `binary_names` carry their data as binary (in the order sent)."""
+    columns = {"text": list(queries), "text_pair": list(documents)}
+    tensors, raw = [], b""
+    for name in order:
+        data = columns[name]
+        tensor = {"name": name, "datatype": "BYTES", "shape": [len(data)]}
+        if name in binary_names:
+            chunk = b"".join(struct.pack("<I", len(t.encode())) + t.encode() for t in data)
+            tensor["parameters"] = {"binary_data_size": len(chunk)}
+            raw += chunk
+        else:
+            tensor["data"] = data
+        tensors.append(tensor)
+    head = json.dumps({"inputs": tensors}).encode()
+    return head + raw, {"inference-header-content-length": str(len(head))}
+
+
+@pytest.mark.parametrize("order", [("text", "text_pair"), ("text_pair", "text")])
+@pytest.mark.parametrize("binary_names", [{"text"}, {"text_pair"}, {"text", "text_pair"}])
+def test_kserve_v2_pairs_with_either_input_binary_are_served(binary_names, order):
+    from bucketing.protocols.base import Pair
+
+    body, headers = v2_pair_body(binary_names, ("q1", "q2"), ("d1", "d2"), order)
+    request = incoming(body, "application/octet-stream", headers=headers, limits=CLASSIFIER).outcome
+    assert isinstance(request, V2Request), request
+    assert request.inputs == (Pair("q1", "d1"), Pair("q2", "d2"))
+
+
+def test_kserve_v2_pair_binary_sizes_must_add_up():
+    body, headers = v2_pair_body({"text_pair"})
+    error = incoming(body + b"x", "application/octet-stream", headers=headers, limits=CLASSIFIER).outcome
+    assert error.status == 400 and "binary_data_size add up to 12 but 13 bytes follow" in error.message
+    head = json.loads(body[: int(headers["inference-header-content-length"])])
+    head["inputs"][0]["parameters"] = {"binary_data_size": "4"}
+    head = json.dumps(head).encode()
+    rebuilt = head + body[int(headers["inference-header-content-length"]) :]
+    headers = {"inference-header-content-length": str(len(head))}
+    error = incoming(rebuilt, "application/octet-stream", headers=headers, limits=CLASSIFIER).outcome
+    assert error.status == 400 and "inputs[0].parameters.binary_data_size must be a byte count" in error.message
