@@ -493,6 +493,17 @@ def test_openai_token_ids_past_max_length_are_not_all_validated():
     assert error.status == 400 and "input[15] = 1000000000 is not a token id" in error.message
 
 
+def test_openai_token_ids_cut_on_the_left_keep_and_check_the_last_ones():
+    left = {"truncation_direction": "left"}
+    ids = [10**9] * 1000 + list(range(1, 18))  # the last 16 are kept (and one more, that tells they were cut)
+    request = incoming({"input": ids, **left}, JSON, url_path="v1/embeddings").outcome
+    assert isinstance(request, EmbeddingsRequest) and request.inputs == (tuple(range(1, 18)),)
+    for wrong, index in (([5] * 20 + [-1] + [5] * 15, 20), ([5] * 30 + [1000], 30)):
+        for body in ({"input": wrong, **left}, {"input": [[5], wrong], **left}):
+            error = incoming(body, JSON, url_path="v1/embeddings").outcome
+            assert error.status == 400 and f"[{index}] = {wrong[index]} is not a token id" in error.message
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [

@@ -110,7 +110,7 @@ def parse(body: Any, limits: Limits) -> EmbeddingsRequest | RequestError:
         return bad("InvalidRequest", f"expected a JSON object, got a JSON {json_type(body)}")
     if "input" not in body:
         return bad("InvalidRequest", "'input' is a required property", "input")
-    inputs = _inputs(body["input"], limits)
+    inputs = _inputs(body["input"], limits, body.get("truncation_direction") == "left")
     if isinstance(inputs, RequestError):
         return inputs
     options = _options(body, limits)
@@ -142,8 +142,9 @@ def _options(body: Mapping[str, Any], limits: Limits) -> dict[str, Any] | Reques
     return {"model": model, "encoding_format": encoding, "options": options}
 
 
-def _inputs(value: Any, limits: Limits) -> tuple[Input, ...] | RequestError:
-    """A string, a list of strings, a list of token ids, or a list of lists of token ids."""
+def _inputs(value: Any, limits: Limits, left: bool = False) -> tuple[Input, ...] | RequestError:
+    """A string, a list of strings, a list of token ids, or a list of lists of token ids (`left`: ids over
+    max_length keep their last ones)."""
     if isinstance(value, str):
         error = check_text(value, "'input'")
         return (value,) if error is None else _param(error)
@@ -153,7 +154,7 @@ def _inputs(value: Any, limits: Limits) -> tuple[Input, ...] | RequestError:
         return bad("EmptyText", "'input' is an empty array", "input")
     first = value[0]
     if is_int(first):
-        ids = _ids(value, "input", limits)
+        ids = _ids(value, "input", limits, left)
         return ids if isinstance(ids, RequestError) else (ids,)
     if not isinstance(first, (str, list)):
         return bad(
@@ -175,21 +176,23 @@ def _inputs(value: Any, limits: Limits) -> tuple[Input, ...] | RequestError:
                 f"{' (empty)' if isinstance(item, list) else ''}",
                 "input",
             )
-        parsed = (check_text(item, f"input[{i}]") or item) if kind is str else _ids(item, f"input[{i}]", limits)
+        parsed = (check_text(item, f"input[{i}]") or item) if kind is str else _ids(item, f"input[{i}]", limits, left)
         if isinstance(parsed, RequestError):
             return _param(parsed)
         out.append(parsed)
     return tuple(out)
 
 
-def _ids(value: list[Any], where: str, limits: Limits) -> tuple[int, ...] | RequestError:
-    """Token ids, each an integer; those max_length keeps (the first max_length) in the vocabulary. The rest is
-    cut away by max_length (truncate, or a 413 under on_overflow: reject), so only one more is kept, unchecked."""
+def _ids(value: list[Any], where: str, limits: Limits, left: bool = False) -> tuple[int, ...] | RequestError:
+    """Token ids, each an integer; those max_length keeps (the first max_length, or the last with a `left` cut) in
+    the vocabulary. The rest is cut away by max_length (truncate, or a 413 under on_overflow: reject), so only one
+    more is kept, unchecked, on the side cut: it only tells that ids were cut (wrapped in the special tokens, at
+    most max_length of them are kept, never it)."""
     for j, token in enumerate(value):
         if type(token) is not int:  # noqa: E721 - bool is not a token id; one fast pass over a long list
             return bad("InvalidType", f"{where}[{j}] must be a token id (an integer), got {json_type(token)}", "input")
-    kept = value[: limits.max_length]
-    for j, token in enumerate(kept):
+    first = max(len(value) - limits.max_length, 0) if left else 0
+    for j, token in enumerate(value[first : first + limits.max_length], first):
         if not 0 <= token < limits.vocab_size:
             shown = token if abs(token) < 10**12 else "a larger number"
             return bad(
@@ -197,7 +200,7 @@ def _ids(value: list[Any], where: str, limits: Limits) -> tuple[int, ...] | Requ
                 f"{where}[{j}] = {shown} is not a token id of this model's vocabulary (0 to {limits.vocab_size - 1})",
                 "input",
             )
-    return tuple(value[: limits.max_length + 1])
+    return tuple(value[-limits.max_length - 1 :] if left else value[: limits.max_length + 1])
 
 
 def _param(error: RequestError) -> RequestError:
