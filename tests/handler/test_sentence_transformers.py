@@ -233,3 +233,18 @@ def test_a_left_cut_with_an_excluded_prompt_is_refused(folders):
         handler, context, [{"body": {"text": "x", "prompt": "q: ", "truncation_direction": "left"}}]
     )
     assert status == 400 and body["message"].startswith('truncation_direction "left" with a prompt is not served')
+
+
+def test_request_prompts_are_not_kept_without_bound(folders, tmp_path):
+    """A pooling that leaves the prompt out counts each prompt's tokens; a request's own prompts are counted in a
+    bounded cache (4000 distinct 4 KB prompts once kept 107 MB), and an answer stays exact after eviction."""
+    from bucketing.tokenizer import PROMPT_CACHE
+
+    folder = folders["prompt-excluded"]
+    handler, context = make_handler(folder, max_length=128)
+    rows = [{"body": {"text": "a short text", "prompt": f"prompt {i}: "}} for i in range(3 * PROMPT_CACHE)]
+    assert all(status == 200 for status, _ in serve(handler, context, rows))
+    assert len(handler.tokenizer._prompt_lengths) == PROMPT_CACHE
+    texts = mixed_texts(3, seed=10)
+    ((status, body),) = serve(handler, context, [{"body": {"texts": texts, "prompt": "prompt 0: "}}])  # evicted
+    close(np.array([a["embedding"] for a in body]), reference(folder, texts, prompt="prompt 0: "))
