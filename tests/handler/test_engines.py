@@ -115,9 +115,7 @@ def openai(handler, context, bodies):
 
 
 @pytest.mark.parametrize("engine", ["torch", "onnxruntime"])
-def test_token_ids_cut_either_side_as_their_text_and_the_kept_ids_are_checked(
-    onnx_dirs, tiny_embedder_dir, engine
-):
+def test_token_ids_cut_either_side_as_their_text_and_the_kept_ids_are_checked(onnx_dirs, tiny_embedder_dir, engine):
     """Ids over max_length keep the ids the text's own cut keeps (the last ones with `truncation_direction: left`),
     and every kept id is checked: -1 or 10**6 there is the client's 400, never a 500 or ONNX's wrapped index."""
     from transformers import AutoTokenizer

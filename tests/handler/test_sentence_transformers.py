@@ -248,3 +248,36 @@ def test_request_prompts_are_not_kept_without_bound(folders, tmp_path):
     texts = mixed_texts(3, seed=10)
     ((status, body),) = serve(handler, context, [{"body": {"texts": texts, "prompt": "prompt 0: "}}])  # evicted
     close(np.array([a["embedding"] for a in body]), reference(folder, texts, prompt="prompt 0: "))
+
+
+def test_token_ids_are_refused_with_a_prompt_and_equal_their_text_without_one(folders):
+    """The tokens of prompt + text are not always the prompt's then the text's (a byte-level BPE joins the space
+    after the prompt to the first word), so token ids with a prompt (the model's default, a named one or a
+    request's) are refused, saying why; with `"prompt": ""` they are the text's embedding, `encode(text, prompt="")`."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    folder = folders["prompts"]
+    text = mixed_texts(6, seed=13)[2]
+    ids = AutoTokenizer.from_pretrained(folder)(text, add_special_tokens=False)["input_ids"]
+    handler, context = make_handler(folder, max_length=128)
+    bodies = [
+        {"input": ids},
+        {"input": [ids], "prompt_name": "passage"},
+        {"input": ids, "prompt": "custom: "},
+        {"input": ids, "prompt": ""},
+        {"input": text, "prompt": ""},
+        {"input": [text], "prompt_name": "passage"},
+    ]
+    context.with_requests(["application/json"] * len(bodies), ["v1/embeddings"] * len(bodies))
+    replies = [json.loads(r) for r in handler.handle([{"body": b} for b in bodies], context)]
+    statuses = [context.status[i][0] for i in range(len(bodies))]
+    assert statuses == [400, 400, 400, 200, 200, 200], replies
+    default, named, own = (r["error"] for r in replies[:3])
+    assert "the model's default prompt 'query'" in default["message"] and default["param"] == "input"
+    assert "\"prompt_name\" 'passage'" in named["message"] and 'a "prompt"' in own["message"]
+    assert all('send the text, or "prompt": ""' in e["message"] for e in (default, named, own))
+    got = np.array([r["data"][0]["embedding"] for r in replies[3:]])
+    close(got[:2], reference(folder, [text, text], prompt=""))
+    close(got[2:], reference(folder, [text], prompt_name="passage"))

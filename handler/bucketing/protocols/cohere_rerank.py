@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Answer, Limits, Options, Pair, RequestError, bad, check_count, is_int, json_type, texts
+from .base import Answer, Limits, Options, Pair, RequestError, bad, check_count, is_int, json_type, read_options, texts
 from .openai import MAX_MODEL_CHARS
 from .openai import error_body as error_body
 from .tei_rerank import rerank_query
@@ -69,7 +69,10 @@ def parse(body: Any, limits: Limits) -> CohereRerankRequest | RequestError:
             f"'return_documents' must be true or false, got {json_type(return_documents)}",
             "return_documents",
         )
-    return CohereRerankRequest(tuple(Pair(query, d) for d in documents), model, top_n, return_documents)
+    options = read_options({}, limits)  # the model's default prompt, if it has one (CrossEncoder.rank's)
+    if isinstance(options, RequestError):
+        return options
+    return CohereRerankRequest(tuple(Pair(query, d) for d in documents), model, top_n, return_documents, options)
 
 
 ROUTES = {PATH: parse}

@@ -116,7 +116,27 @@ def parse(body: Any, limits: Limits) -> EmbeddingsRequest | RequestError:
     options = _options(body, limits)
     if isinstance(options, RequestError):
         return options
+    if options["options"].prompt and not isinstance(inputs[0], str):
+        return _prompted_ids(body, limits)
     return EmbeddingsRequest(inputs, **options)
+
+
+def _prompted_ids(body: Mapping[str, Any], limits: Limits) -> RequestError:
+    """Token ids with a prompt: sentence-transformers tokenizes prompt + text as one string, whose tokens are not
+    always the prompt's then the text's (a byte-level BPE joins the space after "query:" to the first word), so it
+    is refused."""
+    if body.get("prompt") is not None:
+        which = 'a "prompt"'
+    elif body.get("prompt_name") is not None:
+        which = f'"prompt_name" {quote(body["prompt_name"], 40)}'
+    else:
+        which = f"the model's default prompt {quote(limits.default_prompt, 40)}"
+    return bad(
+        "InvalidRequest",
+        f"token ids are not served with a prompt ({which}): the tokens of prompt + text can differ from the "
+        'prompt\'s tokens followed by the ids; send the text, or "prompt": "" to embed the ids with no prompt',
+        "input",
+    )
 
 
 def _options(body: Mapping[str, Any], limits: Limits) -> dict[str, Any] | RequestError:
