@@ -62,6 +62,7 @@ class Tokenizer:
         self.vocab_size = int(self._backend.get_vocab_size(with_added_tokens=True))
         self.cut_chars = CUT_CHARS_PER_TOKEN * max_length
         self._prompt_lengths: dict[str, int] = {}
+        self._special_ids = frozenset(int(i) for i in hf.all_special_ids)
 
     @property
     def max_cut_chars(self) -> int:
@@ -164,11 +165,12 @@ class Tokenizer:
 
     def prompt_length(self, prompt: str) -> int:
         """Tokens of a prompt as sentence-transformers counts them to leave out of pooling: the prompt tokenized
-        alone, special tokens included, less one; the PROMPT_CACHE most recently used kept (a request's own
-        prompts are unbounded in number)."""
+        alone, special tokens included, less a trailing special token; the PROMPT_CACHE most recently used kept (a
+        request's own prompts are unbounded in number)."""
         length = self._prompt_lengths.pop(prompt, None)
         if length is None:
-            length = len(self._backend.encode(prompt).ids) - 1
+            ids = self._backend.encode(prompt).ids
+            length = len(ids) - (1 if ids and ids[-1] in self._special_ids else 0)
             if len(self._prompt_lengths) >= PROMPT_CACHE:
                 del self._prompt_lengths[next(iter(self._prompt_lengths))]  # the least recently used
         self._prompt_lengths[prompt] = length

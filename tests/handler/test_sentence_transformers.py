@@ -281,3 +281,22 @@ def test_token_ids_are_refused_with_a_prompt_and_equal_their_text_without_one(fo
     got = np.array([r["data"][0]["embedding"] for r in replies[3:]])
     close(got[:2], reference(folder, [text, text], prompt=""))
     close(got[2:], reference(folder, [text], prompt_name="passage"))
+
+
+def test_an_excluded_prompt_is_counted_as_sentence_transformers_counts_it_without_an_end_token(tmp_path):
+    """sentence-transformers leaves out of pooling the prompt's tokens with its special tokens, less a trailing
+    special one: a tokenizer that adds only a start token (Llama-style) leaves out one token more than a
+    [CLS] ... [SEP] one, not one fewer (was 0.79 off with a 200)."""
+    import json
+
+    spec = {"arch": "roberta", "include_prompt": False, "prompts": {"query": "query: "}, "max_seq_length": 120}
+    folder = build_sentence_transformer(tmp_path / "bos-only", **spec)
+    config = json.loads((folder / "tokenizer.json").read_text())
+    single = config["post_processor"]["single"]
+    config["post_processor"]["single"] = [t for t in single if t.get("SpecialToken", {}).get("id") != "</s>"]
+    (folder / "tokenizer.json").write_text(json.dumps(config))
+    texts = mixed_texts(4, seed=14)
+    handler, context = make_handler(folder, max_length=120)
+    ((status, body),) = serve(handler, context, [{"body": {"texts": texts, "prompt_name": "query"}}])
+    assert status == 200 and handler.tokenizer.suffix == ()
+    close(np.array([a["embedding"] for a in body]), reference(folder, texts, prompt_name="query"))
