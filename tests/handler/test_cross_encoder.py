@@ -165,19 +165,19 @@ def test_prompts_go_before_the_query_as_cross_encoder_puts_them(models, tmp_path
                 for n, c in zip(("text", "text_pair"), zip(*pairs))
             ]
         }
-        rows = [{"body": {"pairs": pairs, **options}}, {"body": {**v2, "parameters": options}}]
-        paths = ["", ""]
-        if not options:  # the rerank routes name no prompt: the model's default applies, as in CrossEncoder.rank
-            rows += [{"body": {"query": QUERY, "texts": docs}}, {"body": {"query": QUERY, "documents": docs}}]
-            paths += ["rerank", "v1/rerank"]
-        answers = serve_at(handler, context, rows, paths)
+        rows = [
+            {"body": {"pairs": pairs, **options}},
+            {"body": {**v2, "parameters": options}},
+            {"body": {"query": QUERY, "texts": docs, **options}},  # as CrossEncoder.rank(prompt_name=...) ranks
+            {"body": {"query": QUERY, "documents": docs, **options}},
+        ]
+        answers = serve_at(handler, context, rows, ["", "", "rerank", "v1/rerank"])
         assert all(s == 200 for s, _ in answers), answers
-        native, kserve, *rerank = (body for _, body in answers)
+        native, kserve, tei, cohere = (body for _, body in answers)
         assert max(abs(a["score"] - e) for a, e in zip(native, expected)) <= TOLERANCE, options
         assert max(abs(a - e) for a, e in zip(kserve["outputs"][0]["data"], expected)) <= TOLERANCE, options
-        if rerank:
-            ranked_as_expected(rerank[0], expected, "score", len(docs))
-            ranked_as_expected(rerank[1]["results"], expected, "relevance_score", len(docs))
+        ranked_as_expected(tei, expected, "score", len(docs))
+        ranked_as_expected(cohere["results"], expected, "relevance_score", len(docs))
     plain = sharpened(build_cross_encoder(tmp_path / "plain"))
     handler, context = handler_for(plain, "torch", tmp_path)
     ((status, body),) = serve(handler, context, [{"body": {"pairs": pairs, "prompt": "custom: "}}])
