@@ -183,13 +183,21 @@ def build_sentence_transformer(
     return target
 
 
-def build_cross_encoder(target: Path, arch: str = "bert", labels: int = 1, seed: int = 0) -> Path:
+def build_cross_encoder(
+    target: Path,
+    arch: str = "bert",
+    labels: int = 1,
+    seed: int = 0,
+    prompts: dict[str, str] | None = None,
+    default_prompt: str | None = None,
+) -> Path:
     """A tiny random cross-encoder saved by sentence-transformers itself (`CrossEncoder(body).save()`)."""
     from sentence_transformers import CrossEncoder
 
     names = {i: f"LABEL_{i}" for i in range(labels)}
     body = build_tiny(target.parent / f"{target.name}-body", arch, classifier=True, seed=seed, labels_by_id=names)
-    CrossEncoder(str(body), device="cpu").save(str(target))
+    model = CrossEncoder(str(body), device="cpu", prompts=prompts, default_prompt_name=default_prompt)
+    model.save(str(target))
     return target
 
 

@@ -162,6 +162,13 @@ def _json(path: Path) -> Any:
         raise ChainError(f"{path}: not readable JSON ({type(e).__name__}: {str(e)[:120]})") from None
 
 
+def read_prompts(model_dir: Path | str) -> Chain:
+    """A classifier's settings: no module chain, the prompts a CrossEncoder saves (config_sentence_transformers.json),
+    which it puts before each pair's first text."""
+    prompts, default_prompt = _prompts(Path(model_dir))
+    return Chain(prompts=prompts, default_prompt_name=default_prompt)
+
+
 def _prompts(folder: Path) -> tuple[dict[str, str], str | None]:
     path = folder / "config_sentence_transformers.json"
     if not path.is_file():

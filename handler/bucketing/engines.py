@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from .chain import Chain, ChainError, read_chain
+from .chain import Chain, ChainError, read_chain, read_prompts
 from .config import ENGINES, ConfigError, HandlerConfig
 
 logger = logging.getLogger(__name__)
@@ -62,7 +62,8 @@ class ModelInfo:
     labels: tuple[str, ...]
     vocab_size: int
     activation: str = "softmax"  # classification: how logits become scores (protocols.base.ACTIVATIONS)
-    chain: Chain = Chain()  # embedding: the sentence-transformers module chain (a plain folder: mean pooling)
+    chain: Chain = Chain()  # embedding: the sentence-transformers module chain (a plain folder: mean pooling);
+    # classification: a CrossEncoder's prompts alone
 
 
 class Head(torch.nn.Module):
@@ -175,7 +176,7 @@ def load_head(task: str, model_dir: str, attention: str | None = None) -> tuple[
     positions = usable_positions(cfg)
     try:
         labels = class_labels(cfg)
-        chain = read_chain(model_dir) if task != "classification" else Chain()
+        chain = read_chain(model_dir) if task != "classification" else read_prompts(model_dir)
     except (ValueError, ChainError) as e:
         raise EngineError(f"{model_dir}: {e}") from None
     dims = chain.dimensions(int(cfg.hidden_size))

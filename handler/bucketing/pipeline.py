@@ -95,7 +95,7 @@ class Pipeline:
         self.tokenizer = tokenizer
         self.task = task
         self.plan = plan
-        prompts, default_prompt = model_prompts(config, getattr(task, "chain", None))
+        prompts, default_prompt = model_prompts(config, getattr(task, "chain", None) or getattr(task, "settings", None))
         self.limits = Limits(
             max_texts=config.max_texts_per_request,
             max_length=config.max_length,
@@ -200,8 +200,10 @@ class Pipeline:
                 if isinstance(merged.inputs[i], tuple):
                     out[i] = self.tokenizer.wrap(merged.inputs[i], left)
         pairs = [i for i, x in enumerate(merged.inputs) if isinstance(x, Pair)]
-        if pairs:  # a cross-encoder's query and document, cut longest_first as CrossEncoder does
-            encoded = self.tokenizer.encode_pairs([(merged.inputs[i].query, merged.inputs[i].document) for i in pairs])
+        if pairs:  # a cross-encoder's query (after the prompt) and document, cut longest_first as CrossEncoder does
+            encoded = self.tokenizer.encode_pairs(
+                [(merged.options[i].prompt + merged.inputs[i].query, merged.inputs[i].document) for i in pairs]
+            )
             for i, e in zip(pairs, encoded):
                 out[i] = e
         missing = [i for i, e in enumerate(out) if e is None]

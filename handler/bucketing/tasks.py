@@ -76,6 +76,7 @@ class ClassificationTask:
         self.labels = info.labels
         self.dimensions = len(info.labels)
         self.activation = info.activation
+        self.settings = info.chain  # a CrossEncoder's prompts (no module chain follows a classifier)
 
     def forward(
         self, ids: np.ndarray, mask: np.ndarray, skip: Sequence[int] | None = None, types: np.ndarray | None = None

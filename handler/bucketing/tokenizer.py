@@ -62,6 +62,7 @@ class Tokenizer:
         self.vocab_size = int(self._backend.get_vocab_size(with_added_tokens=True))
         self.cut_chars = CUT_CHARS_PER_TOKEN * max_length
         self._prompt_lengths: dict[str, int] = {}
+        self._special_ids = frozenset(int(i) for i in hf.all_special_ids)
 
     @property
     def max_cut_chars(self) -> int:
@@ -164,10 +165,16 @@ class Tokenizer:
 
     def prompt_length(self, prompt: str) -> int:
         """Tokens of a prompt as sentence-transformers counts them to leave out of pooling: the prompt tokenized
-        alone, special tokens included, less one."""
-        if prompt not in self._prompt_lengths:
-            self._prompt_lengths[prompt] = len(self._backend.encode(prompt).ids) - 1
-        return self._prompt_lengths[prompt]
+        alone, special tokens included, less a trailing special token; the PROMPT_CACHE most recently used kept (a
+        request's own prompts are unbounded in number)."""
+        length = self._prompt_lengths.pop(prompt, None)
+        if length is None:
+            ids = self._backend.encode(prompt).ids
+            length = len(ids) - (1 if ids and ids[-1] in self._special_ids else 0)
+            if len(self._prompt_lengths) >= PROMPT_CACHE:
+                del self._prompt_lengths[next(iter(self._prompt_lengths))]  # the least recently used
+        self._prompt_lengths[prompt] = length
+        return length
 
     def wrap(self, ids: Sequence[int], left: bool = False) -> Encoded:
         """Token ids given without special tokens, truncated to fit max_length (`left`: the last ones kept) and
@@ -224,6 +231,7 @@ def longest_first(n1: int, n2: int, budget: int) -> tuple[int, int]:
     return (long, short) if swap else (short, long)
 
 
+PROMPT_CACHE = 64  # prompt token counts kept: the model's few prompts, and the latest of requests' own
 CUT_CHARS_PER_TOKEN = 32  # the first prefix tried: enough for max_length tokens of any ordinary prose
 GROWTH = 4  # the one longer prefix tried when the first settles nothing (so a text costs at most 1 + 4 prefixes)
 

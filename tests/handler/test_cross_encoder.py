@@ -143,3 +143,58 @@ def test_rerank_on_a_three_label_model_or_an_embedder_is_a_404_saying_why(models
     embedder, ctx = make_handler(tiny_embedder_dir)
     ((status, body),) = serve(embedder, ctx, [{"body": {"pairs": [["a", "b"]]}}])
     assert status == 400 and "text pairs need a classification model" in body["message"]
+
+
+def test_prompts_go_before_the_query_as_cross_encoder_puts_them(models, tmp_path):
+    """A CrossEncoder's own prompts (and its default one), a named one or a request's `prompt`: put before each
+    pair's query, as `CrossEncoder.predict(pairs, prompt_name=..., prompt=...)` does, on every pair route; a plain
+    cross-encoder takes a request's `prompt` the same way (never accepted and ignored)."""
+    prompts = {"q": "query: ", "find": "Find the passage that answers: "}
+    folder = sharpened(build_cross_encoder(tmp_path / "prompted", prompts=prompts, default_prompt="q"))
+    docs = documents(4, seed=12)
+    pairs = [[QUERY, d] for d in docs]
+    model = cross_encoder(folder)
+    handler, context = handler_for(folder, "torch", tmp_path)
+    without = model.predict(pairs, prompt="")
+    for options in ({}, {"prompt_name": "find"}, {"prompt": "custom: "}, {"prompt": ""}):
+        expected = model.predict(pairs, **options)
+        assert options == {"prompt": ""} or np.max(np.abs(expected - without)) > 100 * TOLERANCE  # not by chance
+        v2 = {
+            "inputs": [
+                {"name": n, "datatype": "BYTES", "shape": [4], "data": list(c)}
+                for n, c in zip(("text", "text_pair"), zip(*pairs))
+            ]
+        }
+        rows = [
+            {"body": {"pairs": pairs, **options}},
+            {"body": {**v2, "parameters": options}},
+            {"body": {"query": QUERY, "texts": docs, **options}},  # as CrossEncoder.rank(prompt_name=...) ranks
+            {"body": {"query": QUERY, "documents": docs, **options}},
+        ]
+        answers = serve_at(handler, context, rows, ["", "", "rerank", "v1/rerank"])
+        assert all(s == 200 for s, _ in answers), answers
+        native, kserve, tei, cohere = (body for _, body in answers)
+        assert max(abs(a["score"] - e) for a, e in zip(native, expected)) <= TOLERANCE, options
+        assert max(abs(a - e) for a, e in zip(kserve["outputs"][0]["data"], expected)) <= TOLERANCE, options
+        ranked_as_expected(tei, expected, "score", len(docs))
+        ranked_as_expected(cohere["results"], expected, "relevance_score", len(docs))
+    plain = sharpened(build_cross_encoder(tmp_path / "plain"))
+    handler, context = handler_for(plain, "torch", tmp_path)
+    ((status, body),) = serve(handler, context, [{"body": {"pairs": pairs, "prompt": "custom: "}}])
+    expected = cross_encoder(plain).predict(pairs, prompt="custom: ")
+    assert np.max(np.abs(expected - cross_encoder(plain).predict(pairs))) > 100 * TOLERANCE
+    assert status == 200 and max(abs(a["score"] - e) for a, e in zip(body, expected)) <= TOLERANCE
+
+
+def sharpened(folder):
+    """The model with its weight matrices scaled up, so that a prompt moves its scores well past the tolerance (a
+    tiny random model's scores differ by about 1e-5 whatever its input)."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    model = AutoModelForSequenceClassification.from_pretrained(folder)
+    with torch.no_grad():
+        for weight in (p for p in model.parameters() if p.dim() == 2):
+            weight.mul_(10)
+    model.save_pretrained(folder)
+    return folder

@@ -3,6 +3,7 @@ device and dtype selection."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import numpy as np
@@ -104,3 +105,40 @@ def test_cuda_worker_matches_the_cpu(onnx_dirs, engine):
         strict=True,
     ):
         assert np.max(np.abs(np.array(a["embedding"]) - np.array(b["embedding"]))) <= 1e-4
+
+
+def openai(handler, context, bodies):
+    """Answers to OpenAI embeddings bodies, served in one delivered batch."""
+    context.with_requests(["application/json"] * len(bodies), ["v1/embeddings"] * len(bodies))
+    replies = handler.handle([{"body": b} for b in bodies], context)
+    return [(context.status[i][0], json.loads(r)) for i, r in enumerate(replies)]
+
+
+@pytest.mark.parametrize("engine", ["torch", "onnxruntime"])
+def test_token_ids_cut_either_side_as_their_text_and_the_kept_ids_are_checked(onnx_dirs, tiny_embedder_dir, engine):
+    """Ids over max_length keep the ids the text's own cut keeps (the last ones with `truncation_direction: left`),
+    and every kept id is checked: -1 or 10**6 there is the client's 400, never a 500 or ONNX's wrapped index."""
+    from transformers import AutoTokenizer
+
+    folder = onnx_dirs["embedding"] if engine == "onnxruntime" else tiny_embedder_dir
+    handler, context = make_handler(folder, engine=engine, max_length=32)
+    text = " ".join(mixed_texts(12, seed=9))
+    ids = AutoTokenizer.from_pretrained(tiny_embedder_dir)(text, add_special_tokens=False)["input_ids"]
+    assert len(ids) > 3 * 32
+    vocab = handler.tokenizer.vocab_size
+    bodies = []
+    for side in ("right", "left"):
+        bodies += [{"input": text, "truncation_direction": side}, {"input": ids, "truncation_direction": side}]
+    bodies.append({"input": ids[:32] + [-1] + ids[33:], "truncation_direction": "left"})  # -1 cut away on the left
+    (text_right, ids_right, text_left, ids_left, cut_away) = openai(handler, context, bodies)
+    for by_text, by_ids in ((text_right, ids_right), (text_left, ids_left), (text_left, cut_away)):
+        assert by_text[0] == by_ids[0] == 200, (by_text, by_ids)
+        got, expected = (np.array(b["data"][0]["embedding"]) for b in (by_ids[1], by_text[1]))
+        assert np.max(np.abs(got - expected)) <= 1e-5
+    assert np.max(np.abs(np.array(text_left[1]["data"][0]["embedding"]) - text_right[1]["data"][0]["embedding"])) > 0.01
+    for side, index, bad_id in (("left", -1, -1), ("left", -30, 10**6), ("right", 0, -1), ("right", 29, vocab)):
+        wrong = list(ids)
+        wrong[index] = bad_id
+        ((status, body),) = openai(handler, context, [{"input": wrong, "truncation_direction": side}])
+        assert status == 400 and f"= {bad_id} is not a token id" in body["error"]["message"], (side, body)
+        assert f"input[{index % len(ids)}]" in body["error"]["message"]

@@ -272,3 +272,70 @@ def test_a_graph_that_does_not_export_is_one_line_naming_the_torch_engine(gemma3
     assert err.startswith("error: ") and "Traceback" not in err
     assert "the ONNX export of this gemma3_text model failed (RuntimeError: unordered_map::at); build it with " in err
     assert err.endswith("--engine torch, which serves it exactly")
+
+
+def test_request_prompts_are_not_kept_without_bound(folders, tmp_path):
+    """A pooling that leaves the prompt out counts each prompt's tokens; a request's own prompts are counted in a
+    bounded cache (4000 distinct 4 KB prompts once kept 107 MB), and an answer stays exact after eviction."""
+    from bucketing.tokenizer import PROMPT_CACHE
+
+    folder = folders["prompt-excluded"]
+    handler, context = make_handler(folder, max_length=128)
+    rows = [{"body": {"text": "a short text", "prompt": f"prompt {i}: "}} for i in range(3 * PROMPT_CACHE)]
+    assert all(status == 200 for status, _ in serve(handler, context, rows))
+    assert len(handler.tokenizer._prompt_lengths) == PROMPT_CACHE
+    texts = mixed_texts(3, seed=10)
+    ((status, body),) = serve(handler, context, [{"body": {"texts": texts, "prompt": "prompt 0: "}}])  # evicted
+    close(np.array([a["embedding"] for a in body]), reference(folder, texts, prompt="prompt 0: "))
+
+
+def test_token_ids_are_refused_with_a_prompt_and_equal_their_text_without_one(folders):
+    """The tokens of prompt + text are not always the prompt's then the text's (a byte-level BPE joins the space
+    after the prompt to the first word), so token ids with a prompt (the model's default, a named one or a
+    request's) are refused, saying why; with `"prompt": ""` they are the text's embedding, `encode(text, prompt="")`."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    folder = folders["prompts"]
+    text = mixed_texts(6, seed=13)[2]
+    ids = AutoTokenizer.from_pretrained(folder)(text, add_special_tokens=False)["input_ids"]
+    handler, context = make_handler(folder, max_length=128)
+    bodies = [
+        {"input": ids},
+        {"input": [ids], "prompt_name": "passage"},
+        {"input": ids, "prompt": "custom: "},
+        {"input": ids, "prompt": ""},
+        {"input": text, "prompt": ""},
+        {"input": [text], "prompt_name": "passage"},
+    ]
+    context.with_requests(["application/json"] * len(bodies), ["v1/embeddings"] * len(bodies))
+    replies = [json.loads(r) for r in handler.handle([{"body": b} for b in bodies], context)]
+    statuses = [context.status[i][0] for i in range(len(bodies))]
+    assert statuses == [400, 400, 400, 200, 200, 200], replies
+    default, named, own = (r["error"] for r in replies[:3])
+    assert "the model's default prompt 'query'" in default["message"] and default["param"] == "input"
+    assert "\"prompt_name\" 'passage'" in named["message"] and 'a "prompt"' in own["message"]
+    assert all('send the text, or "prompt": ""' in e["message"] for e in (default, named, own))
+    got = np.array([r["data"][0]["embedding"] for r in replies[3:]])
+    close(got[:2], reference(folder, [text, text], prompt=""))
+    close(got[2:], reference(folder, [text], prompt_name="passage"))
+
+
+def test_an_excluded_prompt_is_counted_as_sentence_transformers_counts_it_without_an_end_token(tmp_path):
+    """sentence-transformers leaves out of pooling the prompt's tokens with its special tokens, less a trailing
+    special one: a tokenizer that adds only a start token (Llama-style) leaves out one token more than a
+    [CLS] ... [SEP] one, not one fewer (was 0.79 off with a 200)."""
+    import json
+
+    spec = {"arch": "roberta", "include_prompt": False, "prompts": {"query": "query: "}, "max_seq_length": 120}
+    folder = build_sentence_transformer(tmp_path / "bos-only", **spec)
+    config = json.loads((folder / "tokenizer.json").read_text())
+    single = config["post_processor"]["single"]
+    config["post_processor"]["single"] = [t for t in single if t.get("SpecialToken", {}).get("id") != "</s>"]
+    (folder / "tokenizer.json").write_text(json.dumps(config))
+    texts = mixed_texts(4, seed=14)
+    handler, context = make_handler(folder, max_length=120)
+    ((status, body),) = serve(handler, context, [{"body": {"texts": texts, "prompt_name": "query"}}])
+    assert status == 200 and handler.tokenizer.suffix == ()
+    close(np.array([a["embedding"] for a in body]), reference(folder, texts, prompt_name="query"))

@@ -493,6 +493,17 @@ def test_openai_token_ids_past_max_length_are_not_all_validated():
     assert error.status == 400 and "input[15] = 1000000000 is not a token id" in error.message
 
 
+def test_openai_token_ids_cut_on_the_left_keep_and_check_the_last_ones():
+    left = {"truncation_direction": "left"}
+    ids = [10**9] * 1000 + list(range(1, 18))  # the last 16 are kept (and one more, that tells they were cut)
+    request = incoming({"input": ids, **left}, JSON, url_path="v1/embeddings").outcome
+    assert isinstance(request, EmbeddingsRequest) and request.inputs == (tuple(range(1, 18)),)
+    for wrong, index in (([5] * 20 + [-1] + [5] * 15, 20), ([5] * 30 + [1000], 30)):
+        for body in ({"input": wrong, **left}, {"input": [[5], wrong], **left}):
+            error = incoming(body, JSON, url_path="v1/embeddings").outcome
+            assert error.status == 400 and f"[{index}] = {wrong[index]} is not a token id" in error.message
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [
@@ -602,3 +613,45 @@ def test_every_wire_format_is_registered_once_with_its_routes():
     for wire in protocols.WIRES:
         assert wire.SERVED in protocols.SERVED and callable(wire.error_body)
     assert incoming({}, JSON, url_path="v1/nope").wire is openai  # a 404 in the shape of its neighbours
+
+
+def v2_pair_body(binary_names, queries=("q", "q"), documents=("d1", "d2"), order=("text", "text_pair")):
+    """A v2 pair request whose inputs named in `binary_names` carry their data as binary (in the order sent)."""
+    columns = {"text": list(queries), "text_pair": list(documents)}
+    tensors, raw = [], b""
+    for name in order:
+        data = columns[name]
+        tensor = {"name": name, "datatype": "BYTES", "shape": [len(data)]}
+        if name in binary_names:
+            chunk = b"".join(struct.pack("<I", len(t.encode())) + t.encode() for t in data)
+            tensor["parameters"] = {"binary_data_size": len(chunk)}
+            raw += chunk
+        else:
+            tensor["data"] = data
+        tensors.append(tensor)
+    head = json.dumps({"inputs": tensors}).encode()
+    return head + raw, {"inference-header-content-length": str(len(head))}
+
+
+@pytest.mark.parametrize("order", [("text", "text_pair"), ("text_pair", "text")])
+@pytest.mark.parametrize("binary_names", [{"text"}, {"text_pair"}, {"text", "text_pair"}])
+def test_kserve_v2_pairs_with_either_input_binary_are_served(binary_names, order):
+    from bucketing.protocols.base import Pair
+
+    body, headers = v2_pair_body(binary_names, ("q1", "q2"), ("d1", "d2"), order)
+    request = incoming(body, "application/octet-stream", headers=headers, limits=CLASSIFIER).outcome
+    assert isinstance(request, V2Request), request
+    assert request.inputs == (Pair("q1", "d1"), Pair("q2", "d2"))
+
+
+def test_kserve_v2_pair_binary_sizes_must_add_up():
+    body, headers = v2_pair_body({"text_pair"})
+    error = incoming(body + b"x", "application/octet-stream", headers=headers, limits=CLASSIFIER).outcome
+    assert error.status == 400 and "binary_data_size add up to 12 but 13 bytes follow" in error.message
+    head = json.loads(body[: int(headers["inference-header-content-length"])])
+    head["inputs"][0]["parameters"] = {"binary_data_size": "4"}
+    head = json.dumps(head).encode()
+    rebuilt = head + body[int(headers["inference-header-content-length"]) :]
+    headers = {"inference-header-content-length": str(len(head))}
+    error = incoming(rebuilt, "application/octet-stream", headers=headers, limits=CLASSIFIER).outcome
+    assert error.status == 400 and "inputs[0].parameters.binary_data_size must be a byte count" in error.message

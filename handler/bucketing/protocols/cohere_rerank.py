@@ -1,7 +1,8 @@
 """The Cohere/Jina rerank API (as vLLM and infinity serve it, and LangChain's and LlamaIndex's rerankers call it)
 at `/predictions/NAME/VERSION/v1/rerank`, for a one-label cross-encoder.
 
-Request: `{"model"?, "query": str, "documents": [str | {"text": str}], "top_n"?, "return_documents"?}`. Answer:
+Request: `{"model"?, "query": str, "documents": [str | {"text": str}], "top_n"?, "return_documents"?}`, and our
+`prompt_name` or `prompt` (before the query). Answer:
 `{"model", "results": [{"index", "relevance_score", "document"?: {"text"}}], "usage": {"total_tokens"}}`, best
 first, at most `top_n`. Errors in OpenAI's shape (as vLLM answers them).
 """
@@ -12,13 +13,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Answer, Limits, Options, Pair, RequestError, bad, check_count, is_int, json_type, texts
+from .base import Answer, Limits, Options, Pair, RequestError, bad, check_count, is_int, json_type, read_options, texts
 from .openai import MAX_MODEL_CHARS
 from .openai import error_body as error_body
 from .tei_rerank import rerank_query
 
 NAME = "cohere-rerank"
 PATH = "v1/rerank"
+PROMPT_FIELDS = ("prompt_name", "prompt")  # ours, put before the query as CrossEncoder.rank puts them
 SERVED = f"POST /predictions/NAME/VERSION/{PATH} (Cohere/Jina rerank, one-label classifiers)"
 
 
@@ -69,7 +71,10 @@ def parse(body: Any, limits: Limits) -> CohereRerankRequest | RequestError:
             f"'return_documents' must be true or false, got {json_type(return_documents)}",
             "return_documents",
         )
-    return CohereRerankRequest(tuple(Pair(query, d) for d in documents), model, top_n, return_documents)
+    options = read_options(body, limits, PROMPT_FIELDS)  # none named: the model's default (CrossEncoder.rank's)
+    if isinstance(options, RequestError):
+        return options
+    return CohereRerankRequest(tuple(Pair(query, d) for d in documents), model, top_n, return_documents, options)
 
 
 ROUTES = {PATH: parse}

@@ -199,15 +199,16 @@ def parse(body: Any, limits: Limits, binary: bytes | None = None) -> V2Request |
         )
     if len(inputs) == 2 and sorted(str(i.get("name")) for i in inputs) != ["text", "text_pair"]:
         return bad("InvalidRequest", 'two inputs must be named "text" and "text_pair" (text pairs)', "inputs")
+    starts = _binary_starts(inputs, binary) if binary is not None and len(inputs) == 2 else None
+    if isinstance(starts, RequestError):
+        return starts
     columns = []
     for tensor in sorted(inputs, key=lambda i: i.get("name") == "text_pair"):
-        t = f"inputs[{inputs.index(tensor)}]"
-        size = _binary_size(tensor)
-        mine = binary
-        if binary is not None and len(inputs) == 2 and size is not None:  # each input's bytes in order, as sent
-            start = 0 if inputs.index(tensor) == 0 else _binary_size(inputs[0])
-            mine = None if start is None else binary[start : start + size]
-        column = _column(tensor, mine, limits, t)
+        k = inputs.index(tensor)
+        size, mine = _binary_size(tensor), binary
+        if binary is not None and starts is not None and size is not None:  # each input's bytes in order, as sent
+            mine = binary[starts[k] : starts[k] + size]
+        column = _column(tensor, mine, limits, f"inputs[{k}]")
         if isinstance(column, RequestError):
             return column
         columns.append(column)
@@ -255,6 +256,31 @@ def _binary_size(tensor: Mapping[str, Any]) -> int | None:
     parameters = tensor.get("parameters")
     size = parameters.get("binary_data_size") if isinstance(parameters, Mapping) else None
     return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+
+def _binary_starts(inputs: Sequence[Mapping[str, Any]], binary: bytes) -> list[int] | RequestError:
+    """Where each input's bytes start in the binary part: after those of the inputs sent before it that carry
+    `binary_data_size` (either input may be the binary one, or both); the sizes must add up to the part's length."""
+    starts, total = [], 0
+    for k, tensor in enumerate(inputs):
+        starts.append(total)
+        parameters = tensor.get("parameters")
+        if not isinstance(parameters, Mapping) or "binary_data_size" not in parameters:
+            continue
+        size = _binary_size(tensor)
+        if size is None or size < 0:
+            return bad(
+                "InvalidRequest",
+                f"inputs[{k}].parameters.binary_data_size must be a byte count, got "
+                f"{quote(parameters['binary_data_size'], 40)}",
+            )
+        total += size
+    if total != len(binary):
+        return bad(
+            "InvalidRequest",
+            f"the inputs' binary_data_size add up to {total} but {len(binary)} bytes follow the JSON",
+        )
+    return starts
 
 
 def _data(tensor: Mapping[str, Any], binary: bytes | None, max_texts: int, t: str = "inputs[0]") -> Any:

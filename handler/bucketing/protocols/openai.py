@@ -110,13 +110,33 @@ def parse(body: Any, limits: Limits) -> EmbeddingsRequest | RequestError:
         return bad("InvalidRequest", f"expected a JSON object, got a JSON {json_type(body)}")
     if "input" not in body:
         return bad("InvalidRequest", "'input' is a required property", "input")
-    inputs = _inputs(body["input"], limits)
+    inputs = _inputs(body["input"], limits, body.get("truncation_direction") == "left")
     if isinstance(inputs, RequestError):
         return inputs
     options = _options(body, limits)
     if isinstance(options, RequestError):
         return options
+    if options["options"].prompt and not isinstance(inputs[0], str):
+        return _prompted_ids(body, limits)
     return EmbeddingsRequest(inputs, **options)
+
+
+def _prompted_ids(body: Mapping[str, Any], limits: Limits) -> RequestError:
+    """Token ids with a prompt: sentence-transformers tokenizes prompt + text as one string, whose tokens are not
+    always the prompt's then the text's (a byte-level BPE joins the space after "query:" to the first word), so it
+    is refused."""
+    if body.get("prompt") is not None:
+        which = 'a "prompt"'
+    elif body.get("prompt_name") is not None:
+        which = f'"prompt_name" {quote(body["prompt_name"], 40)}'
+    else:
+        which = f"the model's default prompt {quote(limits.default_prompt, 40)}"
+    return bad(
+        "InvalidRequest",
+        f"token ids are not served with a prompt ({which}): the tokens of prompt + text can differ from the "
+        'prompt\'s tokens followed by the ids; send the text, or "prompt": "" to embed the ids with no prompt',
+        "input",
+    )
 
 
 def _options(body: Mapping[str, Any], limits: Limits) -> dict[str, Any] | RequestError:
@@ -142,8 +162,9 @@ def _options(body: Mapping[str, Any], limits: Limits) -> dict[str, Any] | Reques
     return {"model": model, "encoding_format": encoding, "options": options}
 
 
-def _inputs(value: Any, limits: Limits) -> tuple[Input, ...] | RequestError:
-    """A string, a list of strings, a list of token ids, or a list of lists of token ids."""
+def _inputs(value: Any, limits: Limits, left: bool = False) -> tuple[Input, ...] | RequestError:
+    """A string, a list of strings, a list of token ids, or a list of lists of token ids (`left`: ids over
+    max_length keep their last ones)."""
     if isinstance(value, str):
         error = check_text(value, "'input'")
         return (value,) if error is None else _param(error)
@@ -153,7 +174,7 @@ def _inputs(value: Any, limits: Limits) -> tuple[Input, ...] | RequestError:
         return bad("EmptyText", "'input' is an empty array", "input")
     first = value[0]
     if is_int(first):
-        ids = _ids(value, "input", limits)
+        ids = _ids(value, "input", limits, left)
         return ids if isinstance(ids, RequestError) else (ids,)
     if not isinstance(first, (str, list)):
         return bad(
@@ -175,21 +196,23 @@ def _inputs(value: Any, limits: Limits) -> tuple[Input, ...] | RequestError:
                 f"{' (empty)' if isinstance(item, list) else ''}",
                 "input",
             )
-        parsed = (check_text(item, f"input[{i}]") or item) if kind is str else _ids(item, f"input[{i}]", limits)
+        parsed = (check_text(item, f"input[{i}]") or item) if kind is str else _ids(item, f"input[{i}]", limits, left)
         if isinstance(parsed, RequestError):
             return _param(parsed)
         out.append(parsed)
     return tuple(out)
 
 
-def _ids(value: list[Any], where: str, limits: Limits) -> tuple[int, ...] | RequestError:
-    """Token ids, each an integer; those max_length keeps (the first max_length) in the vocabulary. The rest is
-    cut away by max_length (truncate, or a 413 under on_overflow: reject), so only one more is kept, unchecked."""
+def _ids(value: list[Any], where: str, limits: Limits, left: bool = False) -> tuple[int, ...] | RequestError:
+    """Token ids, each an integer; those max_length keeps (the first max_length, or the last with a `left` cut) in
+    the vocabulary. The rest is cut away by max_length (truncate, or a 413 under on_overflow: reject), so only one
+    more is kept, unchecked, on the side cut: it only tells that ids were cut (wrapped in the special tokens, at
+    most max_length of them are kept, never it)."""
     for j, token in enumerate(value):
         if type(token) is not int:  # noqa: E721 - bool is not a token id; one fast pass over a long list
             return bad("InvalidType", f"{where}[{j}] must be a token id (an integer), got {json_type(token)}", "input")
-    kept = value[: limits.max_length]
-    for j, token in enumerate(kept):
+    first = max(len(value) - limits.max_length, 0) if left else 0
+    for j, token in enumerate(value[first : first + limits.max_length], first):
         if not 0 <= token < limits.vocab_size:
             shown = token if abs(token) < 10**12 else "a larger number"
             return bad(
@@ -197,7 +220,7 @@ def _ids(value: list[Any], where: str, limits: Limits) -> tuple[int, ...] | Requ
                 f"{where}[{j}] = {shown} is not a token id of this model's vocabulary (0 to {limits.vocab_size - 1})",
                 "input",
             )
-    return tuple(value[: limits.max_length + 1])
+    return tuple(value[-limits.max_length - 1 :] if left else value[: limits.max_length + 1])
 
 
 def _param(error: RequestError) -> RequestError:

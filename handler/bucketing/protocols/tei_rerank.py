@@ -1,7 +1,8 @@
 """Text Embeddings Inference's rerank API at `/predictions/NAME/VERSION/rerank`, for a one-label cross-encoder.
 
-Request: `{"query": str, "texts": [str], "raw_scores"?, "return_text"?, "truncate"?, "truncation_direction"?}`;
-each text is scored with the query as one pair. Answer: `[{"index", "score", "text"?}]`, best score first (the
+Request: `{"query": str, "texts": [str], "raw_scores"?, "return_text"?, "truncate"?, "truncation_direction"?}`,
+and our `prompt_name` or `prompt` (before the query, as `CrossEncoder.rank` puts it); each text is scored with the
+query as one pair. Answer: `[{"index", "score", "text"?}]`, best score first (the
 model's activation, or its logit with `raw_scores`). Errors in TEI's shape, `{"error", "error_type"}`.
 """
 
@@ -16,7 +17,7 @@ from .base import Answer, Limits, Options, Pair, RequestError, bad, check_count,
 NAME = "tei-rerank"
 PATH = "rerank"
 SERVED = f"POST /predictions/NAME/VERSION/{PATH} (TEI's rerank, one-label classifiers)"
-FIELDS = ("raw_scores", "truncate", "truncation_direction")
+FIELDS = ("raw_scores", "truncate", "truncation_direction", "prompt_name", "prompt")  # prompts: CrossEncoder.rank's
 
 
 def error_body(error: RequestError) -> dict[str, Any]:
