@@ -161,3 +161,30 @@ def test_bfloat16_on_the_cpu_is_for_the_torch_engine(bf16_cpu):
     assert check_dtype(HandlerConfig(dtype="bfloat16"), "cpu") == torch.bfloat16
     with pytest.raises(ConfigError, match="engine onnxruntime"):
         check_dtype(HandlerConfig(dtype="bfloat16", engine="onnxruntime"), "cpu")
+
+
+def test_the_build_of_a_bfloat16_archive_prints_its_fidelity(tiny_embedder_dir, tmp_path, capsys):
+    import yaml
+
+    from model_store import build
+
+    stage = tmp_path / "stage"
+    common = ["--model-dir", str(tiny_embedder_dir), "--strategies", "bucketed", "--stage-dir", str(stage)]
+    assert build.main([*common, "--dtype", "bfloat16", "--print-commands"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("bfloat16 fidelity vs float32 on 16 sample texts: cosine min 0.99")
+    assert "(measured at build; this CPU " in out.splitlines()[0]
+    handler = yaml.safe_load((stage / "minilm-bucketed.yaml").read_text())["handler"]
+    assert handler["dtype"] == "bfloat16" and handler["engine"] == "torch"  # bfloat16 runs on torch
+    assert build.main([*common, "--dtype", "bfloat16", "--engine", "onnxruntime", "--print-commands"]) == 2
+    assert "--dtype bfloat16 runs on the torch engine" in capsys.readouterr().err
+    config = tmp_path / "strict.yaml"
+    config.write_text(yaml.safe_dump({"handler": {"engine": "torch", "dtype": "bfloat16", "min_cosine": 1.0}}))
+    argv = ["--config", str(config), "--name", "strict", "--model-dir", str(tiny_embedder_dir), "--out", str(tmp_path)]
+    assert build.main(argv) == 2
+    err = capsys.readouterr().err
+    assert (
+        "is below handler.min_cosine 1; use dtype float32, or lower min_cosine knowingly (a worker would not start)"
+        in err
+        and not (tmp_path / "strict.mar").exists()
+    )
