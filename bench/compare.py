@@ -68,6 +68,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, help="threads per worker")
     p.add_argument("--engines", help="comma list of torch,onnxruntime (a configuration axis)")
     p.add_argument("--schedules", help="comma list of batch,continuous (handler.schedule; a configuration axis)")
+    p.add_argument(
+        "--dtypes",
+        help="comma list of float32,bfloat16 (handler.dtype; a configuration axis; bfloat16 runs on torch, where the "
+        "CPU multiplies it natively)",
+    )
     p.add_argument("--model-dir", type=Path, help="bench your own encoder folder (embedding) instead of MiniLM")
     p.add_argument("--bound", action="store_true", help="also measure the padding-free bound")
     p.add_argument("--offline", action="store_true", help="only the offline padded-token sweep (no server)")

@@ -22,6 +22,7 @@ from .tokenizer import collate
 if TYPE_CHECKING:
     from .tokenizer import Tokenizer
 
+CPU_DTYPES = ("float32", "bfloat16")  # what a CPU worker may run (bfloat16 where NATIVE_BF16)
 # /proc/cpuinfo flags of a CPU that multiplies bfloat16 in hardware (Intel AMX tiles; AVX512-BF16 dot products).
 NATIVE_BF16 = ("amx_bf16", "avx512_bf16")
 CPUINFO = Path("/proc/cpuinfo")
