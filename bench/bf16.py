@@ -35,13 +35,14 @@ def engine(folder: str, dtype: str, config: HandlerConfig) -> tuple[Engine, Mode
     head, info = load_head("embedding", folder)
     if dtype == "float32":
         return TorchEngine(head, "cpu", DTYPES[dtype], False, info.vocab_size), info
-    return open_reduced(head, info, config, folder, "cpu", DTYPES[dtype]), info
+    return open_reduced(head, info, dataclasses.replace(config, dtype=dtype), folder, "cpu", DTYPES[dtype]), info
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=None, help="bert-base-random, or a model folder (default: MiniLM)")
     p.add_argument("--texts", type=int, default=64, help="long-tail texts compared, spread over their lengths")
+    p.add_argument("--no-cost", action="store_true", help="skip calibrating the cost model (slow where emulated)")
     args = p.parse_args(argv)
     import torch
 
@@ -69,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
             ids, mask = collate([encoded[i].ids], lengths[i], tokenizer.pad_id)
             rows.append(run(ids, mask)[0])
         outputs[dtype] = np.array(rows)
+
+        if args.no_cost:
+            continue
 
         def forward(rows: int, length: int, run: Engine = run) -> None:
             run(np.full((rows, length), tokenizer.pad_id + 1, dtype=np.int64), np.ones((rows, length), dtype=np.int64))
