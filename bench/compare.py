@@ -24,6 +24,7 @@ from bench.runner import STEP_REQUESTS, CapacitySettings, Runner, build_archives
 from bench.stats import Summary
 from bench.tuning import run_tune
 from bench.workloads import BENCH_WORKLOADS, DOCS_PER_REQUEST, RERANK, Workload
+from bucketing import precision
 from model_store import archives
 from model_store.archives import ROOT
 from tsctl import Client, Endpoints, TorchServe, exit_on_signals
@@ -68,6 +69,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, help="threads per worker")
     p.add_argument("--engines", help="comma list of torch,onnxruntime (a configuration axis)")
     p.add_argument("--schedules", help="comma list of batch,continuous (handler.schedule; a configuration axis)")
+    p.add_argument(
+        "--dtypes",
+        help="comma list of float32,bfloat16 (handler.dtype; a configuration axis; bfloat16 runs on torch, where the "
+        "CPU multiplies it natively)",
+    )
     p.add_argument("--model-dir", type=Path, help="bench your own encoder folder (embedding) instead of MiniLM")
     p.add_argument("--bound", action="store_true", help="also measure the padding-free bound")
     p.add_argument("--offline", action="store_true", help="only the offline padded-token sweep (no server)")
@@ -103,6 +109,12 @@ def check_args(args: argparse.Namespace, plan: RunPlan) -> CapacitySettings | No
         raise SystemExit("--workload rerank: not with --peer, --suite tune or --bound (they measure embeddings)")
     if args.docs_per_request < 1:
         raise SystemExit(f"--docs-per-request: got {args.docs_per_request}; allowed: 1 or more")
+    reduced = sorted({c.dtype for c in plan.configs if c.dtype and c.dtype != "float32"})
+    if reduced and not args.inference_url and precision.native_bf16(precision.cpu_info()) is None:
+        raise SystemExit(
+            f"--dtypes {','.join(reduced)}: this CPU has no native bfloat16 (neither amx_bf16 nor avx512_bf16 in "
+            "/proc/cpuinfo): its workers would refuse to start; `python -m bench.bf16` measures the fidelity here"
+        )
     if args.p99_ms is None:
         return None
     if args.p99_ms <= 0:

@@ -37,11 +37,12 @@ def model_dir(model: str | None) -> Path:
     return folder
 
 
-def prefix(model: str | None, engine: str | None, schedule: str | None = None) -> str:
-    """Archive name prefix: `minilm` (`minilm-<engine>` off the default engine, `-continuous` for that schedule),
-    else the model's slug."""
+def prefix(model: str | None, engine: str | None, schedule: str | None = None, dtype: str | None = None) -> str:
+    """Archive name prefix: `minilm` (`minilm-<engine>` off the default engine, `-continuous` for that schedule,
+    `-bfloat16` off float32), else the model's slug."""
     base = PREFIX if model is None else re.sub(r"[^a-z0-9]+", "-", Path(model).name.lower()).strip("-") or "model"
     base = base if engine in (None, default_engine()) else f"{base}-{engine}"
+    base = base if dtype in (None, "float32") else f"{base}-{dtype}"
     return base if schedule in (None, "batch") else f"{base}-{schedule}"
 
 

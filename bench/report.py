@@ -35,7 +35,7 @@ def render_block(s: Summary) -> str:
     load = f"closed loop, {c.concurrency} clients" if c.mode == "closed" else f"open loop, {c.rate:g} req/s Poisson"
     bound = f"   ({_num(s.bound_fraction, '.2f')} of exact-length grouping)" if s.bound_fraction is not None else ""
     if s.roofline_fraction is not None:
-        bound += f"   ({_num(s.roofline_fraction, '.2f')} of the fp32 GEMM roofline)"
+        bound += f"   ({_num(s.roofline_fraction, '.2f')} of the {GEMM_NAMES[c.dtype or 'float32']} GEMM roofline)"
     errors = ", ".join(f"{k}: {v}" for k, v in sorted(s.errors.items())) or "none"
     server = f"server {_num(s.server_cpu_cores, '.2f')} cores, " if s.server_cpu_cores is not None else ""
     return "\n".join(
@@ -51,7 +51,7 @@ def render_block(s: Summary) -> str:
             f"  CPU:         {server}load generator {s.client_cpu_cores:.2f} cores",
             *([capacity_line(s)] if s.capacity else []),
             *(
-                [f"  Answers:     cosine >= {s.min_cosine:.6f} against our batch-of-one reference"]
+                [f"  Answers:     cosine >= {s.min_cosine:.6f} against our float32 batch-of-one reference"]
                 if s.min_cosine is not None
                 else []
             ),
@@ -115,15 +115,19 @@ RESULT_COLUMNS = (
     "bound_fraction",
 )
 CAPACITY_COLUMNS = ("capacity_rps", "capacity_p99_ms")  # shown when the run searched capacity (--p99-ms)
-PEER_COLUMNS = ("min_cosine",)  # shown when a peer ran
+FIDELITY_COLUMNS = ("min_cosine",)  # shown when answers were checked against our float32 reference
+DTYPE_COLUMNS = ("dtype",)  # shown when a configuration ran other than float32
+GEMM_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
 def results_table(summaries: Sequence[Summary]) -> str:
     columns = list(RESULT_COLUMNS)
     if any(s.capacity for s in summaries):
         columns[columns.index("p99_ms") + 1 : columns.index("p99_ms") + 1] = CAPACITY_COLUMNS
-    if any(s.config.peer for s in summaries):
-        columns += PEER_COLUMNS
+    if any(s.config.dtype not in (None, "float32") for s in summaries):
+        columns[columns.index("engine") + 1 : columns.index("engine") + 1] = DTYPE_COLUMNS
+    if any(s.min_cosine is not None for s in summaries):
+        columns += FIDELITY_COLUMNS
     return _table(columns, [[s.row()[k] for k in columns] for s in summaries])
 
 

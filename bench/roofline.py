@@ -1,4 +1,5 @@
-"""The real limit of a configuration: the machine's measured fp32 GEMM rate over the model's FLOPs per real token.
+"""The real limit of a configuration: the machine's measured GEMM rate in its dtype over the model's FLOPs per real
+token (float32; bfloat16, which a CPU with AMX multiplies several times faster).
 
 An encoder's work is almost all matrix products: per token and layer, the attention projections (4 d x d) and
 the feed-forward (2 d x ff), two FLOPs a multiply-add, plus attention's scores and mix (4 x length x d). The
@@ -21,14 +22,18 @@ def flops_per_token(model_dir: Path, mean_length: float) -> float:
     return layers * (2 * (4 * d * d + 2 * d * ff) + 4 * mean_length * d)
 
 
-def gemm_flops_per_core(seconds: float = 1.0, n: int = 384, m: int = 1536, rows: int = 512) -> float:
-    """The best fp32 matmul rate of one thread over `seconds` (the shapes of a MiniLM-sized feed-forward)."""
+def gemm_flops_per_core(
+    seconds: float = 1.0, n: int = 384, m: int = 1536, rows: int = 512, dtype: str = "float32"
+) -> float:
+    """The best matmul rate of one thread in `dtype` over `seconds` (at least one timing; the shapes of a
+    MiniLM-sized feed-forward)."""
     import torch
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        a, b = torch.randn(rows, n), torch.randn(n, m)
+        kind = getattr(torch, dtype)
+        a, b = torch.randn(rows, n, dtype=kind), torch.randn(n, m, dtype=kind)
         best, end = 0.0, time.perf_counter() + seconds
         while time.perf_counter() < end:
             start = time.perf_counter()

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from bucketing.config import ENGINES, SCHEDULES, STRATEGIES
+from bucketing.precision import CPU_DTYPES
 
 from . import models, traffic
 from .stats import Config
@@ -21,7 +22,7 @@ from .workloads import BENCH_WORKLOADS, RERANK
 SUITES = Path(__file__).resolve().parent / "suites.yaml"
 CONFIG_FIELDS = {f.name for f in fields(Config)}
 # Flags that make a configuration axis over a suite or a matrix: every configuration once per value.
-AXES = {"engines": ("engine", ENGINES), "schedules": ("schedule", SCHEDULES)}
+AXES = {"engines": ("engine", ENGINES), "schedules": ("schedule", SCHEDULES), "dtypes": ("dtype", CPU_DTYPES)}
 
 
 @dataclass(frozen=True)

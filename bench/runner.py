@@ -25,6 +25,7 @@ STEP_REQUESTS = 500  # a capacity step lasts long enough for this many arrivals 
 STEP_CAP = 3  # ... and at most this many times --step-s
 START_SHARE = 0.5  # the capacity search starts at this share of the closed-loop throughput (measured: 0.3-0.75)
 WORKLOAD_TEXTS = 2000  # texts drawn for a generated workload
+FIDELITY_TEXTS = 32  # texts of the run, spread over its lengths, each configuration's answers are checked on
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ def build_archives(
     model: str | None = None,
     task: str = "embedding",
     schedule: str | None = None,
+    dtype: str | None = None,
 ) -> None:
     """Build the archives that are missing or older than their sources (the one staleness rule)."""
     spec = archive_build.ArchiveSpec(
@@ -86,14 +88,21 @@ def build_archives(
         engine=engine,
         model_dir=models.model_dir(model) if model is not None else None,
         task=task if model is not None else None,
-        prefix=models.prefix(model, engine, schedule),
+        prefix=models.prefix(model, engine, schedule, dtype),
         schedule=schedule,
         max_length=models.archive_max_length(model),
+        dtype=dtype,
     )
     try:
         archive_build.build_archives(store, spec, if_stale=True)
     except archive_build.BuildError as e:
         raise SystemExit(f"building the archives failed: {e}") from None
+
+
+def engine_of(config: stats.Config) -> str:
+    """The engine a configuration's workers run: its own, torch for a reduced dtype, else the shipped archives'."""
+    reduced = config.dtype not in (None, "float32")
+    return config.engine or ("torch" if reduced else archives.default_engine())
 
 
 class Runner:
@@ -115,7 +124,8 @@ class Runner:
         self._bodies: dict[tuple[str, float, str | None], Bodies] = {}
         self.bounds: dict[tuple[Any, ...], dict[str, Any]] = {}
         self.sent: dict[str, list[int]] = {}  # per workload: token counts of every measured request sent
-        self.gemm_per_core: float | None = None  # fp32 FLOP/s of one thread, measured once per run
+        self.gemm_per_core: dict[str, float] = {}  # GEMM FLOP/s of one thread per dtype, measured once per run
+        self.references: dict[tuple[str | None, tuple[str, ...]], list[list[float]]] = {}  # float32, batch of one
 
     def count_sent(self, config: stats.Config, result: load.LoadResult) -> None:
         """Token counts of what was sent, for the report's histogram: each text (each pair of a rerank request)."""
@@ -143,17 +153,39 @@ class Runner:
         return self.bounds[key]["tokens_per_s"]
 
     def roofline(self, config: stats.Config) -> float:
-        """The fp32 GEMM roofline of this configuration's model, texts and cores (real tokens/s)."""
+        """The GEMM roofline of this configuration's dtype, model, texts and cores (real tokens/s)."""
         from bench.roofline import gemm_flops_per_core, roofline_tokens_per_s
 
-        if self.gemm_per_core is None:
-            self.gemm_per_core = gemm_flops_per_core()
-            print(f"fp32 GEMM: {self.gemm_per_core / 1e9:.1f} GFLOP/s per core (one thread)")
+        dtype = config.dtype or "float32"
+        if dtype not in self.gemm_per_core:
+            self.gemm_per_core[dtype] = gemm_flops_per_core(dtype=dtype)
+            print(f"{dtype} GEMM: {self.gemm_per_core[dtype] / 1e9:.1f} GFLOP/s per core (one thread)")
         bodies = self.bodies(config)
         lengths = [n for p in bodies.pair_tokens for n in p] if bodies.pair_tokens is not None else bodies.tokens
         cores = min(config.workers * config.threads, os.cpu_count() or 1)
         mean = sum(lengths) / max(1, len(lengths))
-        return roofline_tokens_per_s(models.model_dir(config.model), mean, cores, self.gemm_per_core)
+        return roofline_tokens_per_s(models.model_dir(config.model), mean, cores, self.gemm_per_core[dtype])
+
+    def fidelity(self, config: stats.Config, target: Target) -> float | None:
+        """The lowest cosine of the configuration's answers against our float32 batch-of-one reference (torch), on
+        `FIDELITY_TEXTS` of the run's texts spread over their lengths; None for the rerank workload (scores)."""
+        if config.workload == RERANK:
+            return None
+        from tsctl.client import request
+
+        bodies = self.bodies(config)
+        by_length = sorted(range(len(bodies.workload.texts)), key=lambda i: bodies.tokens[i])
+        step = max(1, len(by_length) // FIDELITY_TEXTS)
+        picks = tuple(bodies.workload.texts[i] for i in by_length[::step][:FIDELITY_TEXTS])
+        key = (config.model, picks)
+        if key not in self.references:
+            self.references[key] = peers.reference_embeddings(picks, models.model_dir(config.model))
+        headers = {"Content-Type": "application/json", **target.headers()}
+        reply = request(target.url, "POST", json.dumps({"texts": list(picks)}), headers)
+        if reply.status != 200:
+            raise SystemExit(f"{config.name}: the fidelity check got HTTP {reply.status}: {reply.body[:200]!r}")
+        answers = [a["embedding"] for a in json.loads(reply.body)]
+        return min(peers.cosine(a, b) for a, b in zip(answers, self.references[key], strict=True))
 
     def bodies(self, config: stats.Config) -> Bodies:
         """The texts of a configuration's workload (the user's file for `file:`), their bodies and token counts."""
@@ -185,7 +217,9 @@ class Runner:
 
     def archive(self, config: stats.Config) -> str:
         name = archives.name(
-            config.strategy, config.threads, models.prefix(config.model, config.engine, config.schedule)
+            config.strategy,
+            config.threads,
+            models.prefix(config.model, config.engine, config.schedule, config.dtype),
         )
         if self.server:
             store = Path(self.server.properties["model_store"])
@@ -197,6 +231,7 @@ class Runner:
                 config.model,
                 models.task(config.workload),
                 config.schedule,
+                config.dtype,
             )
         return f"{name}.mar"  # a server of someone else's must have it in its model store
 
@@ -231,7 +266,7 @@ class Runner:
             headers=lambda: self.client.keys.headers("inference"),
             cpu=self.cpu,
             counters=lambda: stats.parse_prometheus(self.client.metrics(), model),
-            engine=config.engine or archives.default_engine(),
+            engine=engine_of(config),
             device=self.device(model),
         )
 
@@ -241,12 +276,15 @@ class Runner:
             f"bench-{config.strategy}-bs{config.batch_size}-d{config.max_batch_delay}-{config.workers}x{config.threads}"
             + (f"-{config.engine}" if config.engine else "")
             + (f"-{config.schedule}" if config.schedule else "")
+            + (f"-{config.dtype}" if config.dtype else "")
             + (f"-{models.prefix(config.model, None)}" if config.model else "")
         )
         self.client.unregister(model)
         self.client.register(self.archive(config), model, config.batch_size, config.max_batch_delay, config.workers)
         try:
-            return self.measure_target(config, self.torchserve_target(config, model), bound_tps)
+            target = self.torchserve_target(config, model)
+            summary = self.measure_target(config, target, bound_tps)
+            return replace(summary, min_cosine=self.fidelity(config, target))
         finally:
             self.client.unregister(model)
 

@@ -34,6 +34,7 @@ class Config:
     duration: float = 20.0
     engine: str | None = None  # torch | onnxruntime; None: the shipped archives' engine
     schedule: str | None = None  # batch | continuous (handler.schedule); None: the shipped archives' (batch)
+    dtype: str | None = None  # float32 | bfloat16 (handler.dtype; bfloat16 runs on torch); None: float32
     model: str | None = None  # None: the bundled MiniLM; `bert-base-random`; or a model folder
     peer: str | None = None  # another server measured on the same load (`infinity`); strategy is then unused
     label: str = ""  # appended to the name, e.g. `from YAML` for the tuned configuration's re-measurement
@@ -52,6 +53,8 @@ class Config:
             label += f" {self.engine}"
         if self.schedule is not None:
             label += f" {self.schedule}"
+        if self.dtype is not None:
+            label += f" {self.dtype}"
         if self.model is not None:
             label += f" [{Path(self.model).name}]"
         if self.label:
@@ -119,7 +122,7 @@ class Summary:
     engine: str = ""  # the engine the workers ran (torch | onnxruntime)
     device: str = ""  # where they ran: cpu, or gpu (TorchServe's describe API says per worker)
     capacity: Capacity | None = None  # highest open-loop rate within the p99 target (--p99-ms)
-    min_cosine: float | None = None  # a peer's answers against our batch-of-one reference (spot check)
+    min_cosine: float | None = None  # its answers against our float32 batch-of-one reference (spot check)
     short_p50_ms: float = float("nan")  # p50 of the shortest quarter of requests (by tokens)
     roofline_tokens_per_s: float | None = None  # the fp32 GEMM roofline of this model and layout (bench.roofline)
 
@@ -144,6 +147,7 @@ class Summary:
             "threads": c.threads,
             "engine": self.engine,
             "schedule": "" if c.peer else c.schedule or "batch",
+            "dtype": "" if c.peer else c.dtype or "float32",
             "device": self.device,
             "workload": c.workload_label,
             "mode": c.mode,
@@ -255,7 +259,7 @@ def comparisons(summaries: Sequence[Summary]) -> list[Comparison]:
     """Each bucketed configuration against the others of its workload, mode and rate that differ in one way.
 
     Pairs: same batch size with another strategy, batch size 1 (direct inference) of any strategy, and the same
-    configuration on another engine.
+    configuration on another engine, or in bfloat16 against float32.
     """
     out = []
     for a in summaries:
@@ -270,7 +274,10 @@ def comparisons(summaries: Sequence[Summary]) -> list[Comparison]:
             )
             if b is a or not same_load or b.config.max_batch_delay != a.config.max_batch_delay:
                 continue
-            same_engine = b.config.engine == a.config.engine or b.config.peer is not None
+            same_engine = (b.config.engine, b.config.dtype) == (
+                a.config.engine,
+                a.config.dtype,
+            ) or b.config.peer is not None
             other_strategy = (
                 b.config.batch_size == a.config.batch_size and b.config.strategy != "bucketed" and same_engine
             )
@@ -278,6 +285,12 @@ def comparisons(summaries: Sequence[Summary]) -> list[Comparison]:
             other_engine = (a.config.engine or "") < (b.config.engine or "") and replace(
                 b.config, engine=a.config.engine
             ) == a.config
-            if other_strategy or b.config.batch_size == 1 or other_engine:
+            # the same configuration in bfloat16 against float32 (each on its engine: torch for bfloat16)
+            other_dtype = (
+                a.config.dtype == "bfloat16"
+                and b.config.dtype in (None, "float32")
+                and replace(b.config, dtype=a.config.dtype, engine=a.config.engine) == a.config
+            )
+            if other_strategy or b.config.batch_size == 1 or other_engine or other_dtype:
                 out.append(Comparison(a, b))
     return out

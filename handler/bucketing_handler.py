@@ -46,6 +46,8 @@ class BucketingHandler:
             self.pool = Pool(self.pipeline, self.cost)
         described = f", model chain {chain.describe()}" if chain is not None else ""
         note = self.pipeline.limit_note()
+        self.fidelity = getattr(self.task.engine, "fidelity", None)  # a reduced dtype's, measured at load
+        described += f", {self.fidelity.describe()}" if self.fidelity is not None else ""
         logger.info("bucketing handler ready: %s%s, cost model %s%s", self.config, described, self.cost, note)
         self.initialized = True
 
@@ -69,7 +71,8 @@ class BucketingHandler:
             replies: list[Reply | None] = list(served)
         else:
             replies, stats = self.pool.serve(data, meta, request_keys(context, len(data)), model_name)
-        emit(getattr(context, "metrics", None), stats)
+        cosine = self.fidelity.cosine_min if self.fidelity is not None else None
+        emit(getattr(context, "metrics", None), stats, cosine)
         for idx, reply in enumerate(replies):
             if reply is None:  # pending: no prediction in this response, so TorchServe sends it again next call
                 context.request_ids.pop(idx)

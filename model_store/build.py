@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from bucketing.config import ENGINES, MAX_LENGTH_CAP, SCHEDULES, STRATEGIES, TASKS
+from bucketing.config import DTYPES, ENGINES, MAX_LENGTH_CAP, SCHEDULES, STRATEGIES, TASKS
 from model_store import archives
 
 
@@ -99,6 +99,7 @@ def print_commands(
     configs: dict[str, dict[str, Any]], model_dir: Path, engine: str, task: str, out: Path, stage_dir: Path
 ) -> int:
     """Stage the files and model-configs into `stage_dir` and print the archiver command of each archive."""
+    report_fidelity(configs, model_dir)
     staging = stage(stage_dir / "extra", model_dir, engine, task)
     from bucketing.engines import ENGINE_KINDS
 
@@ -153,6 +154,7 @@ class ArchiveSpec:
     prompts: Mapping[str, str] | None = None
     default_prompt: str | None = None
     max_length: int | None = None  # None: the model's own limit (the bundled MiniLM: the template's)
+    dtype: str | None = None  # other than float32: engine torch, its fidelity measured and printed at build
 
     @property
     def folder(self) -> Path:
@@ -189,7 +191,11 @@ class ArchiveSpec:
         if unknown:
             raise BuildError(f"--strategies: unknown {', '.join(unknown)}; allowed: {', '.join(STRATEGIES)}")
         task = self.task or "embedding"
-        overrides: dict[str, Any] = {"engine": self.engine or archives.default_engine(), "schedule": self.schedule}
+        reduced = self.dtype not in (None, "float32")
+        if reduced and self.engine not in (None, "torch"):
+            raise BuildError(f"--dtype {self.dtype} runs on the torch engine; got --engine {self.engine}")
+        engine = self.engine or ("torch" if reduced else archives.default_engine())
+        overrides: dict[str, Any] = {"engine": engine, "schedule": self.schedule, "dtype": self.dtype}
         try:
             if self.model_dir is not None or self.max_length is not None:
                 longest = archives.check_model_dir(self.folder, task)
@@ -264,6 +270,12 @@ def main(argv: list[str] | None = None) -> int:
         help="tokens per text, below the model's own limit (default: that limit, as sentence-transformers cuts; "
         "longer texts then differ from it)",
     )
+    parser.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        help="handler.dtype; bfloat16 (engine torch; served where the CPU multiplies it natively) prints its "
+        "fidelity to float32, measured on sample texts here",
+    )
     args = parser.parse_args(argv)
     try:
         if args.config is not None:
@@ -280,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
             prompts=parse_prompts(args.prompt),
             default_prompt=args.default_prompt,
             max_length=args.max_length,
+            dtype=args.dtype,
         )
         if args.print_commands:
             configs = spec.configs()
@@ -300,6 +313,7 @@ def build_all(configs: dict[str, dict[str, Any]], model_dir: Path, engine: str, 
     )
     if not archiver:
         raise BuildError("torch-model-archiver not found: run `make venv` first")
+    report_fidelity(configs, model_dir)
     tmp = archives.ROOT / ".tmp"
     tmp.mkdir(exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -319,6 +333,42 @@ def build_all(configs: dict[str, dict[str, Any]], model_dir: Path, engine: str, 
             print(f"built {shown} ({path.stat().st_size / 1e6:.0f} MB, {time.perf_counter() - start:.1f} s)")
     shutil.rmtree(staging, ignore_errors=True)
     return built
+
+
+def report_fidelity(configs: Mapping[str, dict[str, Any]], model_dir: Path) -> None:
+    """For archives of a reduced dtype: measure and print its fidelity to float32 on the sample texts, as the worker
+    will at start (a BuildError where the worker would refuse it: below its handler.min_cosine)."""
+    from bucketing.config import HandlerConfig
+
+    handler = HandlerConfig.from_mapping(next(iter(configs.values()))["handler"])
+    if handler.dtype == "float32":
+        return
+    import dataclasses
+
+    import torch
+
+    from bucketing import precision
+    from bucketing.engines import DTYPES as TORCH_DTYPES
+    from bucketing.engines import EngineError, load_head, open_reduced
+
+    if handler.engine != "torch":
+        raise BuildError(f"handler.dtype {handler.dtype} runs on engine torch; got engine {handler.engine}")
+    measured = dataclasses.replace(handler, min_cosine=0.0, torchscript=False)
+    try:
+        head, info = load_head(handler.task, str(model_dir))
+        with torch.inference_mode():
+            engine = open_reduced(head, info, measured, str(model_dir), "cpu", TORCH_DTYPES[handler.dtype])
+    except (EngineError, OSError, ValueError) as e:
+        raise BuildError(f"--dtype {handler.dtype}: fidelity not measured ({str(e).splitlines()[0][:300]})") from None
+    fidelity = getattr(engine, "fidelity", None)
+    if fidelity is None:
+        raise BuildError(f"--dtype {handler.dtype}: fidelity not measured")
+    native = precision.native_bf16(precision.cpu_info())
+    where = f"this CPU multiplies bfloat16 natively ({native})" if native else "this CPU emulates bfloat16"
+    print(f"{fidelity.describe()} (measured at build; {where})")
+    refusal = fidelity.refusal(handler.min_cosine)
+    if refusal:
+        raise BuildError(f"{refusal} (a worker would not start)")
 
 
 def from_config(path: Path, name: str, out: Path, model_dir: Path | None = None) -> Path:

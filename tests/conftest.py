@@ -33,3 +33,12 @@ def tiny_classifier_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_embedder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_bert(tmp_path_factory.mktemp("tiny-embedder"), classifier=False)
+
+
+@pytest.fixture
+def bf16_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU that says it multiplies bfloat16 natively (AMX), whatever this one does: where it does not, torch
+    emulates the same products (float32 accumulation), only slower."""
+    import bucketing.precision
+
+    monkeypatch.setattr(bucketing.precision, "cpu_info", lambda: "flags\t\t: fpu avx2 avx512_bf16 amx_bf16 amx_tile\n")

@@ -129,8 +129,17 @@ class HandlerConfig:
     )
     dtype: str = option(
         "float32",
-        "`float32`; `float16` or `bfloat16` on a CUDA GPU with engine torch (a start-up error on the CPU)",
+        "`float32` (exact); with engine torch, `bfloat16` on a CPU that multiplies it natively (amx_bf16 or "
+        "avx512_bf16; refused elsewhere) or a CUDA GPU, `float16` on a CUDA GPU: its fidelity to float32 is "
+        "measured at start (ready line, `bucket_fidelity_cosine_min`)",
         choices=DTYPES,
+    )
+    min_cosine: float = option(
+        0.999,
+        "`dtype` other than float32: the worker refuses to start when its cosine to float32 on sample texts "
+        "(embeddings; a classifier's logits) falls below this",
+        low=0.0,
+        high=1.0,
     )
     torch_threads: int = option(
         1, "threads per worker, for either engine: 2 workers x 1 thread measured best on 2 cores", low=1, high=256

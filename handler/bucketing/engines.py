@@ -9,7 +9,9 @@ classification, the logits), as float32 numpy, on the CPU or the worker's GPU.
   worker with a start-up error (never a silent switch to another numeric path).
 
 A worker runs on `cuda:<gpu_id>` when TorchServe gave it a GPU (`gpu_id` in its system properties) and CUDA is
-there, else on the CPU; `dtype` float16/bfloat16 is for CUDA only (torch engine).
+there, else on the CPU; `dtype` other than float32 runs on the torch engine (float16 on CUDA; bfloat16 on CUDA or a
+CPU that multiplies it natively), its encoder in that dtype and the pooling and Dense after it in float32, with its
+fidelity to float32 measured at load (`precision`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from . import precision
 from .chain import Chain, ChainError, read_chain, read_prompts
 from .config import ENGINES, ConfigError, HandlerConfig
 
@@ -97,6 +100,8 @@ class Head(torch.nn.Module):
             kwargs = {"token_type_ids": extra} if self.types and extra is not None else {}
             return self.model(input_ids=input_ids, attention_mask=attention, return_dict=False, **kwargs)[0]
         out = self.model(input_ids=input_ids, attention_mask=attention, return_dict=False)[0]
+        if out.dtype != torch.float32:  # a reduced-precision encoder: pooling and Dense stay float32
+            out = out.float()
         mask = attention_mask if extra is None else extra
         pooled = torch.cat([pool(mode, out, mask, attention_mask) for mode in self.modes], dim=-1)
         for layer in self.dense:
@@ -251,11 +256,8 @@ def select_device(gpu_id: Any, cuda_available: bool) -> str:
 
 
 def check_dtype(config: HandlerConfig, device: str) -> torch.dtype:
-    if config.dtype != "float32" and device == "cpu":
-        raise ConfigError(
-            f"handler.dtype: got {config.dtype!r} on the CPU; allowed: float32 (float16 and bfloat16 "
-            "are for a worker with a CUDA GPU)"
-        )
+    if device == "cpu":
+        precision.check_cpu_dtype(config.dtype, precision.cpu_info())
     if config.dtype != "float32" and ENGINE_KINDS[config.engine].float32_only:
         raise ConfigError(
             f"handler.dtype: got {config.dtype!r} with handler.engine {config.engine}; allowed: float32 "
@@ -290,10 +292,12 @@ class TorchEngine:
     """The model on torch, eager or traced with TorchScript."""
 
     name = "torch"
+    fidelity: precision.Fidelity | None = None  # a reduced dtype's, measured against float32 at load
 
     def __init__(self, head: Head, device: str, dtype: torch.dtype, torchscript: bool, vocab_size: int) -> None:
         self.device = device
-        self.head = head.to(device=device, dtype=dtype) if dtype != torch.float32 else head.to(device)
+        self.head = head.to(device)
+        self.head.model.to(dtype=dtype)  # the encoder only: pooling and Dense after it stay float32
         self.traced: torch.jit.ScriptModule | None = self._trace(vocab_size) if torchscript else None
 
     def _run(self, module: Any, *arrays: np.ndarray) -> np.ndarray:
@@ -527,4 +531,22 @@ def load_engine(config: HandlerConfig, model_dir: str, gpu_id: Any = None) -> tu
     device = select_device(gpu_id, torch.cuda.is_available())
     dtype = check_dtype(config, device)
     head, info = load_head(config.task, model_dir)
-    return ENGINE_KINDS[config.engine].open(head, info, config, model_dir, device, dtype), info
+    if dtype == torch.float32:
+        return ENGINE_KINDS[config.engine].open(head, info, config, model_dir, device, dtype), info
+    return open_reduced(head, info, config, model_dir, device, dtype), info
+
+
+def open_reduced(head: Head, info: ModelInfo, config: HandlerConfig, model_dir: str, device: str, dtype: Any) -> Engine:
+    """The torch engine in a reduced dtype, its fidelity to the float32 model measured on `precision.PROBE_TEXTS`
+    (an EngineError below `handler.min_cosine`)."""
+    from .tokenizer import Tokenizer
+
+    tokenizer = Tokenizer(model_dir, min(config.max_length, info.max_positions), bool(info.chain.do_lower_case))
+    probes = precision.probe_inputs(tokenizer, pairs=config.task == "classification")
+    reference = TorchEngine(head, device, torch.float32, False, info.vocab_size)(*probes)
+    engine = TorchEngine(head, device, dtype, config.torchscript, info.vocab_size)
+    engine.fidelity = precision.measure(config.dtype, reference, engine(*probes), config.task, info.activation)
+    refusal = engine.fidelity.refusal(config.min_cosine)
+    if refusal:
+        raise EngineError(refusal)
+    return engine

@@ -27,6 +27,8 @@ METRICS = {
     "bucket_forward_ms_total": ("forward_ms", "ms"),
 }
 ERRORS = "bucket_errors_total"  # requests answered with an error, by `type` and `status`
+# A gauge, with every batch of a worker whose dtype is not float32: its cosine min to float32, measured at load.
+FIDELITY = "bucket_fidelity_cosine_min"
 
 # Histogram name -> (unit, bucket upper bounds; +Inf is added), and what it observes.
 HISTOGRAMS = {
@@ -93,8 +95,9 @@ def cumulative(observations: Sequence[tuple[float, int]], bounds: Sequence[float
     return [*out, ("+Inf", sum(w for _, w in observations))]
 
 
-def emit(metrics: Any, stats: BatchStats) -> None:
-    """Add one batch's figures to TorchServe's metric cache (`context.metrics`), if there is one."""
+def emit(metrics: Any, stats: BatchStats, cosine_min: float | None = None) -> None:
+    """Add one batch's figures to TorchServe's metric cache (`context.metrics`), if there is one; `cosine_min`:
+    the worker's measured fidelity to float32 (a reduced dtype), as the `FIDELITY` gauge."""
     if metrics is None:
         return
     from ts.metrics.dimension import Dimension
@@ -114,9 +117,11 @@ def emit(metrics: Any, stats: BatchStats) -> None:
         add(f"{name}_count", sum(w for _, w in observed), "count")
     for (kind, status), count in Counter(stats.errors).items():
         add(ERRORS, count, "count", [("type", kind), ("status", str(status))])
+    if cosine_min is not None:
+        metrics.add_metric(FIDELITY, cosine_min, "cosine", None, [], MetricTypes.GAUGE)
 
 
 def series_names() -> set[str]:
     """Every metric name the handler emits, as Prometheus shows it."""
-    names = set(METRICS) | {ERRORS}
+    names = set(METRICS) | {ERRORS, FIDELITY}
     return names | {f"{h}_{part}" for h in HISTOGRAMS for part in ("bucket", "sum", "count")}

@@ -96,6 +96,31 @@ def test_every_door_gets_the_batch_answer(tiny_embedder_dir, frontend_rows):
         np.testing.assert_allclose(vectors(got), vectors(body), atol=1e-5)
 
 
+def test_continuous_in_bfloat16_answers_every_door_as_float32_within_its_cosine(
+    tiny_embedder_dir, frontend_rows, bf16_cpu
+):
+    expected = run_batch(tiny_embedder_dir, frontend_rows)  # float32, one batch
+    handler, context = continuous(tiny_embedder_dir, slice_ms=1.0, dtype="bfloat16")
+    paths = {k: p for k, _, _, p in frontend_rows}
+    original = context.with_requests
+
+    def with_requests(content_types, url_paths=None, headers=None, ids=None):
+        return original(content_types, [paths[k] for k in ids], headers, ids)
+
+    context.with_requests = with_requests
+    front = ContinuousFrontend(handler, context, batch_size=4)
+    for key, row, ct, _ in frontend_rows:
+        front.submit(key, row, ct)
+    answers = front.drain()
+    assert len(front.calls) > 2 and handler.task.engine.fidelity is not None
+    for key, (status, body) in expected.items():
+        got_status, got_body, _ = answers[key]
+        got = vectors(json.loads(got_body))
+        want = vectors(body)
+        assert got_status == status == 200 and got.shape == want.shape, key
+        np.testing.assert_allclose(got, want, atol=10 * handler.task.engine.fidelity.max_abs_diff)
+
+
 def test_a_pending_request_gets_nothing_until_it_is_done(tiny_embedder_dir):
     handler, context = continuous(tiny_embedder_dir, slice_ms=1.0)
     front = ContinuousFrontend(handler, context, batch_size=8)

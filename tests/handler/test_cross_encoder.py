@@ -76,6 +76,29 @@ def test_pairs_score_as_cross_encoder_predicts(models, arch, labels, engine, tmp
     assert any(a["truncated"] for a in got) and not all(a["truncated"] for a in got)
 
 
+@pytest.mark.parametrize(("arch", "labels"), [("bert", 1), ("roberta", 3)])
+def test_pairs_in_bfloat16_score_near_cross_encoder_and_keep_the_rerank_order(models, arch, labels, tmp_path, bf16_cpu):
+    """bfloat16 (on a CPU that multiplies it natively): pairs score within the error the worker measured at start
+    (its max abs score diff, with a margin), and /rerank orders as CrossEncoder.rank except near ties."""
+    folder = models[arch, labels]
+    docs = documents()
+    pairs = [[QUERY, d] for d in docs]
+    expected = np.atleast_2d(cross_encoder(folder).predict(pairs)).reshape(len(pairs), labels)
+    handler, context = handler_for(folder, "torch", tmp_path, dtype="bfloat16")
+    fidelity = handler.task.engine.fidelity
+    assert fidelity.dtype == "bfloat16" and fidelity.compared > 0 and fidelity.cosine_min >= 0.999
+    ((status, got),) = serve(handler, context, [{"body": {"pairs": pairs}}])
+    values = np.array([[a["score"]] if labels == 1 else list(a["scores"].values()) for a in got])
+    error = float(np.max(np.abs(values - expected)))
+    assert status == 200 and error <= max(4 * fidelity.max_abs_diff, 1e-3), (error, fidelity)
+    if labels == 1:
+        (tei,) = serve_at(handler, context, [{"body": {"query": QUERY, "texts": docs}}], ["rerank"])
+        order = [r["index"] for r in tei[1]]
+        reference = expected[:, 0]
+        for above, below in zip(order, order[1:]):  # a swap only where float32 scores lie within the error
+            assert reference[above] >= reference[below] - 2 * error
+
+
 def test_one_pair_and_raw_scores(models, tmp_path):
     folder = models["bert", 1]
     handler, context = handler_for(folder, "torch", tmp_path)

@@ -1,5 +1,5 @@
 """Engines: ONNX Runtime gives the torch model's answers (checked at start-up, a mismatch stops the worker),
-device and dtype selection."""
+device and dtype selection (bfloat16 on a CPU that multiplies it natively, its fidelity measured)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 
 from bucketing.config import ConfigError, HandlerConfig
 from bucketing.engines import ONNX_FILE, EngineError, check_dtype, select_device
@@ -142,3 +143,86 @@ def test_token_ids_cut_either_side_as_their_text_and_the_kept_ids_are_checked(on
         ((status, body),) = openai(handler, context, [{"input": wrong, "truncation_direction": side}])
         assert status == 400 and f"= {bad_id} is not a token id" in body["error"]["message"], (side, body)
         assert f"input[{index % len(ids)}]" in body["error"]["message"]
+
+
+def test_bfloat16_is_refused_on_a_cpu_that_would_emulate_it(tiny_embedder_dir, monkeypatch):
+    import bucketing.precision
+
+    monkeypatch.setattr(bucketing.precision, "cpu_info", lambda: "flags\t\t: fpu sse4_2 avx avx2 fma\n")
+    with pytest.raises(ConfigError, match="without native bfloat16 .* it would emulate it, slower than float32"):
+        make_handler(tiny_embedder_dir, dtype="bfloat16")
+
+
+def cosine_rows(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def test_bfloat16_embeddings_state_their_fidelity(tiny_embedder_dir, bf16_cpu, caplog):
+    with caplog.at_level("INFO"):
+        bf16, context = make_handler(tiny_embedder_dir, dtype="bfloat16", max_length=128)
+    f32, _ = make_handler(tiny_embedder_dir, max_length=128)
+    fidelity = bf16.task.engine.fidelity
+    assert f32.task.engine.fidelity is None and fidelity.dtype == "bfloat16" and fidelity.texts == 16
+    assert 0.999 <= fidelity.cosine_min <= fidelity.cosine_mean < 1.0 and 0 < fidelity.max_abs_diff < 0.05
+    assert bf16.task.engine.head.model.dtype == torch.bfloat16
+    assert all(p.dtype == torch.float32 for p in bf16.task.engine.head.dense.parameters())
+    assert fidelity.describe() in caplog.text and "bucketing handler ready" in caplog.text
+    texts = mixed_texts(10, seed=11)
+    v2 = {"inputs": [{"name": "t", "datatype": "BYTES", "shape": [6], "data": texts[4:]}]}
+    got = serve(bf16, context, [{"body": {"texts": texts[:4]}}, {"body": v2}])  # native and KServe v2 in one batch
+    vectors = [a["embedding"] for a in got[0][1]] + np.reshape(got[1][1]["outputs"][0]["data"], (6, -1)).tolist()
+    expected = [a["embedding"] for a in serve(f32, context, [{"body": {"texts": texts}}])[0][1]]
+    assert cosine_rows(vectors, expected).min() >= 0.999
+    gauge = [value for name, value, *_ in context.metrics.added if name == "bucket_fidelity_cosine_min"]
+    assert gauge and set(gauge) == {fidelity.cosine_min}
+
+
+def test_bfloat16_below_min_cosine_stops_the_worker_naming_the_figure(tiny_embedder_dir, bf16_cpu):
+    with pytest.raises(EngineError, match=r"^handler.dtype bfloat16: cosine min 0\.99\d+ to float32 on 16 sample"):
+        make_handler(tiny_embedder_dir, dtype="bfloat16", min_cosine=1.0)
+
+
+def test_bfloat16_classification_keeps_its_labels(tiny_classifier_dir, bf16_cpu):
+    bf16, context = make_handler(tiny_classifier_dir, task="classification", dtype="bfloat16")
+    f32, _ = make_handler(tiny_classifier_dir, task="classification")
+    fidelity = bf16.task.engine.fidelity
+    assert fidelity.texts == 31 and fidelity.compared == 31  # 16 texts and 15 pairs
+    texts = mixed_texts(8, seed=12)
+    a = serve(bf16, context, [{"body": {"texts": texts}}])[0][1]
+    b = serve(f32, context, [{"body": {"texts": texts}}])[0][1]
+    for x, y in zip(a, b, strict=True):
+        assert max(abs(x["scores"][k] - y["scores"][k]) for k in x["scores"]) <= 0.02
+
+
+def test_bfloat16_on_the_cpu_is_for_the_torch_engine(bf16_cpu):
+    assert check_dtype(HandlerConfig(dtype="bfloat16"), "cpu") == torch.bfloat16
+    with pytest.raises(ConfigError, match="engine onnxruntime"):
+        check_dtype(HandlerConfig(dtype="bfloat16", engine="onnxruntime"), "cpu")
+
+
+def test_the_build_of_a_bfloat16_archive_prints_its_fidelity(tiny_embedder_dir, tmp_path, capsys):
+    import yaml
+
+    from model_store import build
+
+    stage = tmp_path / "stage"
+    common = ["--model-dir", str(tiny_embedder_dir), "--strategies", "bucketed", "--stage-dir", str(stage)]
+    assert build.main([*common, "--dtype", "bfloat16", "--print-commands"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("bfloat16 fidelity vs float32 on 16 sample texts: cosine min 0.99")
+    assert "(measured at build; this CPU " in out.splitlines()[0]
+    handler = yaml.safe_load((stage / "minilm-bucketed.yaml").read_text())["handler"]
+    assert handler["dtype"] == "bfloat16" and handler["engine"] == "torch"  # bfloat16 runs on torch
+    assert build.main([*common, "--dtype", "bfloat16", "--engine", "onnxruntime", "--print-commands"]) == 2
+    assert "--dtype bfloat16 runs on the torch engine" in capsys.readouterr().err
+    config = tmp_path / "strict.yaml"
+    config.write_text(yaml.safe_dump({"handler": {"engine": "torch", "dtype": "bfloat16", "min_cosine": 1.0}}))
+    argv = ["--config", str(config), "--name", "strict", "--model-dir", str(tiny_embedder_dir), "--out", str(tmp_path)]
+    assert build.main(argv) == 2
+    err = capsys.readouterr().err
+    assert (
+        "is below handler.min_cosine 1; use dtype float32, or lower min_cosine knowingly (a worker would not start)"
+        in err
+        and not (tmp_path / "strict.mar").exists()
+    )

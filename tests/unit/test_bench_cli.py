@@ -114,3 +114,29 @@ def test_the_rerank_workload_refuses_what_measures_embeddings():
     args = compare.parse_args(["--workload", "rerank", "--strategies", "bucketed"])
     plan = compare.plan_from_args(args)
     assert {c.model for c in plan.configs} == {"minilm-cross-encoder-random"}
+
+
+def test_dtypes_are_an_axis_and_name_their_archives():
+    from bench import models
+    from bench.compare import parse_args, plan_from_args
+
+    matrix = plan_from_args(parse_args(["--strategies", "bucketed", "--dtypes", "float32,bfloat16"]))
+    assert [c.name for c in matrix.configs] == ["bucketed bs16 float32", "bucketed bs16 bfloat16"]
+    suite = plan_from_args(parse_args(["--suite", "batch-size", "--dtypes", "bfloat16"]))
+    assert {c.dtype for c in suite.configs} == {"bfloat16"}
+    with pytest.raises(SystemExit, match="--dtypes: got float16; allowed: float32 | bfloat16"):
+        plan_from_args(parse_args(["--dtypes", "float16"]))  # a CPU worker never runs float16
+    assert models.prefix(None, None, dtype="bfloat16") == "minilm-bfloat16"
+    assert models.prefix(None, None, dtype="float32") == models.prefix(None, None) == "minilm"
+
+
+def test_bfloat16_on_a_cpu_without_it_is_refused_before_any_server_starts(monkeypatch):
+    import bucketing.precision
+    from bench.compare import check_args, parse_args, plan_from_args
+
+    args = parse_args(["--strategies", "bucketed", "--dtypes", "float32,bfloat16"])
+    monkeypatch.setattr(bucketing.precision, "cpu_info", lambda: "flags\t\t: fpu avx2\n")
+    with pytest.raises(SystemExit, match=r"^--dtypes bfloat16: this CPU has no native bfloat16 .*bench.bf16"):
+        check_args(args, plan_from_args(args))
+    monkeypatch.setattr(bucketing.precision, "cpu_info", lambda: "flags\t\t: fpu avx2 amx_bf16\n")
+    assert check_args(args, plan_from_args(args)) is None

@@ -76,3 +76,22 @@ def test_comparisons_stay_within_one_model():
     assert [(c.a.config.name, c.b.config.name) for c in stats.comparisons([a, b, big])] == [
         ("bucketed bs16", "dynamic bs16")
     ]
+
+
+def test_rows_carry_their_dtype_and_bfloat16_pairs_with_float32():
+    from bench import report
+    from bench.runner import engine_of
+
+    f32, bf16 = summary("bucketed", 16, 2.0, 100), summary("bucketed", 16, 5.0, 60)
+    f32 = replace(f32, config=replace(f32.config, dtype="float32"), min_cosine=1.0)
+    bf16 = replace(bf16, config=replace(bf16.config, dtype="bfloat16"), min_cosine=0.99991)
+    assert f32.row()["dtype"] == "float32" and bf16.row()["dtype"] == "bfloat16"
+    assert summary("bucketed", 16, 2.0, 100).row()["dtype"] == "float32"  # None: the shipped float32
+    pairs = stats.comparisons([f32, bf16])
+    assert [(c.a.config.name, c.b.config.name) for c in pairs] == [("bucketed bs16 bfloat16", "bucketed bs16 float32")]
+    assert pairs[0].throughput_ratio == pytest.approx(2.5)
+    table = report.results_table([f32, bf16])
+    header = table.splitlines()[0]
+    assert "| engine | dtype |" in header and header.endswith("| min_cosine |") and "| 0.99991 |" in table
+    assert "dtype" not in report.results_table([summary("bucketed", 16, 2.0, 100)]).splitlines()[0]
+    assert engine_of(bf16.config) == "torch" and engine_of(replace(bf16.config, dtype=None)) != "torch"

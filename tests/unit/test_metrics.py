@@ -7,7 +7,7 @@ import re
 
 import yaml
 
-from bucketing.metrics import ERRORS, HISTOGRAMS, METRICS, BatchStats, cumulative, emit, series_names
+from bucketing.metrics import ERRORS, FIDELITY, HISTOGRAMS, METRICS, BatchStats, cumulative, emit, series_names
 from model_store.archives import ROOT
 from tsctl.inprocess import LocalMetrics
 
@@ -28,9 +28,12 @@ def test_a_batch_emits_counters_histograms_and_errors_by_type():
         errors=(("EmptyText", 400), ("EmptyText", 400), ("InternalServerError", 500)),
     )
     metrics = LocalMetrics()
-    emit(metrics, stats)
+    emit(metrics, stats, cosine_min=0.99993)
     names = {name for name, *_ in metrics.added}
     assert names == series_names()
+    float32 = LocalMetrics()
+    emit(float32, stats)
+    assert {name for name, *_ in float32.added} == series_names() - {FIDELITY}  # no fidelity gauge in float32
     added = {(name, tuple((d.name, d.value) for d in dims)): value for name, value, _, dims in metrics.added}
     assert added["bucket_requests_total", ()] == 5 and added["bucket_failed_total", ()] == 1
     assert added["bucket_batch_size_bucket", (("le", "4"),)] == 0
@@ -43,6 +46,7 @@ def test_a_batch_emits_counters_histograms_and_errors_by_type():
     assert added["bucket_request_ms_bucket", (("le", "50"),)] == 5 and added["bucket_request_ms_count", ()] == 5
     assert added[ERRORS, (("type", "EmptyText"), ("status", "400"))] == 2
     assert added[ERRORS, (("type", "InternalServerError"), ("status", "500"))] == 1
+    assert added[FIDELITY, ()] == 0.99993
 
 
 def test_stats_add_up_across_retries():
