@@ -151,8 +151,9 @@ def run_workers(target: Callable[..., None], args: Sequence[tuple[Any, ...]], ti
         out.cancel_join_thread()
 
 
-def calibrated_cost(model_dir: str, engine: str, max_length: int = SERVED.max_length) -> Any:
-    """The planner's cost model fitted to this machine: the handler's own calibration, one thread, in process."""
+def calibrated_cost(model_dir: str, engine: str, max_length: int = SERVED.max_length, dtype: str | None = None) -> Any:
+    """The planner's cost model fitted to this machine: the handler's own calibration, one thread, in process (in
+    `dtype` where given: bfloat16 on the torch engine)."""
     import tempfile
 
     import numpy as np
@@ -167,7 +168,8 @@ def calibrated_cost(model_dir: str, engine: str, max_length: int = SERVED.max_le
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         folder = engine_model_dir(Path(model_dir), engine, "embedding", Path(tmp))
-        task = load_task(HandlerConfig(engine=engine, torch_threads=1), str(folder))
+        config = HandlerConfig(engine=engine, torch_threads=1, dtype=dtype or HandlerConfig.dtype)
+        task = load_task(config, str(folder))
 
         def forward(rows: int, length: int) -> None:
             task.forward(np.full((rows, length), 1000, dtype=np.int64), np.ones((rows, length), dtype=np.int64))

@@ -61,6 +61,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--step-s", type=float, help=f"seconds per capacity step, at least (default {capacity.STEP_S:g})")
     p.add_argument("--budget-min", type=float, default=15.0, help="--suite tune: minutes for the whole suite")
+    p.add_argument(
+        "--min-cosine",
+        type=float,
+        help="--suite tune: also consider bfloat16 (where the CPU multiplies it natively), eligible only when its "
+        "answers' cosine min against float32 on the run's texts reaches this floor (e.g. 0.999)",
+    )
     p.add_argument("--peer", choices=sorted(peers.PEERS), help="also measure this server on the same texts and load")
     p.add_argument("--mode", choices=("closed", "open"))
     p.add_argument("--duration", type=float, help="seconds of measured load per configuration")
@@ -109,6 +115,8 @@ def check_args(args: argparse.Namespace, plan: RunPlan) -> CapacitySettings | No
         raise SystemExit("--workload rerank: not with --peer, --suite tune or --bound (they measure embeddings)")
     if args.docs_per_request < 1:
         raise SystemExit(f"--docs-per-request: got {args.docs_per_request}; allowed: 1 or more")
+    if args.min_cosine is not None and not (plan.tune and 0 < args.min_cosine <= 1):
+        raise SystemExit(f"--min-cosine: got {args.min_cosine:g}; allowed: with --suite tune, a floor in (0, 1]")
     reduced = sorted({c.dtype for c in plan.configs if c.dtype and c.dtype != "float32"})
     if reduced and not args.inference_url and precision.native_bf16(precision.cpu_info()) is None:
         raise SystemExit(
@@ -169,11 +177,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         client, server = open_target(args, plan, stamp)
         progress = not args.no_progress and sys.stderr.isatty()
         runner = Runner(client, server, out, args.seed, progress, texts, settings, args.docs_per_request)
-        return measure_all(runner, plan, out, inputs, args.peer, args.budget_min)
+        return measure_all(runner, plan, out, inputs, args.peer, args.budget_min, args.min_cosine)
 
 
 def measure_all(
-    runner: Runner, plan: RunPlan, out: Path, inputs: ReportInputs, peer: str | None = None, budget_min: float = 15.0
+    runner: Runner,
+    plan: RunPlan,
+    out: Path,
+    inputs: ReportInputs,
+    peer: str | None = None,
+    budget_min: float = 15.0,
+    min_cosine: float | None = None,
 ) -> int:
     """Measure every configuration, writing results after each; the servers we started are stopped however it ends."""
     t0 = time.monotonic()
@@ -191,7 +205,7 @@ def measure_all(
             print(f"starting TorchServe on {server.endpoints.inference} (token auth on)")
             server.start()  # stops what it launched if interrupted
         if plan.tune:
-            inputs.extra.append(report.tune_section(run_tune(runner, plan, budget_min, record, t0, out)))
+            inputs.extra.append(report.tune_section(run_tune(runner, plan, budget_min, record, t0, out, min_cosine)))
         else:
             for i, config in enumerate(plan.configs, 1):
                 bound_tps = runner.bound(config) if plan.bound else None

@@ -11,7 +11,7 @@ does better). They rank and prune; measurement decides.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -28,6 +28,7 @@ DELAYS = (5, 10, 20, 50)
 THREAD_EFFICIENCY = 0.8  # each extra thread in one worker adds this much of a core's speed (a rough prior)
 PRUNE_BELOW = 0.5  # candidates estimated under this share of the best estimate are not measured
 RESERVE_S = 60.0  # budget kept back beyond the next measurement, for recommending (building, re-measuring)
+REDUCED = "bfloat16"  # the reduced-precision dtype the suite may consider (torch engine, a native-bf16 CPU)
 
 
 @dataclass(frozen=True)
@@ -77,10 +78,14 @@ def candidates(
     strategies: Sequence[str] = STRATEGIES,
     batch_sizes: Sequence[int] = BATCH_SIZES,
     schedules: Sequence[str] = ("batch",),
+    reduced_costs: Mapping[str, CostModel] | None = None,
 ) -> list[Candidate]:
-    """Every (strategy, batch size, layout, schedule) at `base`'s delay, best estimate first; the hopeless ones
-    marked pruned. The estimates do not tell schedules apart (they model TorchServe's batches): measurement does."""
+    """Every (strategy, batch size, layout, schedule, dtype) at `base`'s delay, best estimate first; the hopeless
+    ones marked pruned. The estimates do not tell schedules apart (they model TorchServe's batches): measurement
+    does. `reduced_costs`: the cost model of each reduced dtype to consider (on the torch engine), float32 always."""
     out = []
+    dtypes: dict[str | None, CostModel] = {None: cost}
+    dtypes.update(reduced_costs or {})
     for strategy in strategies:
         for bs in batch_sizes:
             if bs == 1 and strategy == "dynamic" and "bucketed" in strategies:
@@ -89,34 +94,40 @@ def candidates(
                 for schedule in schedules:
                     if schedule == "continuous" and workers > 1:
                         continue  # one worker a model under continuous (TorchServe 0.12's queue lock)
-                    config = replace(
-                        base,
-                        strategy=strategy,
-                        batch_size=bs,
-                        workers=workers,
-                        threads=threads,
-                        schedule=None if schedule == "batch" else schedule,
-                    )
-                    rps, floor = estimate(config, lengths, cost)
-                    out.append(Candidate(config, rps, floor))
-    best = max(c.est_rps for c in out)
+                    for dtype, dtype_cost in dtypes.items():
+                        config = replace(
+                            base,
+                            strategy=strategy,
+                            batch_size=bs,
+                            workers=workers,
+                            threads=threads,
+                            schedule=None if schedule == "batch" else schedule,
+                            dtype=dtype,
+                            engine="torch" if dtype else base.engine,
+                        )
+                        rps, floor = estimate(config, lengths, dtype_cost)
+                        out.append(Candidate(config, rps, floor))
+    best_of: dict[str | None, float] = {}  # per dtype: float32 stays measured, in case bfloat16 misses its floor
+    for c in out:
+        best_of[c.config.dtype] = max(best_of.get(c.config.dtype, 0.0), c.est_rps)
     pruned = []
     for c in out:
-        why = ""
+        why, best = "", best_of[c.config.dtype]
         if c.est_floor_ms > target_ms:
             why = f"estimated latency floor {c.est_floor_ms:.0f} ms > target {target_ms:g} ms"
         elif c.est_rps < PRUNE_BELOW * best:
-            why = f"estimated {c.est_rps:.0f} req/s < {PRUNE_BELOW:g} x the best estimate ({best:.0f})"
+            why = f"estimated {c.est_rps:.0f} req/s < {PRUNE_BELOW:g} x the best estimate of its dtype ({best:.0f})"
         pruned.append(replace(c, pruned=why))
     return sorted(pruned, key=lambda c: -c.est_rps)
 
 
 def first_round(ranked: Sequence[Candidate]) -> list[Config]:
-    """The measuring order before delays: the best kept candidate of each strategy, then the rest by estimate."""
+    """The measuring order before delays: the best kept candidate of each strategy (and schedule and dtype), then
+    the rest by estimate."""
     kept = [c for c in ranked if not c.pruned]
     heads: list[Config] = []
-    for kind in dict.fromkeys((c.config.strategy, c.config.schedule) for c in kept):
-        heads.append(next(c.config for c in kept if (c.config.strategy, c.config.schedule) == kind))
+    for kind in dict.fromkeys((c.config.strategy, c.config.schedule, c.config.dtype) for c in kept):
+        heads.append(next(c.config for c in kept if (c.config.strategy, c.config.schedule, c.config.dtype) == kind))
     return heads + [c.config for c in kept if c.config not in heads]
 
 
@@ -127,11 +138,21 @@ def delay_variants(best: Config, delays: Sequence[int] = DELAYS) -> list[Config]
     return [replace(best, max_batch_delay=d) for d in delays if d != best.max_batch_delay]
 
 
-def rank(summaries: Sequence[Summary]) -> list[Summary]:
+def faithful(s: Summary, min_cosine: float | None) -> bool:
+    """Whether a measured configuration may win: float32 always; a reduced dtype only when its answers' cosine min
+    against float32 (measured on the run's texts) reaches the user's floor."""
+    if s.config.dtype in (None, "float32"):
+        return True
+    return min_cosine is not None and s.min_cosine is not None and s.min_cosine >= min_cosine
+
+
+def rank(summaries: Sequence[Summary], min_cosine: float | None = None) -> list[Summary]:
     """Best first: capacity at the target, then closed-loop throughput (each configuration once: its lowest
-    capacity when it was measured again)."""
+    capacity when it was measured again); a reduced dtype below the `min_cosine` floor is left out."""
     lowest: dict[Config, Summary] = {}
     for s in summaries:
+        if not faithful(s, min_cosine):
+            continue
         key = replace(s.config, label="")
         if key not in lowest or _cap(s) < _cap(lowest[key]):
             lowest[key] = s
@@ -173,6 +194,7 @@ def explore(
     default_cost_s: float,
     elapsed: Callable[[], float],
     delays: Sequence[int] = DELAYS,
+    min_cosine: float | None = None,
 ) -> tuple[list[Summary], list[tuple[Config, str]]]:
     """Measure the kept candidates in `first_round` order while the budget holds; once the best strategies have
     been seen (or the queue runs dry), the best so far at the other delays goes first. Returns what was measured,
@@ -185,7 +207,8 @@ def explore(
     delays_done = False
     while queue or (not delays_done and measured):
         if not delays_done and measured and (len(measured) >= delays_after or not queue):
-            queue = delay_variants(rank(measured)[0].config, delays) + queue
+            ranking = rank(measured, min_cosine)
+            queue = (delay_variants(ranking[0].config, delays) if ranking else []) + queue
             delays_done = True
             continue
         config = queue.pop(0)
@@ -218,14 +241,50 @@ class TuneResult:
     commands: tuple[str, ...] = ()
     remeasured: Summary | None = None  # the winner again, registered from its YAML
     applied: tuple[str, ...] = ()  # where TorchServe's describe differed from the YAML (empty: all applied)
+    min_cosine: float | None = None  # the user's fidelity floor for a reduced dtype (None: float32 only)
 
     @property
     def ranking(self) -> list[Summary]:
-        return rank(self.measured)
+        return rank(self.measured, self.min_cosine)
 
 
-def model_config(winner: Config, template: dict[str, Any]) -> dict[str, Any]:
-    """The model-config YAML that deploys `winner`: the template with its TorchServe and handler settings."""
+def reduced_dtypes(min_cosine: float | None, native: str | None) -> tuple[tuple[str, ...], str]:
+    """The reduced dtypes the suite considers, and why, in a line for its YAML: bfloat16 only with a fidelity floor
+    (`--min-cosine`) on a CPU that multiplies it natively (`native`: the flag that says so, None where it would
+    emulate it)."""
+    if min_cosine is None:
+        return (), "float32 only: bfloat16 is considered only with a fidelity floor (--min-cosine)"
+    if native is None:
+        return (), (
+            f"float32 only: --min-cosine {min_cosine:g} given, but this CPU has no native bfloat16 "
+            "(it would emulate it, slower than float32)"
+        )
+    return (REDUCED,), f"float32 and {REDUCED} ({native}); {REDUCED} eligible at cosine min >= {min_cosine:g}"
+
+
+def dtype_choice(measured: Sequence[Summary], min_cosine: float | None, considered: str) -> str:
+    """Why the winner has its dtype, in a line for the YAML: what was considered, and the best of each dtype."""
+    ranking = rank(measured, min_cosine)
+    if not ranking:
+        return considered
+    winner = ranking[0]
+    reduced = [s for s in measured if s.config.dtype not in (None, "float32")]
+    if not reduced:
+        return f"dtype {winner.config.dtype or 'float32'}: {considered}"
+    floats = [s for s in ranking if s.config.dtype in (None, "float32")]
+    best_float = f"float32's best capacity {fmt_rate(_cap(floats[0]))}" if floats else "no float32 measured"
+    eligible = [s for s in ranking if s.config.dtype not in (None, "float32")]
+    cosines = [s.min_cosine for s in reduced if s.min_cosine is not None]
+    fidelity = f"cosine min {min(cosines):.6f}" if cosines else "fidelity not measured"
+    if not eligible:
+        return f"dtype float32: {REDUCED} measured at {fidelity}, below the floor {min_cosine}; {best_float}"
+    best_reduced = f"{REDUCED}'s best capacity {fmt_rate(_cap(eligible[0]))} ({fidelity}, floor {min_cosine:g})"
+    return f"dtype {winner.config.dtype or 'float32'}: {best_reduced} against {best_float}"
+
+
+def model_config(winner: Config, template: dict[str, Any], min_cosine: float | None = None) -> dict[str, Any]:
+    """The model-config YAML that deploys `winner`: the template with its TorchServe and handler settings (a reduced
+    dtype with the user's fidelity floor, which its workers then check at start)."""
     cfg = dict(template)
     cfg.update(
         minWorkers=winner.workers,
@@ -239,6 +298,10 @@ def model_config(winner: Config, template: dict[str, Any]) -> dict[str, Any]:
         handler["engine"] = winner.engine
     if winner.schedule:
         handler["schedule"] = winner.schedule
+    if winner.dtype not in (None, "float32"):
+        handler["dtype"] = winner.dtype
+        if min_cosine is not None:
+            handler["min_cosine"] = min_cosine
     cfg["handler"] = handler
     return archives.with_schedule(cfg)
 

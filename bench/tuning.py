@@ -39,10 +39,18 @@ def deploy_commands(yaml_shown: str, management_url: str, name: str = TUNED_NAME
 
 
 def run_tune(
-    runner: Runner, plan: RunPlan, budget_min: float, record: Callable[[stats.Summary], None], t0: float, out: Path
+    runner: Runner,
+    plan: RunPlan,
+    budget_min: float,
+    record: Callable[[stats.Summary], None],
+    t0: float,
+    out: Path,
+    min_cosine: float | None = None,
 ) -> tune.TuneResult:
-    """Rank candidates offline, measure what fits the budget (delays around the best), recommend, re-measure."""
+    """Rank candidates offline, measure what fits the budget (delays around the best), recommend, re-measure.
+    `min_cosine`: the fidelity floor that lets bfloat16 compete (where the CPU multiplies it natively)."""
     from bench.bound import calibrated_cost
+    from bucketing import precision
 
     space, settings = plan.tune or {}, runner.capacity_settings
     assert settings is not None
@@ -51,6 +59,13 @@ def run_tune(
     print(f"\ntune: calibrating the cost model on {engine}, one thread ...")
     cost = calibrated_cost(str(models.model_dir(base.model)), engine)
     print(f"  {cost}")
+    reduced, considered = tune.reduced_dtypes(min_cosine, precision.native_bf16(precision.cpu_info()))
+    print(f"tune: {considered}")
+    reduced_costs = {}
+    for dtype in reduced:
+        print(f"tune: calibrating the cost model on torch in {dtype}, one thread ...")
+        reduced_costs[dtype] = calibrated_cost(str(models.model_dir(base.model)), "torch", dtype=dtype)
+        print(f"  {reduced_costs[dtype]}")
     batch_sizes = space.get("batch_sizes", tune.BATCH_SIZES)
     schedules = space.get("schedules", ("batch",))
     ranked = tune.candidates(
@@ -61,6 +76,7 @@ def run_tune(
         os.cpu_count() or 1,
         batch_sizes=batch_sizes,
         schedules=schedules,
+        reduced_costs=reduced_costs,
     )
     kept = [c for c in ranked if not c.pruned]
     print(
@@ -89,11 +105,14 @@ def run_tune(
         default_cost,
         lambda: time.monotonic() - t0,
         space.get("delays", tune.DELAYS),
+        min_cosine,
     )
     if not measured:
         raise SystemExit("tune: nothing was measured (see above)")
     budget_left = budget_min * 60 - (time.monotonic() - t0)
-    for top in tune.rank(measured)[:2]:  # the top two again: capacity is the noisiest figure, rank on the lower
+    for top in tune.rank(measured, min_cosine)[
+        :2
+    ]:  # the top two again: capacity is the noisiest figure, rank on the lower
         if len(measured) > 1 and budget_left > default_cost + tune.RESERVE_S:
             started = time.monotonic()
             again = replace(top.config, label="again")
@@ -104,7 +123,8 @@ def run_tune(
             except ServerError as e:
                 skipped.append((again, f"failed: {str(e)[:120]}"))
             budget_left -= time.monotonic() - started
-    return recommend(runner, measured, skipped, ranked, record, t0, out, budget_min * 60)
+    why = tune.dtype_choice(measured, min_cosine, considered)
+    return recommend(runner, measured, skipped, ranked, record, t0, out, budget_min * 60, min_cosine, why)
 
 
 def recommend(
@@ -116,12 +136,17 @@ def recommend(
     t0: float,
     out: Path,
     budget_s: float,
+    min_cosine: float | None = None,
+    dtype_why: str = "",
 ) -> tune.TuneResult:
     """Write the winner's model-config YAML and the commands that deploy it; measure it again from that YAML."""
     settings = runner.capacity_settings
     assert settings is not None
-    winner = tune.rank(measured)[0]
-    cfg = tune.model_config(winner.config, archives.model_config(winner.config.strategy))
+    ranking = tune.rank(measured, min_cosine)
+    if not ranking:
+        raise SystemExit("tune: no measured configuration is eligible (see above)")
+    winner = ranking[0]
+    cfg = tune.model_config(winner.config, archives.model_config(winner.config.strategy), min_cosine)
     yaml_path = out / "tuned-model-config.yaml"
     shown = yaml_path.relative_to(ROOT) if yaml_path.is_relative_to(ROOT) else yaml_path
     cap = winner.capacity.rate if winner.capacity else 0.0
@@ -135,7 +160,9 @@ def recommend(
     comment = (
         f"# Tuned by `bench/compare.py --suite tune` on {winner.config.workload_label}: "
         f"{tune.fmt_rate(cap)} at p99 <= {settings.target_ms:g} ms on this machine.\n"
-        "# Deploy it (from the repository, with `make serve` running):\n" + "".join(f"#   {c}\n" for c in commands)
+        + (f"# {dtype_why}\n" if dtype_why else "")
+        + "# Deploy it (from the repository, with `make serve` running):\n"
+        + "".join(f"#   {c}\n" for c in commands)
     )
     yaml_path.write_text(comment + yaml.safe_dump(cfg, sort_keys=False))
     result = tune.TuneResult(
@@ -148,6 +175,7 @@ def recommend(
         yaml_path.name,
         yaml_path.read_text(),
         tuple(commands),
+        min_cosine=min_cosine,
     )
     if not runner.server:
         return replace(result, elapsed_s=time.monotonic() - t0)

@@ -35,6 +35,8 @@ def test_peer_runs_once_per_distinct_load():
         (["--p99-ms", "-5"], "--p99-ms: got -5; allowed: a positive number"),
         (["--p99-ms", "100", "--capacity-steps", "0"], "--capacity-steps and --step-s"),
         (["--p99-ms", "100", "--budget-min", "0"], "--budget-min: got 0"),
+        (["--min-cosine", "0.999"], "--min-cosine: got 0.999; allowed: with --suite tune, a floor in"),
+        (["--suite", "tune", "--p99-ms", "100", "--min-cosine", "1.5"], "--min-cosine: got 1.5; allowed"),
     ],
 )
 def test_flag_errors_are_one_line(argv, message):

@@ -179,3 +179,61 @@ def test_deploy_commands_register_what_the_build_writes():
     query, build, register = deploy_commands("bench/results/x/tuned.yaml", "http://127.0.0.1:8081", "m")
     assert build.endswith("--config bench/results/x/tuned.yaml --name m")
     assert query == "url=m.mar&model_name=m&synchronous=true" and register.endswith(f'/models?{query}"')
+
+
+# --- bfloat16 under a fidelity floor (--min-cosine) -----------------------------------------------------------------
+
+
+def test_bfloat16_is_considered_only_with_a_floor_on_a_cpu_that_multiplies_it():
+    assert tune.reduced_dtypes(None, "amx_bf16") == (
+        (),
+        "float32 only: bfloat16 is considered only with a fidelity floor (--min-cosine)",
+    )
+    dtypes, why = tune.reduced_dtypes(0.999, None)
+    assert dtypes == () and "no native bfloat16 (it would emulate it, slower than float32)" in why
+    dtypes, why = tune.reduced_dtypes(0.999, "amx_bf16")
+    assert (
+        dtypes == ("bfloat16",) and why == "float32 and bfloat16 (amx_bf16); bfloat16 eligible at cosine min >= 0.999"
+    )
+
+
+def test_bfloat16_candidates_run_on_torch_at_their_own_cost():
+    slow, fast = CostModel(), CostModel(per_token_us=CostModel().per_token_us / 3)
+    ranked = tune.candidates(BASE, LENGTHS, slow, 1e9, cores=2, reduced_costs={"bfloat16": fast})
+    plain = tune.candidates(BASE, LENGTHS, slow, 1e9, cores=2)
+    assert len(ranked) == 2 * len(plain) and all(c.config.dtype is None for c in plain)
+    reduced = [c for c in ranked if c.config.dtype == "bfloat16"]
+    assert reduced and all(c.config.engine == "torch" for c in reduced)
+    assert ranked[0].config.dtype == "bfloat16"  # cheaper per token: estimated faster
+    heads = tune.first_round(ranked)
+    kinds = {(c.config.strategy, c.config.dtype) for c in ranked if not c.pruned}
+    assert {(s, d) for s, d in kinds if s == "bucketed"} == {("bucketed", None), ("bucketed", "bfloat16")}
+    assert {(c.strategy, c.dtype) for c in heads[: len(kinds)]} == kinds  # float32 kept beside a faster bfloat16
+
+
+def test_a_bfloat16_winner_needs_its_cosine_to_reach_the_floor():
+    f32 = summary_with_capacity(BASE, 50, 40)
+    bf16 = replace(summary_with_capacity(replace(BASE, dtype="bfloat16", engine="torch"), 90, 80), min_cosine=0.9996)
+    assert tune.rank([f32, bf16]) == [f32]  # no floor: float32 only
+    assert tune.rank([f32, bf16], 0.999) == [bf16, f32]
+    assert tune.rank([f32, bf16], 0.9999) == [f32]
+    assert tune.rank([f32, replace(bf16, min_cosine=None)], 0.999) == [f32]  # unmeasured fidelity never wins
+    why = tune.dtype_choice([f32, bf16], 0.999, "considered")
+    assert why == (
+        "dtype bfloat16: bfloat16's best capacity 80.0 req/s (cosine min 0.999600, floor 0.999) against float32's "
+        "best capacity 40.0 req/s"
+    )
+    assert tune.dtype_choice([f32, bf16], 0.9999, "considered").startswith(
+        "dtype float32: bfloat16 measured at cosine min 0.999600, below the floor 0.9999"
+    )
+    assert tune.dtype_choice([f32], None, "float32 only: why") == "dtype float32: float32 only: why"
+
+
+def test_a_bfloat16_winner_deploys_with_its_floor():
+    from model_store import archives
+
+    winner = replace(BASE, dtype="bfloat16", engine="torch")
+    handler = HandlerConfig.from_yaml(tune.model_config(winner, archives.model_config("bucketed"), 0.999))
+    assert (handler.dtype, handler.engine, handler.min_cosine) == ("bfloat16", "torch", 0.999)
+    plain = HandlerConfig.from_yaml(tune.model_config(BASE, archives.model_config("bucketed"), 0.999))
+    assert plain.dtype == "float32" and plain.min_cosine == HandlerConfig.min_cosine
