@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bucketing.tokenizer import Encoded, Tokenizer
@@ -42,16 +42,24 @@ texts = st.lists(st.tuples(st.sampled_from(PIECES), st.sampled_from(GLUE)), min_
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(texts, min_size=1, max_size=4))
-def test_cut_tokenizing_matches_the_whole_text(tokenizer, batch):
-    assert tokenizer.encode(batch) == [whole(tokenizer, t) for t in batch]
-    assert tokenizer.encode(batch, left=True) == [whole(tokenizer, t, left=True) for t in batch]
-
-
-def exact_or_refused(tok: Tokenizer, text: str, e: Encoded) -> bool:
+def exact_or_refused(tok: Tokenizer, text: str, e: Encoded, left: bool = False) -> bool:
     """The whole text's tokens, or (only for a text over max_cut_chars) unbounded."""
-    return e == whole(tok, text) or (e.unbounded and len(text) > tok.max_cut_chars)
+    return e == whole(tok, text, left) or (e.unbounded and len(text) > tok.max_cut_chars)
+
+
+# Found by hypothesis: 100 characters (over max_cut_chars, 96) whose third "word" for the Unigram's Metaspace (it does
+# not split at a newline) runs from character 15 to 99, across the cut; its first tokens may depend on the cut-off
+# end, so it is refused (413), not answered from a guess.
+UNIGRAM_LONG_WORD = "serving serving serving\nserving\nserving\nhttps://example.org/a?b=c\nhttps://example.org/a?b=c\nserving "
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batch=st.lists(texts, min_size=1, max_size=4))
+@example(batch=[UNIGRAM_LONG_WORD])
+def test_cut_tokenizing_matches_the_whole_text(tokenizer, batch):
+    """Exact, or refused (a text over max_cut_chars whose prefix or suffix settles nothing): never another answer."""
+    for left in (False, True):
+        assert all(exact_or_refused(tokenizer, t, e, left) for t, e in zip(batch, tokenizer.encode(batch, left)))
 
 
 LONG = ["word " * 5000, "word\n" * 5000, "word\t" * 5000, "word\u00a0" * 5000, "中文的句子很长，没有空格。" * 1000]
@@ -70,10 +78,7 @@ def test_long_texts_cut_and_degenerate_ones(tokenizer):
     encoded = tokenizer.encode(batch)
     assert all(exact_or_refused(tokenizer, t, e) for t, e in zip(batch, encoded))
     from_left = tokenizer.encode(batch, left=True)
-    assert all(
-        e == whole(tokenizer, t, True) or (e.unbounded and len(t) > tokenizer.max_cut_chars)
-        for t, e in zip(batch, from_left)
-    )
+    assert all(exact_or_refused(tokenizer, t, e, left=True) for t, e in zip(batch, from_left))
     assert not encoded[0].unbounded and encoded[-2].unbounded  # prose with spaces; one 97-character "word"
 
 
