@@ -602,3 +602,28 @@ def test_every_wire_format_is_registered_once_with_its_routes():
     for wire in protocols.WIRES:
         assert wire.SERVED in protocols.SERVED and callable(wire.error_body)
     assert incoming({}, JSON, url_path="v1/nope").wire is openai  # a 404 in the shape of its neighbours
+
+
+@pytest.mark.parametrize(
+    ("body", "url_path", "limits", "param"),
+    [
+        ({"query": "q\ud800", "texts": ["a"]}, "rerank", CLASSIFIER, "query"),
+        ({"query": "\ud800", "documents": ["a"]}, "v1/rerank", CLASSIFIER, "query"),
+        ({"text": "a", "prompt": "p\ud800: "}, None, PROMPTED, "prompt"),
+        ({"input": ["a"], "prompt": "\udfff"}, "v1/embeddings", PROMPTED, "prompt"),
+        (
+            {
+                "inputs": [{"name": "t", "datatype": "BYTES", "shape": [1], "data": ["a"]}],
+                "parameters": {"prompt": "\ud800"},
+            },
+            None,
+            PROMPTED,
+            "prompt",
+        ),
+    ],
+)
+def test_a_lone_surrogate_in_a_query_or_prompt_is_the_clients_400(body, url_path, limits, param):
+    """Valid JSON ("\\ud800") that no tokenizer can read: InvalidEncoding, as in a text, never a 500."""
+    error = incoming(body, JSON, url_path=url_path, limits=limits).outcome
+    assert isinstance(error, RequestError), error
+    assert (error.status, error.type, error.param) == (400, "InvalidEncoding", param) and "surrogate" in error.message
