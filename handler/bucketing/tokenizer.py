@@ -58,6 +58,7 @@ class Tokenizer:
         self._backend.no_truncation()
         self.prefix, self.suffix = self._special_tokens()
         self.pair = self._pair_template()
+        self.left_shifts = self._left_shifts()
         self._backend.enable_truncation(max_length)
         self.vocab_size = int(self._backend.get_vocab_size(with_added_tokens=True))
         self.cut_chars = CUT_CHARS_PER_TOKEN * max_length
@@ -76,6 +77,26 @@ class Tokenizer:
             if full[start : start + len(bare)] == bare:
                 return tuple(full[:start]), tuple(full[start + len(bare) :])
         raise ValueError("cannot locate a text's tokens among the special tokens the tokenizer adds")
+
+    def _left_shifts(self) -> int:
+        """From how many consecutive starts a left cut's suffix must give the same tokens: 1 where a suffix's words
+        after its first are the whole text's; else, over runs where they are not (Llama-3's regex groups digits by
+        three from the left of their run; a normalizer may pair spaces), the most starts until one where the suffix
+        tokenizes as the whole text's end (3 for Llama-3's digits)."""
+        shifts = 1
+        for probe in LEFT_PROBES:
+            whole = self._backend.encode(probe, add_special_tokens=False)
+            tokens = list(zip(whole.ids, whole.offsets))
+            tails = [self._backend.encode(probe[k:], add_special_tokens=False) for k in range(len(probe))]
+            shifted = [[(i, (a + k, b + k)) for i, (a, b) in zip(t.ids, t.offsets)] for k, t in enumerate(tails)]
+            words = [[w != t.word_ids[0] for w in t.word_ids] for t in tails]
+            after = [[x for x, later in zip(s, w) if later] for s, w in zip(shifted, words)]
+            if all(not a or a == tokens[len(tokens) - len(a) :] for a in after):
+                continue
+            aligned = [bool(s) and s == tokens[len(tokens) - len(s) :] for s in shifted]
+            for k in range(1, len(probe)):
+                shifts = max(shifts, next((j for j in range(k, len(probe)) if aligned[j]), len(probe)) - k + 1)
+        return shifts
 
     def _pair_template(self) -> PairTemplate | None:
         """Where the tokenizer puts its special tokens and token types around a pair's two texts (None: it has no
@@ -153,7 +174,7 @@ class Tokenizer:
             for i, piece, e in zip(pending, pieces, self._backend.encode_batch(pieces)):
                 if len(piece) == len(texts[i]):
                     out[i] = Encoded(tuple(e.ids), bool(e.overflowing))
-                elif e.overflowing and (_settled_left(e) if left else _settled(e)):
+                elif e.overflowing and (self._aligned(texts[i], budget, e) if left else _settled(e)):
                     out[i] = Encoded(tuple(e.ids), True)
                 elif budget >= self.max_cut_chars:
                     out[i] = Encoded((), True, unbounded=True)
@@ -161,6 +182,15 @@ class Tokenizer:
                     retry.append(i)
             pending, budget = retry, budget * GROWTH
         return [e for e in out if e is not None]
+
+    def _aligned(self, text: str, budget: int, e: Any) -> bool:
+        """Whether a left-truncated suffix's kept tokens are the whole text's: a whole word of the suffix lies
+        before them, and (`left_shifts` > 1) the suffixes starting 1 to left_shifts - 1 characters later keep the
+        same tokens (one of them starts where a word of the whole text starts, as in a run of digits)."""
+        if not _settled_left(e) or self.left_shifts > MAX_LEFT_SHIFTS:
+            return False
+        shifted = [text[len(text) - budget + d :] for d in range(1, self.left_shifts)]
+        return all(s.ids == e.ids for s in self._backend.encode_batch(shifted)) if shifted else True
 
     def prompt_length(self, prompt: str) -> int:
         """Tokens of a prompt as sentence-transformers counts them to leave out of pooling: the prompt tokenized
@@ -182,6 +212,9 @@ class Tokenizer:
 
 
 PROBE = "hello"
+# Runs whose words a left cut may shift (digits grouped from the left, collapsed spaces), probed at start-up.
+LEFT_PROBES = ("1234567890" * 2, "\u0661\u0662\u0663\u0664\u0665" * 4, " " * 20, "\n" * 20, "." * 20, "ab 12, cd.")
+MAX_LEFT_SHIFTS = 8  # a tokenizer whose left cut needs more is cut on the left only when the whole text is read
 PAIR_PROBE = ("hello", "world")
 
 

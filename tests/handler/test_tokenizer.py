@@ -12,7 +12,7 @@ from tests.models import TOKENIZER_WORDS, build_tokenizer
 WORDS = TOKENIZER_WORDS[:18]
 
 
-@pytest.fixture(scope="module", params=["wordpiece", "bpe", "unigram"])
+@pytest.fixture(scope="module", params=["wordpiece", "bpe", "unigram", "llama3"])
 def tokenizer(request, minilm_dir, tmp_path_factory) -> Tokenizer:
     folder = (
         minilm_dir if request.param == "wordpiece" else build_tokenizer(tmp_path_factory.mktemp("tok"), request.param)
@@ -50,12 +50,13 @@ def exact_or_refused(tok: Tokenizer, text: str, e: Encoded, left: bool = False) 
 # Found by hypothesis: 100 characters (over max_cut_chars, 96) whose third "word" for the Unigram's Metaspace (it does
 # not split at a newline) runs from character 15 to 99, across the cut; its first tokens may depend on the cut-off
 # end, so it is refused (413), not answered from a guess.
-UNIGRAM_LONG_WORD = "serving serving serving\nserving\nserving\nhttps://example.org/a?b=c\nhttps://example.org/a?b=c\nserving "
+UNIGRAM_LONG_WORD = "serving serving serving\nserving\nserving\n" + "https://example.org/a?b=c\n" * 2 + "serving "
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batch=st.lists(texts, min_size=1, max_size=4))
 @example(batch=[UNIGRAM_LONG_WORD])
+@example(batch=["account " + "1234567" * 9 + " end"])  # Llama-3 digits: a suffix groups the run otherwise
 def test_cut_tokenizing_matches_the_whole_text(tokenizer, batch):
     """Exact, or refused (a text over max_cut_chars whose prefix or suffix settles nothing): never another answer."""
     for left in (False, True):
@@ -90,6 +91,17 @@ def test_the_shipped_tokenizer_settles_every_long_prose_from_a_prefix(minilm_dir
     assert encoded == [whole(tok, t) for t in LONG] and all(e.truncated for e in encoded)
     one_word = tok.encode(["a" * (tok.max_cut_chars + 1)])[0]
     assert one_word.unbounded
+
+
+def test_a_left_cut_through_digits_grouped_from_the_left_is_exact_or_refused(tmp_path):
+    """Llama-3's regex groups a run of digits by three from the run's left: a suffix cut inside the run groups it
+    otherwise (58 of 64 tokens differed), so a left cut is kept only where suffixes from three starts agree."""
+    tok = Tokenizer(str(build_tokenizer(tmp_path, "llama3")), max_length=64)
+    digits, prose = "account " + "1234567" * 2000 + " end", "account 1234567 and 89 end. " * 600
+    (run, served), (right, _) = tok.encode([digits, prose], left=True), tok.encode([digits, prose])
+    assert tok.left_shifts == 3 and run.unbounded and len(digits) > tok.max_cut_chars  # a 413, never a guess
+    assert served == whole(tok, prose, left=True) and served.truncated and not served.unbounded
+    assert right == whole(tok, digits) and not right.unbounded  # a prefix groups the run as the whole text does
 
 
 def test_token_ids_are_wrapped_and_truncated(tokenizer):
