@@ -118,35 +118,51 @@ class Tokenizer:
 
     def encode_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[Encoded]:
         """Each pair's tokens as the tokenizer gives them for the whole pair truncated `longest_first` at
-        max_length (what CrossEncoder does): each side from a bounded prefix (`encode`), then the pair's
-        truncation and special tokens applied here; both sides over max_length: both tokenized whole (when each is
-        at most `max_cut_chars` characters; `unbounded` otherwise), since which is longer decides the split."""
+        max_length (what CrossEncoder does). Each distinct text (a rerank request's query: once for all its
+        documents) is read from a bounded prefix (`_read_sides`): its first tokens and its token count, or a lower
+        bound of it; the split depends on the counts only through the shorter side's and which is longer, so a
+        bound mostly settles it (`_settle`). Else the prefix grows once, to `max_cut_chars`; a pair that still is
+        not settled (both sides that long, of an odd budget; or a side of one huge "word") is `unbounded`."""
         if self.pair is None:
             raise ValueError("this tokenizer has no pair template (post-processor): it cannot encode text pairs")
-        sides = self.encode([t for pair in pairs for t in pair])
-        out = []
-        for k, (first, second) in enumerate(pairs):
-            a, b = sides[2 * k], sides[2 * k + 1]
-            if a.unbounded or b.unbounded:
-                out.append(Encoded((), True, unbounded=True))
-                continue
-            lengths = [len(e.ids) - self.specials + (1 if e.truncated else 0) for e in (a, b)]
-            content: list[Sequence[int]] = [e.ids[len(self.prefix) : len(e.ids) - len(self.suffix)] for e in (a, b)]
-            # Both cut (which is longer decides the split), or a pair template with fewer special tokens than a text's
-            # (a side's prefix then holds too few tokens): the sides are tokenized whole, if not too long.
-            if (a.truncated and b.truncated) or ((a.truncated or b.truncated) and self.pair.specials < self.specials):
-                if max(len(first), len(second)) > self.max_cut_chars:
-                    out.append(Encoded((), True, unbounded=True))
+        budget = self.max_length - self.pair.specials
+        known: dict[tuple[str, int], _Side] = {}
+        out: list[Encoded] = [Encoded((), True, unbounded=True)] * len(pairs)
+        pending = list(range(len(pairs)))
+        for chars in (self.cut_chars, self.max_cut_chars):
+            self._read_sides([t for k in pending for t in pairs[k]], chars, known)
+            retry = []
+            for k in pending:
+                a, b = (known[t, min(len(t), chars)] for t in pairs[k])
+                counts = _settle(a, b, budget)
+                keep = longest_first(*counts, budget) if counts else (budget + 1, 0)
+                if counts is None or keep[0] > len(a.ids) or keep[1] > len(b.ids):
+                    retry.append(k)
                     continue
-                self._backend.no_truncation()
-                try:
-                    whole = [self._backend.encode(t, add_special_tokens=False).ids for t in (first, second)]
-                finally:
-                    self._backend.enable_truncation(self.max_length)
-                lengths, content = [len(w) for w in whole], whole
-            joined = self.pair.join(content[0], content[1], lengths[0], lengths[1], self.max_length)
-            out.append(joined if self.token_types else replace(joined, type_ids=None))
+                joined = self.pair.join(a.ids, b.ids, *counts, self.max_length)
+                out[k] = joined if self.token_types else replace(joined, type_ids=None)
+            pending = retry
         return out
+
+    def _read_sides(self, texts: Sequence[str], chars: int, known: dict[tuple[str, int], _Side]) -> None:
+        """Each text not yet in `known` read from its first `chars` characters, untruncated, without special
+        tokens: all its tokens (the whole text fit), or those before the prefix's last two words, which a cut may
+        damage (the whole text's, as in `_settled`), and a count one above them."""
+        keys = list(dict.fromkeys((t, min(len(t), chars)) for t in texts if (t, min(len(t), chars)) not in known))
+        if not keys:
+            return
+        self._backend.no_truncation()
+        try:
+            encoded = self._backend.encode_batch([t[:n] for t, n in keys], add_special_tokens=False)
+        finally:
+            self._backend.enable_truncation(self.max_length)
+        for (text, n), e in zip(keys, encoded):
+            if n == len(text):
+                known[text, n] = _Side(tuple(e.ids), len(e.ids), True)
+                continue
+            last = max((w for w in e.word_ids if w is not None), default=-1)
+            valid = next((k for k, w in enumerate(e.word_ids) if w is None or w > last - 2), len(e.ids))
+            known[text, n] = _Side(tuple(e.ids[:valid]), valid + 1, False)
 
     @property
     def specials(self) -> int:
@@ -255,6 +271,28 @@ def longest_first(n1: int, n2: int, budget: int) -> tuple[int, int]:
     if short + long > budget:
         short, long = budget // 2, budget // 2 + budget % 2
     return (long, short) if swap else (short, long)
+
+
+@dataclass(frozen=True)
+class _Side:
+    """One side of a pair as read from a prefix: its first tokens, and its token count (`exact`) or a lower bound."""
+
+    ids: tuple[int, ...]
+    n: int
+    exact: bool
+
+
+def _settle(a: _Side, b: _Side, budget: int) -> tuple[int, int] | None:
+    """Counts for `longest_first` that split the pair as the true counts do, or None when the bounds do not tell.
+    Both past half the budget: halves (an even budget: whichever is longer); else the split needs the shorter
+    side's count and which is longer, so an inexact side must be the longer of a pair already over the budget."""
+    if a.exact and b.exact:
+        return a.n, b.n
+    if a.n + b.n <= budget:
+        return None
+    if 2 * min(a.n, b.n) > budget and budget % 2 == 0:
+        return a.n, b.n
+    return (a.n, b.n) if (a.exact and b.n > a.n) or (b.exact and a.n > b.n) else None
 
 
 CUT_CHARS_PER_TOKEN = 32  # the first prefix tried: enough for max_length tokens of any ordinary prose

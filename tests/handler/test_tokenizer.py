@@ -144,5 +144,44 @@ def test_long_pairs_split_the_budget_as_the_tokenizer_does(minilm_dir, max_lengt
         ("word " * 20, "serving " * 20),
     ]
     assert tok.encode_pairs(pairs) == [whole_pair(tok, a, b) for a, b in pairs]
-    (huge,) = tok.encode_pairs([("word " * 3000, "serving " * 3000)])  # both sides long, past max_cut_chars
-    assert huge.unbounded
+    # A side past max_cut_chars is read from a prefix: the shorter side's count and which is longer settle the split.
+    long_query = ("word " * 320, "serving " * 20)  # 1600 characters, past max_cut_chars (at most 1536 here)
+    assert tok.encode_pairs([long_query, long_query[::-1]]) == [
+        whole_pair(tok, a, b) for a, b in (long_query, long_query[::-1])
+    ]
+    # Both sides long, past max_cut_chars: halves; an odd budget's extra token goes to the longer, which is unknown.
+    (huge,) = tok.encode_pairs([("word " * 3000, "serving " * 3000)])
+    budget = max_length - 3  # [CLS] a [SEP] b [SEP]
+    same_halves = whole_pair(tok, "word " * 20, "serving " * 20)  # (the whole pair's reference is quadratic here)
+    assert huge == same_halves if budget % 2 == 0 else huge.unbounded
+
+
+class CountingBackend:
+    """A tokenizer backend that records the length of every text it is given."""
+
+    def __init__(self, backend):
+        self.backend, self.read = backend, []
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+    def encode(self, text, *args, **kwargs):
+        self.read.append(len(text))
+        return self.backend.encode(text, *args, **kwargs)
+
+    def encode_batch(self, texts, *args, **kwargs):
+        self.read.extend(len(t) for t in texts)
+        return self.backend.encode_batch(texts, *args, **kwargs)
+
+
+def test_a_rerank_query_is_read_once_from_a_bounded_prefix_for_all_its_documents(minilm_dir):
+    """A long query with 20 long documents (a TEI rerank body): the query was re-read whole for every document."""
+    tok = Tokenizer(str(minilm_dir), max_length=16)
+    query, docs = "a query word " * 100, [f"document {i} " * 100 for i in range(20)]
+    counting = tok._backend = CountingBackend(tok._backend)
+    encoded = tok.encode_pairs([(query, d) for d in docs])
+    tok._backend = counting.backend
+    assert encoded == [whole_pair(tok, query, d) for d in docs]
+    # Each text's prefix, then (the sides near in length, the budget odd: which is longer decides) each whole.
+    assert counting.read.count(tok.cut_chars) == 21 and counting.read.count(len(query)) == 1
+    assert len(counting.read) == 42 and max(counting.read) <= tok.max_cut_chars
