@@ -185,3 +185,31 @@ def test_a_rerank_query_is_read_once_from_a_bounded_prefix_for_all_its_documents
     # Each text's prefix, then (the sides near in length, the budget odd: which is longer decides) each whole.
     assert counting.read.count(tok.cut_chars) == 21 and counting.read.count(len(query)) == 1
     assert len(counting.read) == 42 and max(counting.read) <= tok.max_cut_chars
+
+
+def with_normalizer_bomb(folder, n):
+    """The folder's tokenizer.json with n x Replace("l", "ll") after its own normalizer (2**n characters an "l")."""
+    import json
+
+    path = folder / "tokenizer.json"
+    spec = json.loads(path.read_text())
+    own = spec["normalizer"]
+    replaces = [{"type": "Replace", "pattern": {"String": "l"}, "content": "ll"}] * n
+    spec["normalizer"] = {"type": "Sequence", "normalizers": [own, *replaces]}
+    path.write_text(json.dumps(spec))
+    return folder
+
+
+def test_a_normalizer_that_multiplies_text_is_refused_at_build_and_at_start(tmp_path):
+    """A 1.4 KB tokenizer.json normalizer made every text cost 2**N times its characters after the bounded cut."""
+    from model_store import archives
+    from tests.models import build_tiny_bert
+
+    folder = with_normalizer_bomb(build_tiny_bert(tmp_path / "bomb", classifier=True), 16)
+    with pytest.raises(ValueError, match="normalizer may make 1.57e[+]06 characters of one") as start:
+        Tokenizer(str(folder), 8)
+    with pytest.raises(archives.ModelFolderError, match="no usable fast tokenizer: .* normalizer may make") as build:
+        archives.check_model_dir(folder, "classification")
+    assert "\n" not in str(start.value) and "\n" not in str(build.value)
+    mild = with_normalizer_bomb(build_tiny_bert(tmp_path / "mild", classifier=True), 2)  # BERT's 24x, then 4x: 96x
+    assert Tokenizer(str(mild), 8).encode(["hello"])[0].ids
