@@ -1,7 +1,8 @@
 """What one long text costs the handler's tokenizer: 6 MB bodies of prose and of the shapes that once cost seconds.
 
 `python -m bench.tokenize_cost [--mb 6] [--repeat 5]`: each body through `Tokenizer.encode` as a worker runs it
-(MiniLM, max_length 256), best of `--repeat`, and its cost as a multiple of English prose's.
+(MiniLM, max_length 256), best of `--repeat`, and its cost as a multiple of English prose's; then a rerank body
+(a 5.6 KB query, 100 documents of 11 KB: 1.1 MB) through `Tokenizer.encode_pairs`, against its texts alone.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 
 from bucketing.tokenizer import Tokenizer
 from model_store.archives import SERVED, minilm_dir
@@ -29,12 +31,22 @@ def bodies(chars: int) -> dict[str, str]:
 
 
 def best_seconds(tokenizer: Tokenizer, text: str, repeat: int) -> float:
+    return best_of(lambda: tokenizer.encode([text]), repeat)
+
+
+def best_of(run: Callable[[], object], repeat: int) -> float:
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
-        tokenizer.encode([text])
+        run()
         times.append(time.perf_counter() - start)
     return min(times)
+
+
+def rerank_body() -> tuple[str, list[str]]:
+    """A long query and 100 long documents of prose (each over max_length tokens)."""
+    unit = SHAPES["English prose"]
+    return unit * 125, [f"document {i}: " + unit * 250 for i in range(100)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,6 +64,11 @@ def main(argv: list[str] | None = None) -> int:
         (e,) = tokenizer.encode([text])
         outcome = "refused (413 TextTooLong)" if e.unbounded else f"{len(e.ids)} tokens, truncated={e.truncated}"
         print(f"{name:28} {seconds * 1e3:8.1f} {seconds / base:8.1f}  {outcome}")
+    query, documents = rerank_body()
+    pairs = best_of(lambda: tokenizer.encode_pairs([(query, d) for d in documents]), args.repeat)
+    texts = best_of(lambda: tokenizer.encode([query, *documents]), args.repeat)
+    size = len(query) + sum(map(len, documents))
+    print(f"rerank body, {size} characters: as pairs {pairs * 1e3:.1f} ms, its texts alone {texts * 1e3:.1f} ms")
     return 0
 
 

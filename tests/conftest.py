@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from model_store.archives import minilm_dir as bundled_minilm
 from tests.models import build_tiny_bert
+
+# CI runs the same examples every time (a property test must not pass or fail by chance); elsewhere hypothesis
+# explores. `HYPOTHESIS_PROFILE=ci` reproduces a CI run locally.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "default"))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -68,18 +68,29 @@ TOKENIZER_WORDS = [
 ]
 
 
+# Llama-3's (and GPT-4's cl100k) split regex: digits grouped by three from the left of each run.
+LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
 def build_tokenizer(target: Path, kind: str) -> Path:
-    """A small byte-level BPE (RoBERTa-like) or Metaspace Unigram (XLM-R-like) fast tokenizer, trained offline."""
+    """A small byte-level BPE (RoBERTa-like; `llama3`: split first by Llama-3's regex) or Metaspace Unigram
+    (XLM-R-like) fast tokenizer, trained offline."""
+    from tokenizers import Regex, models, normalizers, pre_tokenizers, processors, trainers
     from tokenizers import Tokenizer as Raw
-    from tokenizers import models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
     words = TOKENIZER_WORDS
     corpus = [" ".join(words[i:] + words[:i]) for i in range(len(words))] * 20
     specials = ["<s>", "</s>", "<pad>", "<unk>"]
-    if kind == "bpe":
+    if kind in ("bpe", "llama3"):
         raw = Raw(models.BPE(unk_token="<unk>"))
         raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        if kind == "llama3":
+            split = pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated")
+            raw.pre_tokenizer = pre_tokenizers.Sequence([split, pre_tokenizers.ByteLevel(False, use_regex=False)])
         trainer = trainers.BpeTrainer(
             vocab_size=300, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
         )

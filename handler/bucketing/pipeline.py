@@ -307,9 +307,9 @@ class Pipeline:
             return RequestError(
                 413,
                 "TextTooLong",
-                f"{where}: both texts are over max_length={self.config.max_length} "
-                f"tokens and one is over {self.tokenizer.max_cut_chars} characters; send shorter "
-                "texts",
+                f"{where}: how max_length={self.config.max_length} tokens are split between the two texts "
+                f"depends on which is longer, and their first {self.tokenizer.max_cut_chars} characters do not "
+                'tell (both that long, or one "word" that long); send shorter texts',
                 "input",
             )
         if e.truncated and not self._may_cut(options):

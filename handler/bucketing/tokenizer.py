@@ -40,6 +40,7 @@ class Tokenizer:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         from transformers import AutoTokenizer
 
+        check_normalizer(model_dir, EXPANSION["Lowercase"] if lower_case else 1)
         hf = AutoTokenizer.from_pretrained(model_dir)
         if not getattr(hf, "is_fast", False):
             raise ValueError(f"{model_dir}: a fast tokenizer (tokenizer.json) is required")
@@ -58,6 +59,7 @@ class Tokenizer:
         self._backend.no_truncation()
         self.prefix, self.suffix = self._special_tokens()
         self.pair = self._pair_template()
+        self.left_shifts = self._left_shifts()
         self._backend.enable_truncation(max_length)
         self.vocab_size = int(self._backend.get_vocab_size(with_added_tokens=True))
         self.cut_chars = CUT_CHARS_PER_TOKEN * max_length
@@ -77,6 +79,26 @@ class Tokenizer:
             if full[start : start + len(bare)] == bare:
                 return tuple(full[:start]), tuple(full[start + len(bare) :])
         raise ValueError("cannot locate a text's tokens among the special tokens the tokenizer adds")
+
+    def _left_shifts(self) -> int:
+        """From how many consecutive starts a left cut's suffix must give the same tokens: 1 where a suffix's words
+        after its first are the whole text's; else, over runs where they are not (Llama-3's regex groups digits by
+        three from the left of their run; a normalizer may pair spaces), the most starts until one where the suffix
+        tokenizes as the whole text's end (3 for Llama-3's digits)."""
+        shifts = 1
+        for probe in LEFT_PROBES:
+            whole = self._backend.encode(probe, add_special_tokens=False)
+            tokens = list(zip(whole.ids, whole.offsets))
+            tails = [self._backend.encode(probe[k:], add_special_tokens=False) for k in range(len(probe))]
+            shifted = [[(i, (a + k, b + k)) for i, (a, b) in zip(t.ids, t.offsets)] for k, t in enumerate(tails)]
+            words = [[w != t.word_ids[0] for w in t.word_ids] for t in tails]
+            after = [[x for x, later in zip(s, w) if later] for s, w in zip(shifted, words)]
+            if all(not a or a == tokens[len(tokens) - len(a) :] for a in after):
+                continue
+            aligned = [bool(s) and s == tokens[len(tokens) - len(s) :] for s in shifted]
+            for k in range(1, len(probe)):
+                shifts = max(shifts, next((j for j in range(k, len(probe)) if aligned[j]), len(probe)) - k + 1)
+        return shifts
 
     def _pair_template(self) -> PairTemplate | None:
         """Where the tokenizer puts its special tokens and token types around a pair's two texts (None: it has no
@@ -98,35 +120,51 @@ class Tokenizer:
 
     def encode_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[Encoded]:
         """Each pair's tokens as the tokenizer gives them for the whole pair truncated `longest_first` at
-        max_length (what CrossEncoder does): each side from a bounded prefix (`encode`), then the pair's
-        truncation and special tokens applied here; both sides over max_length: both tokenized whole (when each is
-        at most `max_cut_chars` characters; `unbounded` otherwise), since which is longer decides the split."""
+        max_length (what CrossEncoder does). Each distinct text (a rerank request's query: once for all its
+        documents) is read from a bounded prefix (`_read_sides`): its first tokens and its token count, or a lower
+        bound of it; the split depends on the counts only through the shorter side's and which is longer, so a
+        bound mostly settles it (`_settle`). Else the prefix grows once, to `max_cut_chars`; a pair that still is
+        not settled (both sides that long, of an odd budget; or a side of one huge "word") is `unbounded`."""
         if self.pair is None:
             raise ValueError("this tokenizer has no pair template (post-processor): it cannot encode text pairs")
-        sides = self.encode([t for pair in pairs for t in pair])
-        out = []
-        for k, (first, second) in enumerate(pairs):
-            a, b = sides[2 * k], sides[2 * k + 1]
-            if a.unbounded or b.unbounded:
-                out.append(Encoded((), True, unbounded=True))
-                continue
-            lengths = [len(e.ids) - self.specials + (1 if e.truncated else 0) for e in (a, b)]
-            content: list[Sequence[int]] = [e.ids[len(self.prefix) : len(e.ids) - len(self.suffix)] for e in (a, b)]
-            # Both cut (which is longer decides the split), or a pair template with fewer special tokens than a text's
-            # (a side's prefix then holds too few tokens): the sides are tokenized whole, if not too long.
-            if (a.truncated and b.truncated) or ((a.truncated or b.truncated) and self.pair.specials < self.specials):
-                if max(len(first), len(second)) > self.max_cut_chars:
-                    out.append(Encoded((), True, unbounded=True))
+        budget = self.max_length - self.pair.specials
+        known: dict[tuple[str, int], _Side] = {}
+        out: list[Encoded] = [Encoded((), True, unbounded=True)] * len(pairs)
+        pending = list(range(len(pairs)))
+        for chars in (self.cut_chars, self.max_cut_chars):
+            self._read_sides([t for k in pending for t in pairs[k]], chars, known)
+            retry = []
+            for k in pending:
+                a, b = (known[t, min(len(t), chars)] for t in pairs[k])
+                counts = _settle(a, b, budget)
+                keep = longest_first(*counts, budget) if counts else (budget + 1, 0)
+                if counts is None or keep[0] > len(a.ids) or keep[1] > len(b.ids):
+                    retry.append(k)
                     continue
-                self._backend.no_truncation()
-                try:
-                    whole = [self._backend.encode(t, add_special_tokens=False).ids for t in (first, second)]
-                finally:
-                    self._backend.enable_truncation(self.max_length)
-                lengths, content = [len(w) for w in whole], whole
-            joined = self.pair.join(content[0], content[1], lengths[0], lengths[1], self.max_length)
-            out.append(joined if self.token_types else replace(joined, type_ids=None))
+                joined = self.pair.join(a.ids, b.ids, *counts, self.max_length)
+                out[k] = joined if self.token_types else replace(joined, type_ids=None)
+            pending = retry
         return out
+
+    def _read_sides(self, texts: Sequence[str], chars: int, known: dict[tuple[str, int], _Side]) -> None:
+        """Each text not yet in `known` read from its first `chars` characters, untruncated, without special
+        tokens: all its tokens (the whole text fit), or those before the prefix's last two words, which a cut may
+        damage (the whole text's, as in `_settled`), and a count one above them."""
+        keys = list(dict.fromkeys((t, min(len(t), chars)) for t in texts if (t, min(len(t), chars)) not in known))
+        if not keys:
+            return
+        self._backend.no_truncation()
+        try:
+            encoded = self._backend.encode_batch([t[:n] for t, n in keys], add_special_tokens=False)
+        finally:
+            self._backend.enable_truncation(self.max_length)
+        for (text, n), e in zip(keys, encoded):
+            if n == len(text):
+                known[text, n] = _Side(tuple(e.ids), len(e.ids), True)
+                continue
+            last = max((w for w in e.word_ids if w is not None), default=-1)
+            valid = next((k for k, w in enumerate(e.word_ids) if w is None or w > last - 2), len(e.ids))
+            known[text, n] = _Side(tuple(e.ids[:valid]), valid + 1, False)
 
     @property
     def specials(self) -> int:
@@ -154,7 +192,7 @@ class Tokenizer:
             for i, piece, e in zip(pending, pieces, self._backend.encode_batch(pieces)):
                 if len(piece) == len(texts[i]):
                     out[i] = Encoded(tuple(e.ids), bool(e.overflowing))
-                elif e.overflowing and (_settled_left(e) if left else _settled(e)):
+                elif e.overflowing and (self._aligned(texts[i], budget, e) if left else _settled(e)):
                     out[i] = Encoded(tuple(e.ids), True)
                 elif budget >= self.max_cut_chars:
                     out[i] = Encoded((), True, unbounded=True)
@@ -162,6 +200,15 @@ class Tokenizer:
                     retry.append(i)
             pending, budget = retry, budget * GROWTH
         return [e for e in out if e is not None]
+
+    def _aligned(self, text: str, budget: int, e: Any) -> bool:
+        """Whether a left-truncated suffix's kept tokens are the whole text's: a whole word of the suffix lies
+        before them, and (`left_shifts` > 1) the suffixes starting 1 to left_shifts - 1 characters later keep the
+        same tokens (one of them starts where a word of the whole text starts, as in a run of digits)."""
+        if not _settled_left(e) or self.left_shifts > MAX_LEFT_SHIFTS:
+            return False
+        shifted = [text[len(text) - budget + d :] for d in range(1, self.left_shifts)]
+        return all(s.ids == e.ids for s in self._backend.encode_batch(shifted)) if shifted else True
 
     def prompt_length(self, prompt: str) -> int:
         """Tokens of a prompt as sentence-transformers counts them to leave out of pooling: the prompt tokenized
@@ -189,6 +236,9 @@ class Tokenizer:
 
 
 PROBE = "hello"
+# Runs whose words a left cut may shift (digits grouped from the left, collapsed spaces), probed at start-up.
+LEFT_PROBES = ("1234567890" * 2, "\u0661\u0662\u0663\u0664\u0665" * 4, " " * 20, "\n" * 20, "." * 20, "ab 12, cd.")
+MAX_LEFT_SHIFTS = 8  # a tokenizer whose left cut needs more is cut on the left only when the whole text is read
 PAIR_PROBE = ("hello", "world")
 
 
@@ -232,6 +282,30 @@ def longest_first(n1: int, n2: int, budget: int) -> tuple[int, int]:
 
 
 PROMPT_CACHE = 64  # prompt token counts kept: the model's few prompts, and the latest of requests' own
+
+
+@dataclass(frozen=True)
+class _Side:
+    """One side of a pair as read from a prefix: its first tokens, and its token count (`exact`) or a lower bound."""
+
+    ids: tuple[int, ...]
+    n: int
+    exact: bool
+
+
+def _settle(a: _Side, b: _Side, budget: int) -> tuple[int, int] | None:
+    """Counts for `longest_first` that split the pair as the true counts do, or None when the bounds do not tell.
+    Both past half the budget: halves (an even budget: whichever is longer); else the split needs the shorter
+    side's count and which is longer, so an inexact side must be the longer of a pair already over the budget."""
+    if a.exact and b.exact:
+        return a.n, b.n
+    if a.n + b.n <= budget:
+        return None
+    if 2 * min(a.n, b.n) > budget and budget % 2 == 0:
+        return a.n, b.n
+    return (a.n, b.n) if (a.exact and b.n > a.n) or (b.exact and a.n > b.n) else None
+
+
 CUT_CHARS_PER_TOKEN = 32  # the first prefix tried: enough for max_length tokens of any ordinary prose
 GROWTH = 4  # the one longer prefix tried when the first settles nothing (so a text costs at most 1 + 4 prefixes)
 
@@ -241,6 +315,75 @@ def _settled_left(e: Any) -> bool:
     damaged) and the first kept token's word."""
     kept = min((w for w in e.word_ids if w is not None), default=0)
     return kept >= 2
+
+
+MAX_EXPANSION = 100  # the most a normalizer may lengthen a text (NFKC's worst is 18x; a lowercasing one 36x)
+# How many characters each normalizer may make of one (Unicode's bounds for its normal forms; a case mapping 2),
+# and the ones that add around it: BERT's (CJK spaced, accents split, lowercased).
+EXPANSION = {"NFC": 3, "NFD": 4, "NFKC": 18, "NFKD": 18, "Lowercase": 2, "ByteLevel": 4, "BertNormalizer": 3 * 4 * 2}
+EXPANSION |= dict.fromkeys(("Strip", "StripAccents", "Nmt"), 1)
+
+
+def check_normalizer(model_dir: str, before: int = 1) -> None:
+    """Refuse, in one line, a tokenizer.json whose normalizer (after one that may make `before` characters of one:
+    `lowercase_first`'s) may lengthen a text more than MAX_EXPANSION times (a chain of N x Replace("l", "ll") makes
+    2**N characters of each "l"): every text then costs at most that many times its bounded prefix."""
+    import json
+
+    path = os.path.join(model_dir, "tokenizer.json")
+    if not os.path.isfile(path):
+        return  # built by transformers from vocab files, with the model family's own normalizer
+    with open(path, encoding="utf-8") as f:
+        spec = json.load(f).get("normalizer")
+    factor, added = expansion(spec)
+    factor *= before
+    if factor > MAX_EXPANSION or added > MAX_EXPANSION:
+        raise ValueError(
+            f"{model_dir}: tokenizer.json's normalizer may make {factor:.3g} characters of one (and add {added}); "
+            f"allowed: at most {MAX_EXPANSION}, so that no text costs more than {MAX_EXPANSION}x its characters"
+        )
+
+
+def expansion(spec: Any) -> tuple[float, int]:
+    """How much a normalizer (tokenizer.json's object) may lengthen a text: n characters become at most
+    `factor` x n + `added`. Its Replace, Prepend and Sequence from their fields; a named one from EXPANSION; any
+    other (a Precompiled char map) measured alone on every character of the Basic Multilingual Plane."""
+    if not isinstance(spec, dict):
+        return 1.0, 0
+    kind = spec.get("type")
+    if kind == "Sequence":
+        factor, added = 1.0, 0
+        for step in spec.get("normalizers") or []:
+            f, a = expansion(step)
+            factor, added = factor * f, int(added * f) + a
+        return factor, added
+    if kind == "Replace":
+        content, pattern = str(spec.get("content", "")), spec.get("pattern") or {}
+        literal = pattern.get("String") if isinstance(pattern, dict) else None
+        if isinstance(literal, str) and literal:
+            return max(1.0, len(content) / len(literal)), 0
+        return float(len(content) + 1), 0  # a regex may match the empty string: content between every character
+    if kind == "Prepend":
+        return 1.0, len(str(spec.get("prepend", "")))
+    if kind in EXPANSION:
+        return float(EXPANSION[kind]), 0
+    return _measured(spec), 0
+
+
+def _measured(spec: dict[str, Any]) -> float:
+    """The most characters one normalizer (no Sequence: one pass) makes of one character of the BMP."""
+    import json
+
+    from tokenizers import Tokenizer as Backend
+
+    model = {"type": "WordLevel", "vocab": {"a": 0}, "unk_token": "a"}
+    bare = {"version": "1.0", "normalizer": spec, "model": model, "added_tokens": []}
+    try:
+        normalizer = Backend.from_str(json.dumps(bare)).normalizer
+    except Exception:  # noqa: BLE001 - transformers reports a normalizer it cannot read when it loads the file
+        return 1.0
+    chars = (chr(c) for c in range(0x10000) if not 0xD800 <= c < 0xE000)
+    return float(max(len(normalizer.normalize_str(c)) for c in chars))
 
 
 def lowercase_first(backend: Any) -> None:

@@ -221,3 +221,28 @@ def sharpened(folder):
             weight.mul_(10)
     model.save_pretrained(folder)
     return folder
+
+
+def test_a_query_past_the_bounded_prefix_is_truncated_on_every_pair_route(models, tmp_path):
+    """A prose query over max_cut_chars (128 x max_length characters) with a document over max_length tokens is
+    cut longest_first as CrossEncoder cuts it (was a 413 under the default on_overflow: truncate)."""
+    folder = models["bert", 1]
+    handler, context = handler_for(folder, "torch", tmp_path)
+    query = "how are transformer encoders served in production, and at what cost? " * 100
+    doc = "a document about serving encoders, long enough to be cut. " * 12
+    assert len(query) > handler.pipeline.tokenizer.max_cut_chars
+    expected = float(cross_encoder(folder).predict([(query, doc)])[0])
+    answers = serve_at(
+        handler,
+        context,
+        [
+            {"body": {"pairs": [[query, doc]]}},
+            {"body": {"query": query, "texts": [doc]}},
+            {"body": {"query": query, "documents": [doc]}},
+        ],
+        [None, "rerank", "v1/rerank"],
+    )
+    assert [s for s, _ in answers] == [200, 200, 200], answers
+    (pair,), (tei,), cohere = (body for _, body in answers)
+    scores = [pair["score"], tei["score"], cohere["results"][0]["relevance_score"]]
+    assert pair["truncated"] and max(abs(s - expected) for s in scores) <= TOLERANCE

@@ -655,3 +655,28 @@ def test_kserve_v2_pair_binary_sizes_must_add_up():
     headers = {"inference-header-content-length": str(len(head))}
     error = incoming(rebuilt, "application/octet-stream", headers=headers, limits=CLASSIFIER).outcome
     assert error.status == 400 and "inputs[0].parameters.binary_data_size must be a byte count" in error.message
+
+
+@pytest.mark.parametrize(
+    ("body", "url_path", "limits", "param"),
+    [
+        ({"query": "q\ud800", "texts": ["a"]}, "rerank", CLASSIFIER, "query"),
+        ({"query": "\ud800", "documents": ["a"]}, "v1/rerank", CLASSIFIER, "query"),
+        ({"text": "a", "prompt": "p\ud800: "}, None, PROMPTED, "prompt"),
+        ({"input": ["a"], "prompt": "\udfff"}, "v1/embeddings", PROMPTED, "prompt"),
+        (
+            {
+                "inputs": [{"name": "t", "datatype": "BYTES", "shape": [1], "data": ["a"]}],
+                "parameters": {"prompt": "\ud800"},
+            },
+            None,
+            PROMPTED,
+            "prompt",
+        ),
+    ],
+)
+def test_a_lone_surrogate_in_a_query_or_prompt_is_the_clients_400(body, url_path, limits, param):
+    """Valid JSON ("\\ud800") that no tokenizer can read: InvalidEncoding, as in a text, never a 500."""
+    error = incoming(body, JSON, url_path=url_path, limits=limits).outcome
+    assert isinstance(error, RequestError), error
+    assert (error.status, error.type, error.param) == (400, "InvalidEncoding", param) and "surrogate" in error.message

@@ -190,7 +190,8 @@ def resolve_prompt(name: Any, text: Any, limits: Limits) -> str | RequestError:
     if text is not None:
         if not isinstance(text, str) or len(text) > MAX_PROMPT_CHARS:
             return bad("InvalidType", f'"prompt" must be a string of at most {MAX_PROMPT_CHARS} characters', "prompt")
-        return text
+        error = check_text(text, '"prompt"') if text.strip() else None  # a lone surrogate is the client's 400
+        return RequestError(error.status, error.type, error.message, "prompt") if error else text
     if name is None:
         return prompts.get(limits.default_prompt, "") if limits.default_prompt else ""
     if not isinstance(name, str) or name not in prompts:

@@ -12,7 +12,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Answer, Limits, Options, Pair, RequestError, bad, check_count, json_type, read_options, texts
+from .base import (
+    Answer,
+    Limits,
+    Options,
+    Pair,
+    RequestError,
+    bad,
+    check_count,
+    check_text,
+    json_type,
+    read_options,
+    texts,
+)
 
 NAME = "tei-rerank"
 PATH = "rerank"
@@ -65,7 +77,8 @@ def rerank_query(body: Any, limits: Limits, route: str, documents: str) -> str |
             f'"query" must be a non-empty string, got {json_type(query)}',
             "query",
         )
-    return query
+    error = check_text(query, '"query"')  # a lone surrogate: the client's 400, as in a text
+    return RequestError(error.status, error.type, error.message, "query") if error else query
 
 
 def parse(body: Any, limits: Limits) -> RerankRequest | RequestError:
