@@ -1,0 +1,40 @@
+#!/bin/sh
+# The image's entrypoint (under tini): TorchServe in the foreground with the container's arguments
+# (`--ts-config ... --model-store ...`). TorchServe's launcher starts the frontend (a JVM) and waits for it, but
+# dies at once on SIGTERM and forwards nothing; so SIGTERM/SIGINT go to the frontend itself, whose shutdown hook
+# closes the listeners and stops the model's workers, and the launcher then returns. Kubernetes sends SIGTERM,
+# then SIGKILL after the pod's grace period (30 s by default).
+set -u
+pidfile="${TMPDIR:-/tmp}/.model_server.pid"   # where the launcher writes the frontend's pid
+rm -f "$pidfile"
+torchserve --start --foreground "$@" &
+launcher=$!
+
+stop() {
+    # the frontend's pid appears just after the launcher starts it; signal the launcher only if it never does
+    i=0
+    while [ ! -s "$pidfile" ] && [ "$i" -lt 50 ] && kill -0 "$launcher" 2>/dev/null; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    if [ -s "$pidfile" ]; then
+        echo "ts-entrypoint: stopping TorchServe (frontend pid $(cat "$pidfile"))"
+        kill -TERM "$(cat "$pidfile")" 2>/dev/null || true
+    else
+        kill -TERM "$launcher" 2>/dev/null || true
+    fi
+}
+trap stop TERM INT
+
+while :; do
+    wait "$launcher"   # returns early (>128) when a signal ran `stop`
+    status=$?
+    kill -0 "$launcher" 2>/dev/null || break
+done
+if [ "$status" -gt 128 ]; then   # the launcher ended while `stop` ran: its own status, if the shell still has it
+    wait "$launcher" 2>/dev/null
+    last=$?
+    [ "$last" -eq 127 ] || status=$last
+fi
+echo "ts-entrypoint: TorchServe exited ($status)"
+exit "$status"
