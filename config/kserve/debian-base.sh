@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A local base image from Debian's own packages (no registry needed): bookworm minbase with python3 (3.11),
-# python3-venv, a JRE 17, tini and passwd (useradd), imported into podman. Used by `make kserve-image-test` as BASE_IMAGE; a real
-# build uses the Containerfile's default (a public slim Python 3.11 image) instead.
-# Usage: deploy/debian-base.sh [IMAGE_NAME]   (does nothing if the image exists; DEBIAN_MIRROR overrides the mirror)
+# python3-venv, a JRE 17, tini and passwd (useradd), imported into podman: what config/kserve/Containerfile needs.
+# `make kserve-image-test` builds on it (BASE_IMAGE); a real build uses the Containerfile's default (a public slim
+# Python 3.11 image) instead.
+# Usage: config/kserve/debian-base.sh [IMAGE_NAME]   (nothing to do if it exists; DEBIAN_MIRROR: another mirror)
 set -euo pipefail
 name=${1:-localhost/bucketing-debian-base:bookworm}
 if podman image exists "$name"; then

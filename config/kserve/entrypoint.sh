@@ -36,5 +36,28 @@ if [ "$status" -gt 128 ]; then   # the launcher ended while `stop` ran: its own 
     last=$?
     [ "$last" -eq 127 ] || status=$last
 fi
-echo "ts-entrypoint: TorchServe exited ($status)"
+
+others() {  # this container's processes but tini (pid 1) and this shell, zombies aside, in $left (no fork)
+    left=""
+    for d in /proc/[0-9]*; do
+        p=${d#/proc/}
+        if [ "$p" = 1 ] || [ "$p" = "$$" ]; then continue; fi
+        read -r stat <"$d/stat" 2>/dev/null || continue
+        case "$stat" in *") Z "*) continue ;; esac
+        left="$left $p"
+    done
+}
+# The frontend stops its workers before it exits: check that none outlived it (they would die with the container).
+i=0
+others
+while [ -n "$left" ] && [ "$i" -lt 50 ]; do
+    sleep 0.1
+    i=$((i + 1))
+    others
+done
+if [ -n "$left" ]; then
+    echo "ts-entrypoint: TorchServe exited ($status); processes still running:$left"
+else
+    echo "ts-entrypoint: TorchServe exited ($status); no process of it left"
+fi
 exit "$status"

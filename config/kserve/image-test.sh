@@ -33,7 +33,7 @@ export KSERVE_PODMAN_RUN_ARGS="--ulimit nofile=$nofile:$nofile --ulimit nproc=$n
 start=$SECONDS
 phase() { echo "== [$((SECONDS - start)) s] $*"; }
 
-phase "base image $BASE: debootstrap bookworm minbase with python3 (3.11), python3-venv, JRE 17, tini"
+phase "base image $BASE: debootstrap bookworm minbase with python3 (3.11), python3-venv, JRE 17, tini, passwd"
 config/kserve/debian-base.sh "$BASE"
 
 phase "wheels: pip download (this machine's pip and index) of config/kserve/image-packages.txt, pinned by requirements.txt"
