@@ -106,6 +106,7 @@ def test_inference_service_uses_our_runtime_for_the_snapshot_model():
     (version,) = snapshot["minilm"].values()
     assert version["marName"] == f"{archives.name('bucketed')}.mar"
     assert isvc["spec"]["predictor"]["containerConcurrency"] == int(props()["job_queue_size"])
+    assert model["storageUri"] == f"pvc://{kind('PersistentVolumeClaim')['metadata']['name']}/minilm"
 
 
 def test_network_policy_admits_the_data_plane_ports_of_our_pods():
