@@ -47,17 +47,35 @@ others() {  # this container's processes but tini (pid 1) and this shell, zombie
         left="$left $p"
     done
 }
-# The frontend stops its workers before it exits: check that none outlived it (they would die with the container).
-i=0
-others
-while [ -n "$left" ] && [ "$i" -lt 50 ]; do
-    sleep 0.1
-    i=$((i + 1))
+# The frontend stops its workers as it exits, but not always all of them in time (seen here: a process still
+# running 5 s after the frontend had exited). End the stragglers ourselves, TERM then KILL, and name them.
+wait_others() {  # up to $1 tenths of a second for $left to empty
+    i=0
     others
-done
-if [ -n "$left" ]; then
-    echo "ts-entrypoint: TorchServe exited ($status); processes still running:$left"
-else
-    echo "ts-entrypoint: TorchServe exited ($status); no process of it left"
+    while [ -n "$left" ] && [ "$i" -lt "$1" ]; do
+        sleep 0.1
+        i=$((i + 1))
+        others
+    done
+}
+# Only as the child of the container's tini: there every process in /proc is TorchServe's (never on a host).
+read -r init </proc/1/comm 2>/dev/null || init=""
+if [ "$init" != tini ] || [ "$PPID" != 1 ]; then
+    echo "ts-entrypoint: TorchServe exited ($status)"
+    exit "$status"
 fi
+wait_others 50
+if [ -z "$left" ]; then
+    echo "ts-entrypoint: TorchServe exited ($status); no process of it left"
+    exit "$status"
+fi
+for p in $left; do
+    echo "ts-entrypoint: still running after TorchServe exited ($status), sent SIGTERM: $p $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"
+    kill -TERM "$p" 2>/dev/null || true
+done
+wait_others 50
+for p in $left; do
+    echo "ts-entrypoint: still running 5 s after SIGTERM, sent SIGKILL: $p"
+    kill -KILL "$p" 2>/dev/null || true
+done
 exit "$status"

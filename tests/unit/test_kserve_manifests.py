@@ -15,8 +15,8 @@ import yaml
 
 from model_store import archives
 from model_store.archives import ROOT
-from tsctl import read_properties
-from tsctl.ready import management_url, snapshot_models, workers_ready
+from tsctl import free_ports, read_properties
+from tsctl.ready import main, management_url, snapshot_models, workers_ready
 
 KSERVE = ROOT / "config" / "kserve"
 MODEL_ROOT = "/mnt/models"  # where KServe's storage initializer puts the storageUri's contents
@@ -182,3 +182,19 @@ def test_probe_reads_the_snapshot_and_management_address_of_the_config():
         snapshot_models({})
     with pytest.raises(ValueError, match="not TorchServe's snapshot JSON"):
         snapshot_models({"model_snapshot": "{"})
+
+
+def test_probe_fails_in_one_line_without_a_snapshot_or_a_server(tmp_path, capsys):
+    config = tmp_path / "config.properties"
+    config.write_text("management_address=http://127.0.0.1:8081\n")
+    assert main(["--config", str(config)]) == 1
+    assert capsys.readouterr().err == (
+        "not ready: the config has no model_snapshot: no model is loaded at start, so none can be waited for\n"
+    )
+    (unused,) = free_ports(1)  # nothing listens there
+    config.write_text(f"management_address=http://127.0.0.1:{unused}\nmodel_snapshot={props()['model_snapshot']}\n")
+    assert main(["--config", str(config), "--timeout", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("not ready: minilm: management API at http://127.0.0.1:") and err.count("\n") == 1
+    assert main(["--config", str(tmp_path / "missing.properties")]) == 1
+    assert capsys.readouterr().err.startswith("not ready: [Errno 2]")
