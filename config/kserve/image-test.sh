@@ -17,9 +17,28 @@ exec > >(tee "$WORK/last-run.log") 2>&1
 cleanup() {
     $KSERVE_PODMAN rm -f -t 0 "$KSERVE_CONTAINER" >/dev/null 2>&1 || true
 }
+# Each long step runs as a background child this shell waits for, so that a signal reaches it at once (bash
+# would run a trap only after a foreground step ended): the step gets the signal (pytest then tears its fixtures
+# down, the container with them), and the container is removed on every way out.
+child=""
+run() {
+    "$@" &
+    child=$!
+    wait "$child"
+    local rc=$?
+    child=""
+    return "$rc"
+}
+on_signal() {  # SIGTERM even for Ctrl-C: a background child ignores SIGINT
+    if [ -n "$child" ]; then
+        kill -TERM "$child" 2>/dev/null || true
+        wait "$child" 2>/dev/null || true
+    fi
+    exit "$1"
+}
 trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+trap 'on_signal 130' INT
+trap 'on_signal 143' TERM
 
 for tool in podman runc debootstrap curl; do
     command -v "$tool" >/dev/null || { echo "error: $tool is not installed (apt-get install podman runc debootstrap curl)"; exit 1; }
@@ -34,7 +53,7 @@ start=$SECONDS
 phase() { echo "== [$((SECONDS - start)) s] $*"; }
 
 phase "base image $BASE: debootstrap bookworm minbase with python3 (3.11), python3-venv, JRE 17, tini, passwd"
-config/kserve/debian-base.sh "$BASE"
+run config/kserve/debian-base.sh "$BASE"
 
 phase "wheels: pip download (this machine's pip and index) of config/kserve/image-packages.txt, pinned by requirements.txt"
 build_requires=$($PY -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))')
@@ -45,14 +64,15 @@ echo "$(ls config/kserve/wheels/*.whl | wc -l) wheels, $(du -sh config/kserve/wh
 
 phase "image $IMAGE: podman build, BASE_IMAGE=$BASE, pip offline from the wheels (log: $WORK/build.log)"
 # shellcheck disable=SC2086  # the ulimit flags are separate arguments
-$KSERVE_PODMAN build $KSERVE_PODMAN_RUN_ARGS --network host -f config/kserve/Containerfile -t "$IMAGE" \
+run $KSERVE_PODMAN build $KSERVE_PODMAN_RUN_ARGS --network host -f config/kserve/Containerfile -t "$IMAGE" \
     --build-arg BASE_IMAGE="$BASE" --build-arg TORCH_INDEX_URL= --build-arg PIP_NO_INDEX=1 . >"$WORK/build.log" 2>&1 \
     || { tail -40 "$WORK/build.log"; exit 1; }
 echo "image size: $($KSERVE_PODMAN image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%.2f GB", $1 / 1e9}')"
 
 phase "archive: python -m model_store.build --if-stale"
-$PY -m model_store.build --if-stale
+run $PY -m model_store.build --if-stale
 
 phase "the container as KServe runs it: tests/e2e/test_kserve_image.py"
-KSERVE_IMAGE="$IMAGE" $PY -m pytest tests/e2e/test_kserve_image.py -v -s -p no:cacheprovider
+export KSERVE_IMAGE="$IMAGE"
+run $PY -m pytest tests/e2e/test_kserve_image.py -v -s -p no:cacheprovider
 phase "done"
