@@ -153,7 +153,8 @@ def test_build_context_admits_everything_the_containerfile_copies():
         for src in line.split()[1:-1]
         if not src.startswith("--")
     ]
-    assert sources and [s for s in sources if s not in admitted] == []
+    mounted = re.findall(r"--mount=type=bind,source=([^,\s]+)", containerfile())
+    assert sources and mounted and [s for s in sources + mounted if s not in admitted] == []
 
 
 DESCRIBE = [{"modelName": "minilm", "minWorkers": 2, "workers": [{"status": "READY"}, {"status": "UNLOADING"}]}]
