@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv kserve-venv mar serve stop token status test unit lint bench clean
+.PHONY: venv kserve-venv kserve-image-test mar serve stop token status test unit lint bench clean
 
 venv: $(STAMP)
 
@@ -27,6 +27,12 @@ $(KSERVE_VENV)/.installed: requirements-kserve.txt
 	$(KSERVE_VENV)/bin/pip install --quiet --upgrade pip
 	$(KSERVE_VENV)/bin/pip install --quiet -r requirements-kserve.txt
 	touch $@
+
+# Our KServe image (config/kserve/Containerfile) built on a local Debian base and run as KServe runs it, checked from
+# the host with KServe's SDK, curl and the OpenAI route (opt-in, not in `make test`: root, podman, runc, debootstrap,
+# several minutes; README, "Scale-out on KServe"; last output in config/kserve/sample/). Needs `make venv` first.
+kserve-image-test: kserve-venv
+	config/kserve/image-test.sh
 
 # The archives' staleness rule lives in model_store/archives.py (one rule, also used by bench/compare.py).
 mar: venv

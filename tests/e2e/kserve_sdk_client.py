@@ -1,5 +1,6 @@
-"""Run by test_kserve.py with the KServe SDK's own venv: concurrent v2 inferences through `InferenceRESTClient`,
-as a new user would write them; prints what came back as JSON. Not collected by pytest."""
+"""Run by test_kserve.py and test_kserve_image.py with the KServe SDK's own venv: concurrent inferences through
+`InferenceRESTClient`, as a new user would write them (v2 binary or JSON, or v1); prints what came back as JSON.
+Not collected by pytest."""
 
 from __future__ import annotations
 
@@ -24,12 +25,21 @@ async def infer(client, url: str, model: str, token: str, texts: list[str], bina
     }
 
 
-async def main(url: str, model: str, token: str, binary: bool, groups: list[list[str]]) -> None:
-    client = InferenceRESTClient(RESTConfig(protocol="v2", timeout=60))
+async def infer_v1(client, url: str, model: str, token: str, texts: list[str]) -> dict:
+    response = await client.infer(
+        url, {"instances": texts}, model_name=model, headers={"Authorization": f"Bearer {token}"}
+    )
+    return {"outputs": {"embedding": [p["embedding"] for p in response["predictions"]]}}
+
+
+async def main(url: str, model: str, token: str, mode: str, groups: list[list[str]]) -> None:
+    client = InferenceRESTClient(RESTConfig(protocol="v1" if mode == "v1" else "v2", timeout=60))
     try:
-        results = await asyncio.gather(
-            *(infer(client, url, model, token, g, binary, f"sdk-{i}") for i, g in enumerate(groups))
-        )
+        if mode == "v1":
+            calls = [infer_v1(client, url, model, token, g) for g in groups]
+        else:
+            calls = [infer(client, url, model, token, g, mode == "binary", f"sdk-{i}") for i, g in enumerate(groups)]
+        results = await asyncio.gather(*calls)
     finally:
         await client.close()
     print(json.dumps(results))
@@ -37,4 +47,4 @@ async def main(url: str, model: str, token: str, binary: bool, groups: list[list
 
 if __name__ == "__main__":
     url, model, token, mode = sys.argv[1:5]
-    asyncio.run(main(url, model, token, mode == "binary", json.loads(sys.stdin.read())))
+    asyncio.run(main(url, model, token, mode, json.loads(sys.stdin.read())))

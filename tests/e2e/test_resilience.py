@@ -279,7 +279,7 @@ def test_kserve_manifest_and_config(model_store, reference, tmp_path, monkeypatc
     assert isvc["apiVersion"] == "serving.kserve.io/v1beta1" and isvc["metadata"]["name"]
     predictor = isvc["spec"]["predictor"]
     model = predictor["model"]
-    assert model["modelFormat"]["name"] == "pytorch" and model["protocolVersion"] == "v2"
+    assert model["runtime"] == "bucketing-torchserve" and model["protocolVersion"] == "v2"
     assert model["storageUri"] and predictor["minReplicas"] >= 2 and predictor["maxReplicas"] > predictor["minReplicas"]
     assert predictor["scaleMetric"] in ("concurrency", "rps", "cpu") and predictor["scaleTarget"] > 0
 

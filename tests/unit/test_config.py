@@ -119,22 +119,6 @@ def test_every_shipped_config_keeps_metrics_on_loopback():
         assert props.get("enable_envvars_config", "false") == "false", path  # no TS_METRICS_* from the environment
 
 
-def test_kserve_config_listens_on_loopback_only_because_its_auth_is_off():
-    props = properties(ROOT / "config" / "kserve" / "config.properties")
-    for key in ("inference_address", "management_address", "metrics_address"):
-        assert props[key].startswith("http://127.0.0.1:"), key
-    # kserve_wrapper (TorchServe 0.12) reads these two and calls them without a token
-    assert props["inference_address"].endswith(":8085") and props["disable_token_authorization"] == "true"
-    assert props["enable_model_api"] == "false"
-    assert "service_envelope" not in props  # the handler speaks v2 itself, with batching on
-    # ...and the pod's TS_* variables (the runtime sets TS_SERVICE_ENVELOPE=kservev2) must not override this file
-    assert props.get("enable_envvars_config", "false") == "false"
-    docs = list(yaml.safe_load_all((ROOT / "config" / "kserve" / "inferenceservice.yaml").read_text()))
-    policy = next(d for d in docs if d["kind"] == "NetworkPolicy")
-    assert policy["spec"]["policyTypes"] == ["Ingress"]
-    assert [p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]] == [8080]
-
-
 def test_archive_template_states_no_handler_default():
     """The template sets only what differs from the handler's defaults: a default has one home, the schema."""
     handler = yaml.safe_load(archives.TEMPLATE.read_text())["handler"]

@@ -1,0 +1,81 @@
+#!/bin/sh
+# The image's entrypoint (under tini): TorchServe in the foreground with the container's arguments
+# (`--ts-config ... --model-store ...`). TorchServe's launcher starts the frontend (a JVM) and waits for it, but
+# dies at once on SIGTERM and forwards nothing; so SIGTERM/SIGINT go to the frontend itself, whose shutdown hook
+# closes the listeners and stops the model's workers, and the launcher then returns. Kubernetes sends SIGTERM,
+# then SIGKILL after the pod's grace period (30 s by default).
+set -u
+pidfile="${TMPDIR:-/tmp}/.model_server.pid"   # where the launcher writes the frontend's pid
+rm -f "$pidfile"
+torchserve --start --foreground "$@" &
+launcher=$!
+
+stop() {
+    # the frontend's pid appears just after the launcher starts it; signal the launcher only if it never does
+    i=0
+    while [ ! -s "$pidfile" ] && [ "$i" -lt 50 ] && kill -0 "$launcher" 2>/dev/null; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    if [ -s "$pidfile" ]; then
+        echo "ts-entrypoint: stopping TorchServe (frontend pid $(cat "$pidfile"))"
+        kill -TERM "$(cat "$pidfile")" 2>/dev/null || true
+    else
+        kill -TERM "$launcher" 2>/dev/null || true
+    fi
+}
+trap stop TERM INT
+
+while :; do
+    wait "$launcher"   # returns early (>128) when a signal ran `stop`
+    status=$?
+    kill -0 "$launcher" 2>/dev/null || break
+done
+if [ "$status" -gt 128 ]; then   # the launcher ended while `stop` ran: its own status, if the shell still has it
+    wait "$launcher" 2>/dev/null
+    last=$?
+    [ "$last" -eq 127 ] || status=$last
+fi
+
+others() {  # this container's processes but tini (pid 1) and this shell, zombies aside, in $left (no fork)
+    left=""
+    for d in /proc/[0-9]*; do
+        p=${d#/proc/}
+        if [ "$p" = 1 ] || [ "$p" = "$$" ]; then continue; fi
+        read -r stat <"$d/stat" 2>/dev/null || continue
+        case "$stat" in *") Z "*) continue ;; esac
+        left="$left $p"
+    done
+}
+# The frontend stops its workers as it exits, but not always all of them in time (seen here: a process still
+# running 5 s after the frontend had exited). End the stragglers ourselves, TERM then KILL, and name them.
+wait_others() {  # up to $1 tenths of a second for $left to empty
+    i=0
+    others
+    while [ -n "$left" ] && [ "$i" -lt "$1" ]; do
+        sleep 0.1
+        i=$((i + 1))
+        others
+    done
+}
+# Only as the child of the container's tini: there every process in /proc is TorchServe's (never on a host).
+read -r init </proc/1/comm 2>/dev/null || init=""
+if [ "$init" != tini ] || [ "$PPID" != 1 ]; then
+    echo "ts-entrypoint: TorchServe exited ($status)"
+    exit "$status"
+fi
+wait_others 50
+if [ -z "$left" ]; then
+    echo "ts-entrypoint: TorchServe exited ($status); no process of it left"
+    exit "$status"
+fi
+for p in $left; do
+    echo "ts-entrypoint: still running after TorchServe exited ($status), sent SIGTERM: $p $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"
+    kill -TERM "$p" 2>/dev/null || true
+done
+wait_others 50
+for p in $left; do
+    echo "ts-entrypoint: still running 5 s after SIGTERM, sent SIGKILL: $p"
+    kill -KILL "$p" 2>/dev/null || true
+done
+exit "$status"

@@ -1,0 +1,96 @@
+"""Whether a TorchServe's models can answer, for a container's readiness probe: `python -m tsctl.ready --config PATH`.
+
+Ready means every model of the config's `model_snapshot` (the models loaded at start) has at least its
+`minWorkers` workers READY, as the management API named in the same config describes them. Exit 0 when ready;
+otherwise 1 and one line saying why. TorchServe's own health routes cannot be the probe: `/ping` answers 200 even
+"Unhealthy" (and "Healthy" before a snapshot's model is registered), and `/v2/health/ready` always answers ready.
+The management API is asked without a token: the KServe image's config has token authorization off and keeps
+management on the pod's loopback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+from .client import read_properties, request
+
+
+def snapshot_models(props: dict[str, str]) -> dict[str, int]:
+    """The models a config loads at start (its `model_snapshot`), each with the workers it must have READY."""
+    raw = props.get("model_snapshot")
+    if not raw:
+        raise ValueError("the config has no model_snapshot: no model is loaded at start, so none can be waited for")
+    try:
+        models = json.loads(raw)["models"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"model_snapshot is not TorchServe's snapshot JSON ({type(e).__name__}: {e})") from e
+    wanted = {}
+    for name, versions in models.items():
+        default = next((v for v in versions.values() if v.get("defaultVersion")), next(iter(versions.values())))
+        wanted[name] = max(1, int(default.get("minWorkers", 1)))
+    return wanted
+
+
+def workers_ready(describe: Any, min_workers: int) -> tuple[bool, str]:
+    """Whether a `GET /models/NAME` answer shows `min_workers` workers READY, and what it shows."""
+    try:
+        states = [w.get("status") for w in describe[0].get("workers", [])]
+    except (IndexError, KeyError, TypeError, AttributeError):
+        return False, "an answer that is not a model description"
+    ready = states.count("READY")
+    return ready >= min_workers, f"{ready} of {min_workers} workers READY ({', '.join(map(str, states)) or 'none'})"
+
+
+def management_url(props: dict[str, str]) -> str:
+    """The management API's base URL; a wildcard address is reached on loopback."""
+    parts = urllib.parse.urlsplit(props.get("management_address", "http://127.0.0.1:8081"))
+    host = "127.0.0.1" if parts.hostname in (None, "0.0.0.0", "::") else parts.hostname
+    return f"{parts.scheme or 'http'}://{host}:{parts.port or 8081}"
+
+
+def problems(props: dict[str, str], timeout: float = 2.0) -> list[str]:
+    """What keeps the config's models from being ready; empty when all are."""
+    found = []
+    base = management_url(props)
+    for name, min_workers in snapshot_models(props).items():
+        try:
+            reply = request(f"{base}/models/{urllib.parse.quote(name)}", timeout=timeout)
+        except OSError as e:
+            found.append(f"{name}: management API at {base} unreachable ({type(e).__name__})")
+            continue
+        if reply.status != 200:
+            found.append(f"{name}: HTTP {reply.status} from the management API")
+            continue
+        try:
+            ok, what = workers_ready(reply.json(), min_workers)
+        except ValueError:
+            ok, what = False, "an answer that is not JSON"
+        if not ok:
+            found.append(f"{name}: {what}")
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, required=True, help="the config.properties TorchServe was started with")
+    parser.add_argument("--timeout", type=float, default=2.0, help="seconds per call to the management API")
+    args = parser.parse_args(argv)
+    try:
+        found = problems(read_properties(args.config), args.timeout)
+    except (OSError, ValueError) as e:
+        print(f"not ready: {e}", file=sys.stderr)
+        return 1
+    if found:
+        print(f"not ready: {'; '.join(found)}", file=sys.stderr)
+        return 1
+    print("ready")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
