@@ -5,7 +5,8 @@ TEI answers an error as `{"error": message, "error_type": Validation | Tokenizer
 Unhealthy | Empty}` with the status its type implies (router/src/http/server.rs): 422 Validation (a malformed
 request, too many inputs, a text over the model's length with truncation off), 400 Empty (an empty batch), 424
 Backend (the model cannot do this: `/embed` on a classifier). `own_error` maps our errors to those; a server fault
-keeps its 5xx (type Backend) and an answer over max_response_bytes its 413.
+keeps its 5xx (type Backend), an answer over max_response_bytes its 413 and a form body its 415; a text over
+max_length with truncation off is TEI's 422 (our other routes' 413).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from .base import Limits, RequestError, check_text, json_type
 
 VERSION = "0.2.0"  # this package's version, answered as /info's `version`
 STATUS = {"Validation": 422, "Tokenizer": 422, "Backend": 424, "Overloaded": 429, "Unhealthy": 503, "Empty": 400}
-KEPT = (413, 415)  # statuses TEI has too (payload too large, unsupported media type): kept, typed Validation
+KEPT = ("ResponseTooLarge", "UnsupportedMediaType")  # their 413 and 415 are TEI's too: kept, typed Validation
 POOLING_NAMES = {"lasttoken": "last_token"}  # TEI's name where it differs from sentence-transformers'
 
 
@@ -34,7 +35,7 @@ def own_error(error: RequestError) -> RequestError:
         return error
     if error.status >= 500:
         return replace(error, type="Backend")
-    if error.status in KEPT:
+    if error.type in KEPT:
         return replace(error, type="Validation")
     return RequestError(STATUS["Validation"], "Validation", error.message, error.param)
 
