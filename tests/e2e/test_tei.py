@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +17,9 @@ from tests.e2e.conftest import SCHEDULED
 pytestmark = pytest.mark.e2e
 
 NAME = "tei"
+ROOT = Path(__file__).resolve().parents[2]
+CLIENTS_VENV = ROOT / ".venv-tei-clients"
+CLIENTS = Path(__file__).with_name("tei_clients.py")
 TEXTS = [
     "how do I serve embeddings with TorchServe?",
     "Dynamic padding pads the batch to its longest text, so a short query shares the cost of a long passage. " * 4,
@@ -80,3 +85,23 @@ def test_the_clients_own_error_on_a_bad_request(client):
     with pytest.raises(HfHubHTTPError) as raised:
         client.feature_extraction(TEXTS, dimensions=100000)
     assert raised.value.response.status_code == 422 and "dimensions" in str(raised.value)
+
+
+def test_llamaindex_tei_client_equals_sentence_transformers(served, url, expected):
+    """LlamaIndex's TextEmbeddingsInference (its own httpx POST to `{base_url}/embed`), in its own pinned venv."""
+    python = CLIENTS_VENV / "bin" / "python"
+    if not python.exists():
+        pytest.skip("the TEI clients' venv is missing: run `make tei-clients-venv` (CI does)")
+    token = served.client.keys.key("inference")
+    run = subprocess.run(
+        [str(python), str(CLIENTS), url, token],
+        input=json.dumps(TEXTS),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout)
+    assert float(np.max(np.abs(np.asarray(got["llamaindex_documents"]) - expected))) <= 1e-5
+    assert float(np.max(np.abs(np.asarray(got["llamaindex_query"]) - expected[0]))) <= 1e-5
