@@ -60,6 +60,15 @@ def test_feature_extraction_equals_sentence_transformers(client, expected):
     assert one.shape == (1, expected.shape[1]) and float(np.max(np.abs(one[0] - expected[0]))) <= 1e-5
 
 
+def test_sentence_similarity_equals_sentence_transformers(client):
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(minilm_dir()), device="cpu")
+    expected = model.similarity(model.encode(TEXTS[:1]), model.encode(TEXTS[1:])).numpy()[0]
+    scores = client.sentence_similarity(TEXTS[0], other_sentences=TEXTS[1:])
+    assert len(scores) == 2 and float(np.max(np.abs(np.asarray(scores) - expected))) <= 1e-5
+
+
 def test_teis_routes_under_the_model_url(served):
     def call(route, body=None, method="POST"):
         path = f"/predictions/{NAME}/1.0/{route}"

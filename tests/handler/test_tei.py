@@ -66,12 +66,25 @@ def test_embed_and_the_plain_path_equal_sentence_transformers(embedder):
     close(d, cut / np.linalg.norm(cut, axis=1, keepdims=True))
 
 
+def test_similarity_equals_sentence_transformers_cosine(embedder):
+    folder, handler, context = embedder
+    source, sentences = "how are encoders served", mixed_texts(5, seed=23)
+    model = sentence_transformers.SentenceTransformer(str(folder), device="cpu")
+    expected = model.similarity(model.encode([source]), model.encode(sentences)).numpy()[0]
+    body = {"inputs": {"source_sentence": source, "sentences": sentences}, "parameters": {}}
+    (s1, at_route), (s2, at_plain) = serve_at(handler, context, [body, body], ["similarity", ""])
+    assert s1 == s2 == 200
+    close(at_route, expected)
+    close(at_plain, expected)
+
+
 def test_predict_equals_cross_encoder_best_first(classifier):
     folder, handler, context = classifier
     query, docs = "how are encoders served", mixed_texts(3, seed=22)
     model = sentence_transformers.CrossEncoder(str(folder), device="cpu", max_length=MAX_LENGTH)
     expected = model.predict([(query, d) for d in docs])
-    rows = [{"inputs": [[query, d] for d in docs]}, {"inputs": [query, docs[0]]}, {"inputs": docs[1]}]
+    classify = {"inputs": docs[1], "parameters": {"top_k": 2}}  # what InferenceClient.text_classification posts
+    rows = [{"inputs": [[query, d] for d in docs]}, {"inputs": [query, docs[0]]}, classify]
     (s1, batch), (s2, one), (s3, text) = serve_at(handler, context, rows, ["predict", "predict", ""])
     assert [s1, s2, s3] == [200] * 3
     for ranked, scores in zip([*batch, one, text], [*expected, expected[0], None]):
@@ -79,6 +92,10 @@ def test_predict_equals_cross_encoder_best_first(classifier):
         assert sorted(p["label"] for p in ranked) == ["LABEL_0", "LABEL_1", "LABEL_2"]
         if scores is not None:  # a pair: CrossEncoder's scores by label
             close([p["score"] for p in sorted(ranked, key=lambda p: p["label"])], np.asarray(scores))
+    from huggingface_hub.inference._generated.types import TextClassificationOutputElement
+
+    top = TextClassificationOutputElement.parse_obj_as_list(text)[0]  # how the client reads it: TEI's top label
+    assert (top.label, top.score) == (text[0]["label"], text[0]["score"])
 
 
 def test_tokenize_and_decode_equal_the_tokenizer(embedder):

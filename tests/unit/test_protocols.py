@@ -598,7 +598,7 @@ def test_cohere_documents_may_be_objects_and_top_n_is_checked():
 
 
 def test_every_wire_format_is_registered_once_with_its_routes():
-    tei = {"embed", "predict", "tokenize", "decode", "info", "embed_sparse", "embed_all"}
+    tei = {"embed", "predict", "similarity", "tokenize", "decode", "info", "embed_sparse", "embed_all"}
     assert set(protocols.ROUTES) == {"", "v1/embeddings", "v1/models", "rerank", "v1/rerank", *tei}
     for wire in protocols.WIRES:
         assert wire.SERVED in protocols.SERVED and callable(wire.error_body)

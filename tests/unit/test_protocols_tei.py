@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from bucketing import protocols
-from bucketing.protocols import kserve_v2, tei, tei_default, tei_embed, tei_predict, tei_refused
+from bucketing.protocols import kserve_v2, tei, tei_default, tei_embed, tei_predict, tei_refused, tei_similarity
 from bucketing.protocols.base import Answer, Limits, Meta, Pair, RequestError
 from bucketing.protocols.tei_embed import EmbedRequest
 from bucketing.protocols.tei_predict import PredictRequest
+from bucketing.protocols.tei_similarity import SimilarityRequest
 
 JSON = "application/json"
 
@@ -291,3 +292,31 @@ def test_a_text_over_max_length_refused_is_teis_422_and_an_answer_too_large_a_41
 def test_byte_offsets_count_utf8_bytes():
     assert tei.byte_offsets("aé€") == [0, 1, 3, 6]
     assert tei_predict.SHAPE in incoming({"inputs": 5}, "predict", CLASSIFIER).outcome.message
+
+
+def test_similarity_is_the_cosine_with_the_source_at_its_route_and_the_plain_path():
+    body = {"inputs": {"source_sentence": "s", "sentences": ["a", "b"]}, "parameters": {"prompt_name": "query"}}
+    for path in ("similarity", ""):
+        result = incoming(body, path)
+        assert result.wire is (tei_similarity if path else tei_default)
+        assert result.outcome == SimilarityRequest(("s", "a", "b"), result.outcome.options)
+        assert result.outcome.options.prompt == "query: "
+    answers = [vector([1, 0, 0, 0]), vector([2, 2, 0, 0]), vector([0, 0, 3, 0])]
+    status, scores = reply(body, "similarity", answers=answers)
+    assert status == 200 and np.allclose(scores, [2**-0.5, 0.0])
+
+
+@pytest.mark.parametrize(
+    "inputs, status, words",
+    [
+        ({"source_sentence": "s", "sentences": []}, 400, "`inputs.sentences` cannot be empty"),
+        ({"source_sentence": "s", "sentences": ["a"] * 4}, 422, "batch size 5 > maximum allowed batch size 4"),
+        ({"source_sentence": 1, "sentences": ["a"]}, 422, "`inputs.source_sentence` must be a string"),
+        ({"source_sentence": "s", "sentences": "a"}, 422, "`inputs.sentences` must be a list of strings"),
+        ({"source_sentence": "s", "sentences": ["a", ""]}, 422, "inputs.sentences[1] is empty"),
+        ("s", 422, "`inputs` must be an object"),
+    ],
+)
+def test_similarity_mistakes(inputs, status, words):
+    got_status, got = reply({"inputs": inputs}, "similarity")
+    assert got_status == status and words in got["error"], got

@@ -31,6 +31,7 @@ from . import (
     tei_predict,
     tei_refused,
     tei_rerank,
+    tei_similarity,
     tei_tokenize,
 )
 from .base import Answer, Binary, Limits, Meta, Request, RequestError, decode, quote
@@ -45,6 +46,7 @@ WIRES: tuple[ModuleType, ...] = (
     cohere_rerank,
     tei_embed,
     tei_predict,
+    tei_similarity,
     tei_tokenize,
     tei_decode,
     tei_info,
