@@ -260,8 +260,8 @@ def test_the_plain_path_tells_tei_from_kserve_v2_by_the_shape_of_inputs(body, li
 def test_the_plain_path_takes_teis_rerank_body_for_a_one_label_model():
     result = incoming({"query": "q", "texts": ["a", "b"]}, "", RERANKER)
     assert result.wire is tei_default and result.outcome.inputs == (Pair("q", "a"), Pair("q", "b"))
-    status, body = reply({"query": "q", "texts": ["a"]}, "", CLASSIFIER)
-    assert status == 422 and body["error_type"] == "Validation"
+    status, body = reply({"query": "q", "texts": ["a"]}, "", CLASSIFIER)  # TEI: "model is not a re-ranker model"
+    assert status == 424 and body["error_type"] == "Backend" and "one-label classification models" in body["error"]
 
 
 @pytest.mark.parametrize(
@@ -273,6 +273,7 @@ def test_the_plain_path_takes_teis_rerank_body_for_a_one_label_model():
         (RequestError(500, "InternalServerError", "x"), 500, "Backend"),
         (RequestError(400, "Empty", "x"), 400, "Empty"),
         (RequestError(424, "Backend", "x"), 424, "Backend"),
+        (RequestError(404, "NotFound", "x"), 424, "Backend"),
     ],
 )
 def test_our_errors_as_tei_types_them(error, status, error_type):

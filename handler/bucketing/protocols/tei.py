@@ -29,10 +29,13 @@ def error_body(error: RequestError) -> dict[str, Any]:
 
 
 def own_error(error: RequestError) -> RequestError:
-    """Our error as TEI types it: its own types kept; a client's mistake a 422 Validation (but 413 and 415, which
-    TEI answers too); a server fault a Backend error that stays a 5xx."""
+    """Our error as TEI types it: its own types kept; a route the model cannot serve a 424 Backend; a client's
+    mistake a 422 Validation (but 413 and 415, which TEI answers too); a server fault a Backend error that stays
+    a 5xx."""
     if error.type in STATUS:
         return error
+    if error.type == "NotFound":  # a route this model cannot serve (/rerank on a three-label model): TEI's 424
+        return RequestError(STATUS["Backend"], "Backend", error.message, error.param)
     if error.status >= 500:
         return replace(error, type="Backend")
     if error.type in KEPT:
