@@ -1,5 +1,5 @@
-"""Text Embeddings Inference's API on a real TorchServe (batching on), called with the real
-`huggingface_hub.InferenceClient` whose model is the URL `.../predictions/NAME/1.0` (it posts TEI's
+"""Text Embeddings Inference's API on a real TorchServe (TorchServe's batching, and continuous batching), called
+with the real `huggingface_hub.InferenceClient` whose model is the URL `.../predictions/NAME/1.0` (it posts TEI's
 `{"inputs", ...}` to that URL itself): `feature_extraction` equals `SentenceTransformer.encode()` within 1e-5."""
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ TEXTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def served(torchserve):
-    torchserve.client.register(SCHEDULED["batch"], NAME, batch_size=8, max_batch_delay=50, workers=1)
+@pytest.fixture(scope="module", params=sorted(SCHEDULED))
+def served(torchserve, request):
+    torchserve.client.register(SCHEDULED[request.param], NAME, batch_size=8, max_batch_delay=50, workers=1)
     yield torchserve
     torchserve.client.unregister(NAME)
 
