@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv kserve-venv kserve-image-test mar serve stop token status test unit lint bench clean
+.PHONY: venv kserve-venv tei-clients-venv kserve-image-test mar serve stop token status test unit lint bench clean
 
 venv: $(STAMP)
 
@@ -33,6 +33,15 @@ $(KSERVE_VENV)/.installed: requirements-kserve.txt
 # several minutes; README, "Scale-out on KServe"; last output in config/kserve/sample/). Needs `make venv` first.
 kserve-image-test: kserve-venv
 	config/kserve/image-test.sh
+
+# TEI's Python client (LlamaIndex's) for tests/e2e/test_tei.py, in its own venv.
+TEI_CLIENTS_VENV := .venv-tei-clients
+tei-clients-venv: $(TEI_CLIENTS_VENV)/.installed
+
+$(TEI_CLIENTS_VENV)/.installed: requirements-tei-clients.txt
+	$(PYTHON) -m venv $(TEI_CLIENTS_VENV)
+	$(TEI_CLIENTS_VENV)/bin/pip install --quiet -r requirements-tei-clients.txt
+	touch $@
 
 # The archives' staleness rule lives in model_store/archives.py (one rule, also used by bench/compare.py).
 mar: venv

@@ -21,7 +21,7 @@ from .chain import sentence_transformers_limit
 from .config import ConfigError, HandlerConfig
 from .metrics import BatchStats
 from .planner import CostModel, Plan, plan_bucketed, plan_dynamic, plan_static, round_up
-from .protocols import Incoming, Reply
+from .protocols import Incoming, Reply, tei
 from .protocols.base import Answer, Limits, Meta, Options, Pair, RequestError
 from .tasks import Task
 from .tokenizer import Encoded, Tokenizer, collate
@@ -104,8 +104,23 @@ class Pipeline:
             dimensions=task.dimensions,
             prompts=tuple(prompts.items()),
             default_prompt=default_prompt,
+            model=self.model_facts(),
         )
         self._check_fits()
+
+    def model_facts(self) -> tei.ModelFacts:
+        """What TEI's /info, /tokenize and /decode read: settings, the model's kind, and its tokenizer."""
+        chain = getattr(self.task, "chain", None)
+        labels = self.task.labels
+        return tei.ModelFacts(
+            dtype=self.config.dtype,
+            pooling=None if labels is not None else (chain.pooling if chain is not None else ("mean",)),
+            labels=tuple(labels) if labels is not None else None,
+            max_batch_tokens=self.config.max_batch_tokens,
+            auto_truncate=self.config.on_overflow == "truncate",
+            max_chars=self.tokenizer.max_cut_chars,
+            tools=tei.BackendTools(self.tokenizer._backend),  # noqa: SLF001 - the one tokenizer, as it cuts texts
+        )
 
     def _check_fits(self) -> None:
         """Start-up checks that need the loaded model: its positions, and the largest answer against the cap."""

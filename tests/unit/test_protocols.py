@@ -177,7 +177,7 @@ def test_kserve_v2_bytes_input_carries_several_texts():
         (v2(["a", 5]), 400, "inputs[0].data[1] must be a string"),
         (v2([]), 400, "empty list"),
         ({"inputs": []}, 400, "exactly one tensor"),
-        ({"inputs": [1]}, 400, "exactly one tensor"),
+        ({"inputs": [{}, {}, {}]}, 400, "exactly one tensor"),  # a list of non-objects is TEI's (by shape)
         (v2(["a"], id=7), 400, '"id" must be a string'),
     ],
 )
@@ -609,7 +609,8 @@ def test_cohere_documents_may_be_objects_and_top_n_is_checked():
 
 
 def test_every_wire_format_is_registered_once_with_its_routes():
-    assert set(protocols.ROUTES) == {"", "v1/embeddings", "v1/models", "rerank", "v1/rerank"}
+    tei = {"embed", "predict", "similarity", "tokenize", "decode", "info", "embed_sparse", "embed_all"}
+    assert set(protocols.ROUTES) == {"", "v1/embeddings", "v1/models", "rerank", "v1/rerank", *tei}
     for wire in protocols.WIRES:
         assert wire.SERVED in protocols.SERVED and callable(wire.error_body)
     assert incoming({}, JSON, url_path="v1/nope").wire is openai  # a 404 in the shape of its neighbours

@@ -4,7 +4,8 @@ A wire format is a module that declares, in one place, how requests reach it and
 - `ROUTES`: the paths it serves after `/predictions/NAME/VERSION/` (TorchServe's `url_path`), each with its
   parser `(body, limits) -> Request | RequestError`; `""` is the plain predictions path;
 - `claims(body)` (optional): whether a body at the plain path is its own (KServe v2: `inputs`; v1: `instances`);
-- `SERVED`: what it serves, for the 404 that lists everything; `error_body(error)`: its error shape.
+- `SERVED`: what it serves, for the 404 that lists everything; `error_body(error)`: its error shape;
+- `own_error(error)` (optional): an error as the format types it, status included (TEI's 422 Validation).
 Everything below is derived from `WIRES`: adding a wire format is its module and one entry there. Each request then
 carries its own outcome (`Incoming`): a request to run, or the error to answer.
 """
@@ -17,11 +18,41 @@ from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any
 
-from . import cohere_rerank, kserve_v1, kserve_v2, native, openai, tei_rerank
+from . import (
+    cohere_rerank,
+    kserve_v1,
+    kserve_v2,
+    native,
+    openai,
+    tei_decode,
+    tei_default,
+    tei_embed,
+    tei_info,
+    tei_predict,
+    tei_refused,
+    tei_rerank,
+    tei_similarity,
+    tei_tokenize,
+)
 from .base import Answer, Binary, Limits, Meta, Request, RequestError, decode, quote
 
 # Body claims are tried in this order at the plain path; the wire that routes "" answers what none claims.
-WIRES: tuple[ModuleType, ...] = (kserve_v2, kserve_v1, openai, tei_rerank, cohere_rerank, native)
+WIRES: tuple[ModuleType, ...] = (
+    tei_default,
+    kserve_v2,
+    kserve_v1,
+    openai,
+    tei_rerank,
+    cohere_rerank,
+    tei_embed,
+    tei_predict,
+    tei_similarity,
+    tei_tokenize,
+    tei_decode,
+    tei_info,
+    tei_refused,
+    native,
+)
 Parser = Callable[[Any, Limits], Any]
 
 ROUTES: dict[str, tuple[ModuleType, Parser]] = {path: (w, parser) for w in WIRES for path, parser in w.ROUTES.items()}
@@ -71,6 +102,7 @@ class Incoming:
         return replace(reply, body=body)
 
     def _error(self, error: RequestError) -> Reply:
+        error = getattr(self.wire, "own_error", lambda e: e)(error)
         return Reply(error.status, json.dumps(self.wire.error_body(error)), error.type)
 
 

@@ -77,6 +77,7 @@ class Limits:
     dimensions: int = 0  # embedding size (embedding task) or number of labels (classification)
     prompts: tuple[tuple[str, str], ...] = ()  # the model's prompts by name (sentence-transformers' `prompts`)
     default_prompt: str | None = None  # the prompt's name used when a request names none
+    model: Any = None  # what TEI's /info, /tokenize and /decode read (protocols.tei.ModelFacts)
 
 
 ACTIVATIONS = ("softmax", "sigmoid", "identity")  # how a classifier's logits become its scores

@@ -1,0 +1,172 @@
+"""What Text Embeddings Inference's routes share (not a wire format itself): its error shape and status codes,
+its `inputs` field, and the model facts its `/info`, `/tokenize` and `/decode` read.
+
+TEI answers an error as `{"error": message, "error_type": Validation | Tokenizer | Backend | Overloaded |
+Unhealthy | Empty}` with the status its type implies (router/src/http/server.rs): 422 Validation (a malformed
+request, too many inputs, a text over the model's length with truncation off), 400 Empty (an empty batch), 424
+Backend (the model cannot do this: `/embed` on a classifier). `own_error` maps our errors to those; a server fault
+keeps its 5xx (type Backend), an answer over max_response_bytes its 413 and a form body its 415; a text over
+max_length with truncation off is TEI's 422 (our other routes' 413).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from .base import Limits, RequestError, check_text, json_type
+
+VERSION = "0.2.0"  # this package's version, answered as /info's `version`
+STATUS = {"Validation": 422, "Tokenizer": 422, "Backend": 424, "Overloaded": 429, "Unhealthy": 503, "Empty": 400}
+KEPT = ("ResponseTooLarge", "UnsupportedMediaType")  # their 413 and 415 are TEI's too: kept, typed Validation
+POOLING_NAMES = {"lasttoken": "last_token"}  # TEI's name where it differs from sentence-transformers'
+
+
+def error_body(error: RequestError) -> dict[str, Any]:
+    """TEI's error shape."""
+    return {"error": error.message, "error_type": error.type}
+
+
+def own_error(error: RequestError) -> RequestError:
+    """Our error as TEI types it: its own types kept; a route the model cannot serve a 424 Backend; a client's
+    mistake a 422 Validation (but 413 and 415, which TEI answers too); a server fault a Backend error that stays
+    a 5xx."""
+    if error.type in STATUS:
+        return error
+    if error.type == "NotFound":  # a route this model cannot serve (/rerank on a three-label model): TEI's 424
+        return RequestError(STATUS["Backend"], "Backend", error.message, error.param)
+    if error.status >= 500:
+        return replace(error, type="Backend")
+    if error.type in KEPT:
+        return replace(error, type="Validation")
+    return RequestError(STATUS["Validation"], "Validation", error.message, error.param)
+
+
+def validation(message: str, param: str | None = None) -> RequestError:
+    return RequestError(STATUS["Validation"], "Validation", message, param)
+
+
+def empty(field: str) -> RequestError:
+    """TEI's answer to an empty batch."""
+    return RequestError(STATUS["Empty"], "Empty", f"`{field}` cannot be empty", field)
+
+
+def backend(message: str) -> RequestError:
+    """The model cannot serve this route (TEI's 424)."""
+    return RequestError(STATUS["Backend"], "Backend", message)
+
+
+def too_many(count: int, limits: Limits) -> RequestError:
+    """TEI's message for a batch over max_client_batch_size (handler.max_texts_per_request)."""
+    return validation(
+        f"batch size {count} > maximum allowed batch size {limits.max_texts} (handler.max_texts_per_request)",
+        "inputs",
+    )
+
+
+def body_object(body: Any, fields: str) -> Mapping[str, Any] | RequestError:
+    """The request as a JSON object, or TEI's validation error."""
+    if body is None:
+        return validation(f"the request has no body; send JSON {{{fields}}}")
+    if not isinstance(body, Mapping):
+        return validation(f"expected a JSON object {{{fields}}}, got a JSON {json_type(body)}")
+    return body
+
+
+def texts(value: Any, limits: Limits, field: str = "inputs") -> tuple[tuple[str, ...], bool] | RequestError:
+    """TEI's `inputs`: a string (single) or a list of strings (a batch); and whether it was a single one. Token ids
+    are refused here: TEI sends them as they are (no special tokens added), which OpenAI's route does not."""
+    if isinstance(value, str):
+        error = check_text(value, f"`{field}`")
+        return own_error(error) if error else ((value,), True)
+    if not isinstance(value, list):
+        return validation(f"`{field}` must be a string or a list of strings, got {json_type(value)}", field)
+    if not value:
+        return empty(field)
+    if len(value) > limits.max_texts:
+        return too_many(len(value), limits)
+    for i, text in enumerate(value):
+        if not isinstance(text, str):
+            what = "token ids are served at v1/embeddings (OpenAI's route)" if isinstance(text, (int, list)) else ""
+            return validation(
+                f"{field}[{i}] must be a string, got {json_type(text)}{'; ' + what if what else ''}", field
+            )
+        error = check_text(text, f"{field}[{i}]")
+        if error:
+            return own_error(error)
+    return tuple(value), False
+
+
+def direction(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    """TEI also spells `truncation_direction` "Left"/"Right"; our options read the lower case."""
+    value = body.get("truncation_direction")
+    if value in ("Left", "Right"):
+        return {**body, "truncation_direction": value.lower()}
+    return body
+
+
+class TextTools(Protocol):
+    """The tokenizer as `/tokenize` and `/decode` use it."""
+
+    def tokenize(self, text: str, add_special_tokens: bool) -> list[dict[str, Any]]: ...
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool) -> str: ...
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What TEI's `/info`, `/tokenize` and `/decode` tell or use, from the handler's settings and model."""
+
+    dtype: str
+    pooling: tuple[str, ...] | None  # an embedding model's pooling modes; None for a classifier
+    labels: tuple[str, ...] | None  # a classifier's labels, in id order
+    max_batch_tokens: int
+    auto_truncate: bool
+    max_chars: int  # the longest text /tokenize reads (the tokenizer's own bound on what one text costs)
+    tools: TextTools
+
+    def model_type(self) -> dict[str, Any]:
+        """TEI's `model_type`: `{"embedding": {"pooling"}}`, `{"classifier": ...}`, or `{"reranker": ...}` (one
+        label, as TEI calls a one-label classifier)."""
+        if self.labels is None:
+            pooling = "+".join(POOLING_NAMES.get(p, p) for p in self.pooling or ("mean",))
+            return {"embedding": {"pooling": pooling}}
+        labels = {
+            "id2label": {str(i): label for i, label in enumerate(self.labels)},
+            "label2id": {label: i for i, label in enumerate(self.labels)},
+        }
+        return {"reranker" if len(self.labels) == 1 else "classifier": labels}
+
+
+class BackendTools:
+    """`TextTools` over a Hugging Face `tokenizers.Tokenizer` (the one the handler tokenizes with: truncating at
+    max_length, so /tokenize shows the tokens the model sees). Offsets are UTF-8 byte offsets, as TEI's."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+
+    def tokenize(self, text: str, add_special_tokens: bool) -> list[dict[str, Any]]:
+        encoding = self.backend.encode(text, add_special_tokens=add_special_tokens)
+        at = byte_offsets(text)
+        tokens = []
+        for id_, token, special, (start, stop) in zip(
+            encoding.ids, encoding.tokens, encoding.special_tokens_mask, encoding.offsets
+        ):
+            if special:
+                tokens.append({"id": id_, "text": token, "special": True, "start": None, "stop": None})
+            else:
+                piece = {"id": id_, "text": text[start:stop], "special": False, "start": at[start], "stop": at[stop]}
+                tokens.append(piece)
+        return tokens
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool) -> str:
+        return str(self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens))
+
+
+def byte_offsets(text: str) -> list[int]:
+    """For each character position of `text` (and its end), the UTF-8 byte offset there."""
+    out = [0]
+    for ch in text:
+        out.append(out[-1] + len(ch.encode("utf-8", "surrogatepass")))
+    return out

@@ -1,0 +1,82 @@
+"""Text Embeddings Inference's `/decode` at `/predictions/NAME/VERSION/decode`, any model.
+
+Request: `{"ids": [int] | [[int]], "skip_special_tokens"? (true)}`, each id in the model's vocabulary. Answer:
+a list of texts, one per list of ids (one list of ids too answers a list of one). Errors in TEI's shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import tei
+from .base import Answer, Input, Limits, Options, RequestError, check_count, is_int, json_type
+from .tei import error_body as error_body
+from .tei import own_error as own_error
+from .tei_tokenize import facts
+
+NAME = "tei-decode"
+PATH = "decode"
+SERVED = f"POST /predictions/NAME/VERSION/{PATH} (TEI's decode)"
+
+
+@dataclass(frozen=True)
+class DecodeRequest:
+    """Answered by the tokenizer alone: no input reaches the model (`inputs` is empty)."""
+
+    ids: tuple[tuple[int, ...], ...]
+    tools: tei.TextTools
+    skip_special_tokens: bool = True
+    options: Options = Options()
+    inputs: tuple[Input, ...] = ()
+
+    def where(self, index: int) -> str:
+        return f"ids[{index}]"
+
+    def render(self, answers: Sequence[Answer], model_name: str = "") -> Any:
+        check_count(self, answers)
+        return [self.tools.decode(ids, self.skip_special_tokens) for ids in self.ids]
+
+
+def token_ids(value: Any, where: str, limits: Limits) -> tuple[int, ...] | RequestError:
+    if not isinstance(value, list):
+        return tei.validation(f"{where} must be a list of token ids, got {json_type(value)}", "ids")
+    for j, token in enumerate(value):
+        if not is_int(token) or not 0 <= token < limits.vocab_size:
+            shown = json_type(token) if not is_int(token) else str(token) if abs(token) < 10**12 else "a larger number"
+            return tei.validation(
+                f"{where}[{j}] must be a token id of this model's vocabulary (0 to {limits.vocab_size - 1}), "
+                f"got {shown}",
+                "ids",
+            )
+    return tuple(value)
+
+
+def parse(body: Any, limits: Limits) -> DecodeRequest | RequestError:
+    model = facts(limits)
+    if isinstance(model, RequestError):
+        return model
+    request = tei.body_object(body, '"ids": [...]')
+    if isinstance(request, RequestError):
+        return request
+    if "ids" not in request:
+        return tei.validation("missing field `ids`", "ids")
+    value = request["ids"]
+    batch = isinstance(value, list) and bool(value) and isinstance(value[0], list)
+    if isinstance(value, list) and len(value) > limits.max_texts and batch:
+        return tei.too_many(len(value), limits)
+    lists = value if batch else [value]
+    parsed = []
+    for i, ids in enumerate(lists):
+        one = token_ids(ids, f"ids[{i}]" if batch else "`ids`", limits)
+        if isinstance(one, RequestError):
+            return one
+        parsed.append(one)
+    skip = request.get("skip_special_tokens", True)
+    if not isinstance(skip, bool):
+        return tei.validation(f"`skip_special_tokens` must be true or false, got {json_type(skip)}")
+    return DecodeRequest(tuple(parsed), model.tools, skip)
+
+
+ROUTES = {PATH: parse}

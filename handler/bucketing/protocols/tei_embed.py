@@ -1,0 +1,62 @@
+"""Text Embeddings Inference's `/embed` at `/predictions/NAME/VERSION/embed`, for an embedding model.
+
+Request: `{"inputs": str | [str], "normalize"?, "truncate"?, "truncation_direction"?, "prompt_name"?,
+"dimensions"?}`; other fields are ignored, as TEI ignores them. Answer: a list of float lists, one per input (a
+single string too answers a list of one). `normalize` absent: the model's own (sentence-transformers': its
+`Normalize` module), where TEI normalises unless told `false`; `truncate` absent: handler.on_overflow (TEI's
+`--auto-truncate`). `dimensions` keeps the first components, re-normalised when normalised. Errors in TEI's shape
+and status codes (`tei.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import tei
+from .base import Answer, Limits, Options, RequestError, check_count, read_options
+from .tei import error_body as error_body
+from .tei import own_error as own_error
+
+NAME = "tei-embed"
+PATH = "embed"
+SERVED = f"POST /predictions/NAME/VERSION/{PATH} (TEI's embed, embedding models)"
+FIELDS = ("normalize", "truncate", "truncation_direction", "prompt_name", "dimensions")
+
+
+@dataclass(frozen=True)
+class EmbedRequest:
+    inputs: tuple[str, ...]
+    options: Options = Options()
+    single: bool = False
+
+    def where(self, index: int) -> str:
+        return "`inputs`" if self.single else f"inputs[{index}]"
+
+    def render(self, answers: Sequence[Answer], model_name: str = "") -> Any:
+        check_count(self, answers)
+        return [a.vector(self.options.dimensions, self.options.normalize).tolist() for a in answers]
+
+
+def parse(body: Any, limits: Limits) -> EmbedRequest | RequestError:
+    if limits.task != "embedding":
+        return tei.backend(
+            f"Model is not an embedding model: this is a {limits.task} model, served at /predict "
+            "(TEI's classification route)"
+        )
+    request = tei.body_object(body, '"inputs": ...')
+    if isinstance(request, RequestError):
+        return request
+    if "inputs" not in request:
+        return tei.validation("missing field `inputs`", "inputs")
+    parsed = tei.texts(request["inputs"], limits)
+    if isinstance(parsed, RequestError):
+        return parsed
+    options = read_options(tei.direction(request), limits, FIELDS)
+    if isinstance(options, RequestError):
+        return own_error(options)
+    return EmbedRequest(parsed[0], options, parsed[1])
+
+
+ROUTES = {PATH: parse}

@@ -1,0 +1,67 @@
+"""Text Embeddings Inference's `GET /info` at `/predictions/NAME/VERSION/info`: the model and its limits.
+
+Answer: TEI's info object, from the handler's settings: `model_id` (the TorchServe model name), `model_dtype`,
+`model_type` (`{"embedding": {"pooling"}}`, `{"classifier": {"id2label", "label2id"}}`, or `{"reranker": ...}`
+for a one-label classifier), `max_input_length` (handler.max_length), `max_batch_tokens`,
+`max_client_batch_size` (handler.max_texts_per_request), `auto_truncate` (handler.on_overflow: truncate),
+`tokenization_workers` (1: each worker tokenizes its own batches), `version` (this package's). What TorchServe
+decides (`max_concurrent_requests`, `max_batch_requests`) and what it cannot know (`model_sha`, `sha`,
+`docker_label`) are null. Any body is ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import tei
+from .base import Answer, Input, Limits, Options, RequestError, check_count
+from .tei import error_body as error_body
+from .tei import own_error as own_error
+from .tei_tokenize import facts
+
+NAME = "tei-info"
+PATH = "info"
+SERVED = f"GET /predictions/NAME/VERSION/{PATH} (TEI's info)"
+
+
+@dataclass(frozen=True)
+class InfoRequest:
+    """Answered from the settings alone: no input reaches the model (`inputs` is empty)."""
+
+    model: tei.ModelFacts
+    limits: Limits
+    options: Options = Options()
+    inputs: tuple[Input, ...] = ()
+
+    def where(self, index: int) -> str:
+        return "info"
+
+    def render(self, answers: Sequence[Answer], model_name: str = "") -> Any:
+        check_count(self, answers)
+        return {
+            "model_id": model_name,
+            "model_sha": None,
+            "model_dtype": self.model.dtype,
+            "served_model_name": model_name,
+            "model_type": self.model.model_type(),
+            "max_concurrent_requests": None,
+            "max_input_length": self.limits.max_length,
+            "max_batch_tokens": self.model.max_batch_tokens,
+            "max_batch_requests": None,
+            "max_client_batch_size": self.limits.max_texts,
+            "auto_truncate": self.model.auto_truncate,
+            "tokenization_workers": 1,
+            "version": tei.VERSION,
+            "sha": None,
+            "docker_label": None,
+        }
+
+
+def parse(body: Any, limits: Limits) -> InfoRequest | RequestError:
+    model = facts(limits)
+    return model if isinstance(model, RequestError) else InfoRequest(model, limits)
+
+
+ROUTES = {PATH: parse}

@@ -1,0 +1,105 @@
+"""Text Embeddings Inference's `/predict` at `/predictions/NAME/VERSION/predict`, for a classification model.
+
+Request: `{"inputs", "raw_scores"?, "truncate"?, "truncation_direction"?}`, `inputs` as TEI reads it: a string,
+or `[a]`, or a pair `[a, b]` (one input), or a batch of those as lists `[[a], [a, b], ...]`. Answer: per input
+the labels as `[{"label", "score"}]`, best score first (the model's activation, or its logits with
+`raw_scores`): a list of them for one input, a list of such lists for a batch. Errors in TEI's shape (`tei.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import tei
+from .base import Answer, Input, Limits, Options, Pair, RequestError, check_count, check_text, json_type, read_options
+from .tei import error_body as error_body
+from .tei import own_error as own_error
+
+NAME = "tei-predict"
+PATH = "predict"
+SERVED = f"POST /predictions/NAME/VERSION/{PATH} (TEI's predict, classification models)"
+FIELDS = ("raw_scores", "truncate", "truncation_direction")
+SHAPE = "a string, a pair [string, string] or a batch of strings and pairs [[string], [string, string], ...]"
+
+
+@dataclass(frozen=True)
+class PredictRequest:
+    inputs: tuple[Input, ...]
+    options: Options = Options()
+    single: bool = False
+
+    def where(self, index: int) -> str:
+        return "`inputs`" if self.single else f"inputs[{index}]"
+
+    def render(self, answers: Sequence[Answer], model_name: str = "") -> Any:
+        check_count(self, answers)
+        ranked = [predictions(a, self.options) for a in answers]
+        return ranked[0] if self.single else ranked
+
+
+def predictions(answer: Answer, options: Options) -> list[dict[str, Any]]:
+    """One input's labels with their scores, best first."""
+    fields = answer.fields(options)
+    labels = answer.labels or ()
+    scores = fields["scores"] if "scores" in fields else {labels[0]: fields["score"]}
+    ranked = sorted(scores.items(), key=lambda item: -item[1])
+    return [{"score": score, "label": label} for label, score in ranked]
+
+
+def sequence(value: Any, where: str) -> Input | RequestError:
+    """`[a]` (one text) or `[a, b]` (a pair), each a non-empty string."""
+    if not isinstance(value, list) or not 1 <= len(value) <= 2 or not all(isinstance(t, str) for t in value):
+        size = f" of {len(value)} items" if isinstance(value, list) else ""
+        return tei.validation(f"{where} must be {SHAPE}; got {json_type(value)}{size}", "inputs")
+    for i, text in enumerate(value):
+        error = check_text(text, f"{where}[{i}]")
+        if error:
+            return own_error(error)
+    return value[0] if len(value) == 1 else Pair(value[0], value[1])
+
+
+def inputs(value: Any, limits: Limits) -> tuple[tuple[Input, ...], bool] | RequestError:
+    """TEI's PredictInput: one input (a string, [a] or [a, b]) or a batch of lists; and whether it was one."""
+    if isinstance(value, str):
+        one = tei.texts(value, limits)
+        return one if isinstance(one, RequestError) else (one[0], True)
+    if not isinstance(value, list):
+        return tei.validation(f"`inputs` must be {SHAPE}; got {json_type(value)}", "inputs")
+    if not value:
+        return tei.empty("inputs")
+    if isinstance(value[0], str):
+        single = sequence(value, "`inputs`")
+        return single if isinstance(single, RequestError) else ((single,), True)
+    if len(value) > limits.max_texts:
+        return tei.too_many(len(value), limits)
+    batch = []
+    for i, item in enumerate(value):
+        parsed = sequence(item, f"inputs[{i}]")
+        if isinstance(parsed, RequestError):
+            return parsed
+        batch.append(parsed)
+    return tuple(batch), False
+
+
+def parse(body: Any, limits: Limits) -> PredictRequest | RequestError:
+    if limits.task != "classification":
+        return tei.backend(
+            f"Model is not a classifier model: this is an {limits.task} model, served at /embed (TEI's embed route)"
+        )
+    request = tei.body_object(body, '"inputs": ...')
+    if isinstance(request, RequestError):
+        return request
+    if "inputs" not in request:
+        return tei.validation("missing field `inputs`", "inputs")
+    parsed = inputs(request["inputs"], limits)
+    if isinstance(parsed, RequestError):
+        return parsed
+    options = read_options(tei.direction(request), limits, FIELDS)
+    if isinstance(options, RequestError):
+        return own_error(options)
+    return PredictRequest(parsed[0], options, parsed[1])
+
+
+ROUTES = {PATH: parse}

@@ -1,0 +1,116 @@
+"""Text Embeddings Inference's API on a real TorchServe (TorchServe's batching, and continuous batching), called
+with the real `huggingface_hub.InferenceClient` whose model is the URL `.../predictions/NAME/1.0` (it posts TEI's
+`{"inputs", ...}` to that URL itself): `feature_extraction` equals `SentenceTransformer.encode()` within 1e-5."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from model_store.archives import minilm_dir
+from tests.e2e.conftest import SCHEDULED
+
+pytestmark = pytest.mark.e2e
+
+NAME = "tei"
+ROOT = Path(__file__).resolve().parents[2]
+CLIENTS_VENV = ROOT / ".venv-tei-clients"
+CLIENTS = Path(__file__).with_name("tei_clients.py")
+TEXTS = [
+    "how do I serve embeddings with TorchServe?",
+    "Dynamic padding pads the batch to its longest text, so a short query shares the cost of a long passage. " * 4,
+    "Un texte en fran\u00e7ais, avec des accents.",
+]
+
+
+@pytest.fixture(scope="module", params=sorted(SCHEDULED))
+def served(torchserve, request):
+    torchserve.client.register(SCHEDULED[request.param], NAME, batch_size=8, max_batch_delay=50, workers=1)
+    yield torchserve
+    torchserve.client.unregister(NAME)
+
+
+@pytest.fixture(scope="module")
+def url(served) -> str:
+    return f"{served.endpoints.inference}/predictions/{NAME}/1.0"
+
+
+@pytest.fixture(scope="module")
+def client(served, url):
+    from huggingface_hub import InferenceClient
+
+    return InferenceClient(model=url, token=served.client.keys.key("inference"), timeout=60)
+
+
+@pytest.fixture(scope="module")
+def expected():
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(minilm_dir()), device="cpu").encode(TEXTS, convert_to_numpy=True)
+
+
+def test_feature_extraction_equals_sentence_transformers(client, expected):
+    batch = client.feature_extraction(TEXTS)
+    assert batch.shape == expected.shape and float(np.max(np.abs(batch - expected))) <= 1e-5
+    one = client.feature_extraction(TEXTS[0], normalize=True, truncate=True, truncation_direction="right")
+    assert one.shape == (1, expected.shape[1]) and float(np.max(np.abs(one[0] - expected[0]))) <= 1e-5
+
+
+def test_sentence_similarity_equals_sentence_transformers(client):
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(minilm_dir()), device="cpu")
+    expected = model.similarity(model.encode(TEXTS[:1]), model.encode(TEXTS[1:])).numpy()[0]
+    scores = client.sentence_similarity(TEXTS[0], other_sentences=TEXTS[1:])
+    assert len(scores) == 2 and float(np.max(np.abs(np.asarray(scores) - expected))) <= 1e-5
+
+
+def test_teis_routes_under_the_model_url(served):
+    def call(route, body=None, method="POST"):
+        path = f"/predictions/{NAME}/1.0/{route}"
+        data = json.dumps(body) if body is not None else None
+        reply = served.client.call("inference", method, path, data, headers={"Content-Type": "application/json"})
+        return reply.status, reply.json()
+
+    status, embedded = call("embed", {"inputs": TEXTS[0]})
+    assert status == 200 and len(embedded) == 1
+    status, info = call("info", method="GET")
+    assert status == 200 and info["model_id"] == NAME and info["model_type"] == {"embedding": {"pooling": "mean"}}
+    status, tokens = call("tokenize", {"inputs": "hello world"})
+    assert [t["text"] for t in tokens[0]] == ["[CLS]", "hello", "world", "[SEP]"]
+    assert call("decode", {"ids": [t["id"] for t in tokens[0]]}) == (200, ["hello world"])
+    status, sparse = call("embed_sparse", {"inputs": "a"})
+    assert status == 424 and sparse["error_type"] == "Backend"
+    assert call("embed", {"inputs": []}) == (400, {"error": "`inputs` cannot be empty", "error_type": "Empty"})
+
+
+def test_the_clients_own_error_on_a_bad_request(client):
+    from huggingface_hub.errors import HfHubHTTPError
+
+    with pytest.raises(HfHubHTTPError) as raised:
+        client.feature_extraction(TEXTS, dimensions=100000)
+    assert raised.value.response.status_code == 422 and "dimensions" in str(raised.value)
+
+
+def test_llamaindex_tei_client_equals_sentence_transformers(served, url, expected):
+    """LlamaIndex's TextEmbeddingsInference (its own httpx POST to `{base_url}/embed`), in its own pinned venv."""
+    python = CLIENTS_VENV / "bin" / "python"
+    if not python.exists():
+        pytest.skip("the TEI clients' venv is missing: run `make tei-clients-venv` (CI does)")
+    token = served.client.keys.key("inference")
+    run = subprocess.run(
+        [str(python), str(CLIENTS), url, token],
+        input=json.dumps(TEXTS),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout)
+    assert float(np.max(np.abs(np.asarray(got["llamaindex_documents"]) - expected))) <= 1e-5
+    assert float(np.max(np.abs(np.asarray(got["llamaindex_query"]) - expected[0]))) <= 1e-5
