@@ -18,7 +18,8 @@ import numpy as np
 from bucketing import precision
 from bucketing.calibrate import fit_cost, measure
 from bucketing.config import HandlerConfig
-from bucketing.engines import DTYPES, Engine, ModelInfo, TorchEngine, load_head, open_reduced
+from bucketing.engines import DTYPES, Engine, TorchEngine, open_reduced
+from bucketing.head import ModelInfo, load_head
 from bucketing.pipeline import make_planner
 from bucketing.planner import CostModel
 from bucketing.tokenizer import Tokenizer, collate

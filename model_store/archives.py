@@ -122,7 +122,7 @@ def check_model_dir(model_dir: Path, task: str) -> int:
     if type(config) not in auto._model_mapping:  # noqa: SLF001 - the mapping is what from_pretrained consults
         raise ModelFolderError(f"{model_dir}: architecture {config.model_type!r} has no {auto.__name__} class")
     if task == "classification":
-        from bucketing.engines import EngineError, activation, class_labels
+        from bucketing.head import EngineError, activation, class_labels
 
         try:
             class_labels(config)
@@ -138,7 +138,7 @@ def check_model_dir(model_dir: Path, task: str) -> int:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise ModelFolderError(f"no usable fast tokenizer: {first}") from e
     from bucketing.chain import sentence_transformers_limit
-    from bucketing.engines import usable_positions
+    from bucketing.head import usable_positions
 
     try:
         positions = usable_positions(config)

@@ -349,7 +349,8 @@ def report_fidelity(configs: Mapping[str, dict[str, Any]], model_dir: Path) -> N
 
     from bucketing import precision
     from bucketing.engines import DTYPES as TORCH_DTYPES
-    from bucketing.engines import EngineError, load_head, open_reduced
+    from bucketing.engines import open_reduced
+    from bucketing.head import EngineError, load_head
 
     if handler.engine != "torch":
         raise BuildError(f"handler.dtype {handler.dtype} runs on engine torch; got engine {handler.engine}")

@@ -10,7 +10,8 @@ import numpy as np
 
 from .chain import Chain
 from .config import HandlerConfig
-from .engines import Engine, ModelInfo, load_engine
+from .engines import Engine, load_engine
+from .head import ModelInfo
 from .protocols.base import Answer
 from .tokenizer import Encoded
 
