@@ -34,7 +34,7 @@ class ModelInfo:
     hidden_size: int
     labels: tuple[str, ...]
     vocab_size: int
-    activation: str = "softmax"  # classification: how logits become scores (protocols.base.ACTIVATIONS)
+    activation: str = "softmax"  # classification: how logits become scores (answers.ACTIVATIONS)
     chain: Chain = Chain()  # embedding: the sentence-transformers module chain (a plain folder: mean pooling);
     # classification: a CrossEncoder's prompts alone
 

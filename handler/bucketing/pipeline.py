@@ -17,12 +17,13 @@ from functools import partial
 from typing import Any, cast
 
 from . import protocols
+from .answers import Answer, Options
 from .chain import sentence_transformers_limit
 from .config import ConfigError, HandlerConfig
 from .metrics import BatchStats
 from .planner import CostModel, Plan, plan_bucketed, plan_dynamic, plan_static, round_up
 from .protocols import Incoming, Reply, tei
-from .protocols.base import Answer, Limits, Meta, Options, Pair, RequestError
+from .protocols.base import Limits, Meta, Pair, RequestError
 from .tasks import Task
 from .tokenizer import Encoded, Tokenizer, collate
 

@@ -148,7 +148,7 @@ def unit(x: np.ndarray) -> np.ndarray:
 
 
 def scores(logits: np.ndarray, activation: str) -> np.ndarray:
-    """A classifier's scores from its logits, rows at once (as `protocols.base.activate` per row)."""
+    """A classifier's scores from its logits, rows at once (as `answers.activate` per row)."""
     x = np.asarray(logits, dtype=np.float64)
     if activation == "identity":
         return x

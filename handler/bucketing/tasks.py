@@ -8,11 +8,11 @@ from typing import Protocol
 
 import numpy as np
 
+from .answers import Answer
 from .chain import Chain
 from .config import HandlerConfig
 from .engines import Engine, load_engine
 from .head import ModelInfo
-from .protocols.base import Answer
 from .tokenizer import Encoded
 
 

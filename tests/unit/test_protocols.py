@@ -13,19 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bucketing import protocols
+from bucketing.answers import Answer, Options, activate, answer_fields
 from bucketing.protocols import kserve_v1, kserve_v2, native, openai
-from bucketing.protocols.base import (
-    Answer,
-    Binary,
-    Limits,
-    Meta,
-    Options,
-    RequestError,
-    activate,
-    answer_fields,
-    quote,
-    snake,
-)
+from bucketing.protocols.base import Binary, Limits, Meta, RequestError, quote, snake
 from bucketing.protocols.kserve_v1 import V1Request
 from bucketing.protocols.kserve_v2 import V2Request
 from bucketing.protocols.native import TextRequest

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from bucketing import protocols
+from bucketing.answers import Answer
 from bucketing.protocols import kserve_v2, tei, tei_default, tei_embed, tei_predict, tei_refused, tei_similarity
-from bucketing.protocols.base import Answer, Limits, Meta, Pair, RequestError
+from bucketing.protocols.base import Limits, Meta, Pair, RequestError
 from bucketing.protocols.tei_embed import EmbedRequest
 from bucketing.protocols.tei_predict import PredictRequest
 from bucketing.protocols.tei_similarity import SimilarityRequest

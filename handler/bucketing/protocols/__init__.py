@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any
 
+from ..answers import Answer
 from . import (
     cohere_rerank,
     kserve_v1,
@@ -34,7 +35,7 @@ from . import (
     tei_similarity,
     tei_tokenize,
 )
-from .base import Answer, Binary, Limits, Meta, Request, RequestError, decode, quote
+from .base import Binary, Limits, Meta, Request, RequestError, decode, quote
 
 # Body claims are tried in this order at the plain path; the wire that routes "" answers what none claims.
 WIRES: tuple[ModuleType, ...] = (

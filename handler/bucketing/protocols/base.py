@@ -7,14 +7,13 @@ Pure: no torch, no I/O (numpy for vectors). A wire format (native, KServe v1/v2,
 from __future__ import annotations
 
 import json
-import math
 import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import numpy as np
+from ..answers import Answer, Options
 
 BODY_KEYS = ("body", "data")
 QUOTE_CHARS = 100  # at most this much of anything a client sent is quoted back in an error message
@@ -80,69 +79,6 @@ class Limits:
     model: Any = None  # what TEI's /info, /tokenize and /decode read (protocols.tei.ModelFacts)
 
 
-ACTIVATIONS = ("softmax", "sigmoid", "identity")  # how a classifier's logits become its scores
-
-
-def activate(logits: Any, activation: str) -> list[float]:
-    """A classifier's scores from its logits: softmax over labels, sigmoid per label, or the logits themselves."""
-    x = [float(v) for v in logits]
-    if activation == "identity":
-        return x
-    if activation == "sigmoid":
-        return [1.0 / (1.0 + math.exp(-v)) if v >= 0 else math.exp(v) / (1.0 + math.exp(v)) for v in x]
-    top = max(x)
-    exp = [math.exp(v - top) for v in x]
-    return [e / sum(exp) for e in exp]
-
-
-@dataclass(frozen=True)
-class Answer:
-    """The result for one input: the model's vector (an embedding before normalisation, or a classifier's
-    logits) and its tokens."""
-
-    values: Any  # a 1-D float32 numpy array
-    tokens: int
-    truncated: bool
-    labels: tuple[str, ...] | None = None  # class names (classification); None for embeddings
-    activation: str = "softmax"  # classification: how the logits become scores (ACTIVATIONS)
-    normalize: bool = False  # embeddings: L2-normalised unless a request says otherwise
-
-    def vector(self, dimensions: int | None = None, normalize: bool | None = None) -> Any:
-        """The embedding as answered: its first `dimensions` components, L2-normalised (after the cut) when
-        `normalize` says so (None: the model's default)."""
-        vector = np.asarray(self.values, dtype=np.float32)[:dimensions]
-        if self.normalize if normalize is None else normalize:
-            vector = vector / np.maximum(np.linalg.norm(vector), np.float32(1e-12))
-        return vector
-
-    def fields(self, options: Options | None = None) -> dict[str, Any]:
-        """Our native answer object: `embedding`; or a one-label model's `score`; or `label` (the top one) and
-        `scores` by label; then `tokens` and `truncated` (`answer_fields` names them). `options`: the request's."""
-        o = options or Options()
-        if self.labels is None:
-            head: dict[str, Any] = {"embedding": self.vector(o.dimensions, o.normalize).tolist()}
-        else:
-            scores = activate(self.values, "identity" if o.raw_scores else self.activation)
-            if len(self.labels) == 1:
-                head = {"score": scores[0]}
-            else:
-                best = max(range(len(scores)), key=scores.__getitem__)
-                head = {"label": self.labels[best], "scores": dict(zip(self.labels, scores))}
-        return {**head, "tokens": self.tokens, "truncated": self.truncated}
-
-
-@dataclass(frozen=True)
-class Options:
-    """What a request may ask of its answers besides its inputs (each wire format reads its own fields)."""
-
-    normalize: bool | None = None  # None: the model's default
-    dimensions: int | None = None  # keep the first components (then re-normalised if normalised)
-    raw_scores: bool = False  # classification: logits instead of scores
-    prompt: str = ""  # put before each text (a named prompt of the model's, resolved; or the request's own)
-    truncate: bool | None = None  # a text over max_length: cut (true) or a 413 (false); None: handler.on_overflow
-    truncation_direction: str = "right"  # which end of a text over max_length is cut: right or left
-
-
 OPTION_FIELDS = ("prompt_name", "prompt", "normalize", "dimensions", "raw_scores", "truncate", "truncation_direction")
 DIRECTIONS = ("right", "left")
 
@@ -203,12 +139,6 @@ def resolve_prompt(name: Any, text: Any, limits: Limits) -> str | RequestError:
             "prompt_name",
         )
     return prompts[name]
-
-
-def answer_fields(task: str, labels: int = 2) -> tuple[str, ...]:
-    """The fields of an answer of this task (and number of labels), in order (what `Answer.fields` gives)."""
-    head = ("embedding",) if task == "embedding" else ("score",) if labels == 1 else ("label", "scores")
-    return (*head, "tokens", "truncated")
 
 
 class Request(Protocol):

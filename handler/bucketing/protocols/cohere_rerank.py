@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Answer, Limits, Options, Pair, RequestError, bad, check_count, is_int, json_type, read_options, texts
+from ..answers import Answer, Options
+from .base import Limits, Pair, RequestError, bad, check_count, is_int, json_type, read_options, texts
 from .openai import MAX_MODEL_CHARS
 from .openai import error_body as error_body
 from .tei_rerank import rerank_query

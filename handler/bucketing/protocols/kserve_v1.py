@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Answer, Limits, Options, RequestError, bad, check_count, json_type, read_options, texts
+from ..answers import Answer, Options
+from .base import Limits, RequestError, bad, check_count, json_type, read_options, texts
 from .base import error_body as error_body
 
 NAME = "kserve-v1"

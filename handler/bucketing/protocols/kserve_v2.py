@@ -27,14 +27,12 @@ from typing import Any
 
 import numpy as np
 
+from ..answers import Answer, Options, answer_fields
 from .base import (
-    Answer,
     Binary,
     Limits,
-    Options,
     Pair,
     RequestError,
-    answer_fields,
     bad,
     check_count,
     is_int,

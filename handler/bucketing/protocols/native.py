@@ -13,11 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..answers import Answer, Options
 from .base import (
     OPTION_FIELDS,
-    Answer,
     Limits,
-    Options,
     Pair,
     RequestError,
     bad,

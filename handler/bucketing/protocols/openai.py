@@ -17,11 +17,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..answers import Answer, Options
 from .base import (
-    Answer,
     Input,
     Limits,
-    Options,
     RequestError,
     bad,
     check_count,

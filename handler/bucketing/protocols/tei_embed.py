@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..answers import Answer, Options
 from . import tei
-from .base import Answer, Limits, Options, RequestError, check_count, read_options
+from .base import Limits, RequestError, check_count, read_options
 from .tei import error_body as error_body
 from .tei import own_error as own_error
 

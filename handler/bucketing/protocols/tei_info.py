@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..answers import Answer, Options
 from . import tei
-from .base import Answer, Input, Limits, Options, RequestError, check_count
+from .base import Input, Limits, RequestError, check_count
 from .tei import error_body as error_body
 from .tei import own_error as own_error
 from .tei_tokenize import facts

@@ -12,19 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .base import (
-    Answer,
-    Limits,
-    Options,
-    Pair,
-    RequestError,
-    bad,
-    check_count,
-    check_text,
-    json_type,
-    read_options,
-    texts,
-)
+from ..answers import Answer, Options
+from .base import Limits, Pair, RequestError, bad, check_count, check_text, json_type, read_options, texts
 
 NAME = "tei-rerank"
 PATH = "rerank"

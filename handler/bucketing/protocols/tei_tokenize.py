@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..answers import Answer, Options
 from . import tei
-from .base import Answer, Input, Limits, Options, RequestError, check_count, json_type, read_options
+from .base import Input, Limits, RequestError, check_count, json_type, read_options
 from .tei import error_body as error_body
 from .tei import own_error as own_error
 
