@@ -364,7 +364,10 @@ def report_fidelity(configs: Mapping[str, dict[str, Any]], model_dir: Path) -> N
     if fidelity is None:
         raise BuildError(f"--dtype {handler.dtype}: fidelity not measured")
     native = precision.native_bf16(precision.cpu_info())
-    where = f"this CPU multiplies bfloat16 natively ({native})" if native else "this CPU emulates bfloat16"
+    if handler.dtype != "bfloat16":  # float16: no CPU worker serves it
+        where = f"on this CPU; {handler.dtype} is served on a CUDA GPU only"
+    else:
+        where = f"this CPU multiplies bfloat16 natively ({native})" if native else "this CPU emulates bfloat16"
     print(f"{fidelity.describe()} (measured at build; {where})")
     refusal = fidelity.refusal(handler.min_cosine)
     if refusal:
