@@ -200,8 +200,8 @@ class ArchiveSpec:
             if self.model_dir is not None or self.max_length is not None:
                 longest = archives.check_model_dir(self.folder, task)
                 overrides.update(task=task if self.model_dir is not None else None, max_length=self.length(longest))
-            chain = archives.read_model_chain(self.folder) if task == "embedding" else None
-            known = {**(dict(chain.prompts) if chain else {}), **(self.prompts or {})}
+            chain = archives.read_model_chain(self.folder, task)
+            known = {**dict(chain.prompts), **(self.prompts or {})}
             if self.default_prompt is not None and self.default_prompt not in known:
                 raise archives.ModelFolderError(
                     f"--default-prompt {self.default_prompt!r}: not a prompt of the model or "
@@ -214,7 +214,7 @@ class ArchiveSpec:
             archives.name(s, self.threads, self.prefix): archives.model_config(s, self.threads, **overrides)
             for s in self.strategies
         }
-        if chain is not None:  # what was read, for a person reading the model-config (the worker reads the folder)
+        if task == "embedding":  # what was read, for a person reading the model-config (the worker reads the folder)
             for cfg in configs.values():
                 cfg["model_chain"] = chain.describe()
         return configs
