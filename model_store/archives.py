@@ -148,12 +148,13 @@ def check_model_dir(model_dir: Path, task: str) -> int:
     return sentence_transformers_limit(max_seq_length, tokenizer.model_max_length, positions)
 
 
-def read_model_chain(model_dir: Path) -> Any:
-    """The folder's sentence-transformers module chain (`bucketing.chain.Chain`), or ModelFolderError in one line."""
-    from bucketing.chain import ChainError, read_chain
+def read_model_chain(model_dir: Path, task: str = "embedding") -> Any:
+    """The folder's sentence-transformers module chain (`bucketing.chain.Chain`; a classifier's: a CrossEncoder's
+    prompts alone, as its worker reads them), or ModelFolderError in one line."""
+    from bucketing.chain import ChainError, read_chain, read_prompts
 
     try:
-        return read_chain(model_dir)
+        return read_chain(model_dir) if task == "embedding" else read_prompts(model_dir)
     except ChainError as e:
         raise ModelFolderError(str(e)) from None
 

@@ -200,8 +200,8 @@ class ArchiveSpec:
             if self.model_dir is not None or self.max_length is not None:
                 longest = archives.check_model_dir(self.folder, task)
                 overrides.update(task=task if self.model_dir is not None else None, max_length=self.length(longest))
-            chain = archives.read_model_chain(self.folder) if task == "embedding" else None
-            known = {**(dict(chain.prompts) if chain else {}), **(self.prompts or {})}
+            chain = archives.read_model_chain(self.folder, task)
+            known = {**dict(chain.prompts), **(self.prompts or {})}
             if self.default_prompt is not None and self.default_prompt not in known:
                 raise archives.ModelFolderError(
                     f"--default-prompt {self.default_prompt!r}: not a prompt of the model or "
@@ -214,7 +214,7 @@ class ArchiveSpec:
             archives.name(s, self.threads, self.prefix): archives.model_config(s, self.threads, **overrides)
             for s in self.strategies
         }
-        if chain is not None:  # what was read, for a person reading the model-config (the worker reads the folder)
+        if task == "embedding":  # what was read, for a person reading the model-config (the worker reads the folder)
             for cfg in configs.values():
                 cfg["model_chain"] = chain.describe()
         return configs
@@ -365,7 +365,10 @@ def report_fidelity(configs: Mapping[str, dict[str, Any]], model_dir: Path) -> N
     if fidelity is None:
         raise BuildError(f"--dtype {handler.dtype}: fidelity not measured")
     native = precision.native_bf16(precision.cpu_info())
-    where = f"this CPU multiplies bfloat16 natively ({native})" if native else "this CPU emulates bfloat16"
+    if handler.dtype != "bfloat16":  # float16: no CPU worker serves it
+        where = f"on this CPU; {handler.dtype} is served on a CUDA GPU only"
+    else:
+        where = f"this CPU multiplies bfloat16 natively ({native})" if native else "this CPU emulates bfloat16"
     print(f"{fidelity.describe()} (measured at build; {where})")
     refusal = fidelity.refusal(handler.min_cosine)
     if refusal:

@@ -26,13 +26,13 @@ def snapshot_models(props: dict[str, str]) -> dict[str, int]:
     if not raw:
         raise ValueError("the config has no model_snapshot: no model is loaded at start, so none can be waited for")
     try:
-        models = json.loads(raw)["models"]
-    except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"model_snapshot is not TorchServe's snapshot JSON ({type(e).__name__}: {e})") from e
-    wanted = {}
-    for name, versions in models.items():
-        default = next((v for v in versions.values() if v.get("defaultVersion")), next(iter(versions.values())))
-        wanted[name] = max(1, int(default.get("minWorkers", 1)))
+        wanted = {}
+        for name, versions in json.loads(raw)["models"].items():
+            default = next((v for v in versions.values() if v.get("defaultVersion")), next(iter(versions.values())))
+            wanted[name] = max(1, int(default.get("minWorkers", 1)))
+    except (ValueError, KeyError, TypeError, AttributeError, StopIteration) as e:
+        why = f"{type(e).__name__}: {e}" if str(e) else "a model without versions"
+        raise ValueError(f"model_snapshot is not TorchServe's snapshot JSON ({why})") from None
     return wanted
 
 

@@ -13,6 +13,7 @@ worker with one line naming the module and its folder: nothing is approximated.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
@@ -32,6 +33,9 @@ SERVED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
 ACTIVATION_PREFIX = "torch.nn.modules."  # Dense activations: classes of torch.nn, built with no arguments
 DENSE_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 SAFETENSORS_HEADER_CAP = 100 << 20  # bytes: safetensors' own limit on a header
+# Bytes per element of each safetensors dtype (its format's names).
+SAFETENSORS_DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2}
+SAFETENSORS_DTYPE_BYTES |= {"BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
 
 
 class ChainError(ValueError):
@@ -258,11 +262,13 @@ def _dense(folder: Path, module: Mapping[str, Any]) -> DenseLayer:
 
 def safetensors_shapes(path: Path) -> dict[str, list[int]]:
     """The tensors' shapes in a safetensors file, from its header alone (8 bytes little-endian: the header's
-    length; then that much JSON), without reading the tensors."""
+    length; then that much JSON), without reading the tensors; each tensor's bytes (`data_offsets`) must hold its
+    shape and dtype, and the tensors must cover the data that follows exactly, as safetensors requires to load."""
+    size = path.stat().st_size
     with path.open("rb") as f:
         start = f.read(8)
         length = int.from_bytes(start, "little") if len(start) == 8 else -1
-        if not 0 < length <= min(SAFETENSORS_HEADER_CAP, path.stat().st_size - 8):
+        if not 0 < length <= min(SAFETENSORS_HEADER_CAP, size - 8):
             raise ChainError(f"{path}: not a safetensors file (header length {length})")
         try:
             header = json.loads(f.read(length))
@@ -270,12 +276,28 @@ def safetensors_shapes(path: Path) -> dict[str, list[int]]:
             header = None
     if not isinstance(header, Mapping):
         raise ChainError(f"{path}: not a safetensors file (unreadable header)")
-    shapes = {}
+    shapes, covered = {}, 0
     for name, entry in header.items():
         if name == "__metadata__":
             continue
         shape = entry.get("shape") if isinstance(entry, Mapping) else None
         if not isinstance(shape, list) or not all(isinstance(n, int) and not isinstance(n, bool) for n in shape):
             raise ChainError(f"{path}: not a safetensors file (tensor {name!r:.40} has no shape)")
+        offsets, width = entry.get("data_offsets"), SAFETENSORS_DTYPE_BYTES.get(str(entry.get("dtype")))
+        if not (
+            isinstance(offsets, list)
+            and len(offsets) == 2
+            and all(isinstance(n, int) and not isinstance(n, bool) for n in offsets)
+            and 0 <= offsets[0] <= offsets[1]
+            and width is not None
+            and offsets[1] - offsets[0] == width * math.prod(shape)
+        ):
+            raise ChainError(
+                f"{path}: tensor {name!r:.40}'s bytes {offsets!r:.40} do not hold its shape {shape!r:.40} of "
+                f"{entry.get('dtype')!r:.12}; refused"
+            )
         shapes[str(name)] = shape
+        covered = max(covered, offsets[1])
+    if covered != size - 8 - length:
+        raise ChainError(f"{path}: its tensors take {covered} bytes, the file holds {size - 8 - length}; refused")
     return shapes

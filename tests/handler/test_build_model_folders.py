@@ -126,6 +126,44 @@ def test_dense_sizes_are_checked_against_the_weights_before_allocating(st_folder
         make_handler(folder, max_length=128)
 
 
+def rewrite_safetensors(path: Path, change) -> None:
+    """The file with its header changed by `change` (a function of the header dict), its data as it was."""
+    data = path.read_bytes()
+    length = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + length])
+    change(header)
+    raw = json.dumps(header).encode()
+    path.write_bytes(len(raw).to_bytes(8, "little") + raw + data[8 + length :])
+
+
+def shape_past_its_bytes(dense: Path) -> None:
+    """The weight declared [8, 64] in config.json and in the header alike, with the bytes of [8, 32]."""
+
+    def grow(header):
+        (weight,) = [k for k in header if k.endswith("weight")]
+        header[weight]["shape"] = [8, 64]
+
+    rewrite_safetensors(dense / "model.safetensors", grow)
+    cfg = json.loads((dense / "config.json").read_text())
+    (dense / "config.json").write_text(json.dumps({**cfg, "in_features": 64}))
+
+
+def data_cut_short(dense: Path) -> None:
+    weights = dense / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+
+
+@pytest.mark.parametrize("damage", [data_cut_short, shape_past_its_bytes])
+def test_dense_weights_whose_header_does_not_cover_their_bytes_are_one_line(st_folder, tmp_path, capsys, damage):
+    """A header with the declared shapes but bytes that do not match them is refused by the builder in one line
+    (was: the torch build succeeded and its worker failed; the onnxruntime build a 34-line traceback)."""
+    folder = copy_of(st_folder, tmp_path)
+    damage(folder / "2_Dense")
+    with pytest.raises(archives.ModelFolderError, match="model.safetensors"):
+        archives.check_model_dir(folder, "embedding")
+    assert stage_only(folder, tmp_path) == 2 and "model.safetensors" in one_line_error(capsys)
+
+
 def test_dense_sizes_of_a_pytorch_bin_are_checked_before_allocating(st_folder, tmp_path):
     import torch
     from safetensors.torch import load_file

@@ -246,3 +246,22 @@ def test_a_query_past_the_bounded_prefix_is_truncated_on_every_pair_route(models
     (pair,), (tei,), cohere = (body for _, body in answers)
     scores = [pair["score"], tei["score"], cohere["results"][0]["relevance_score"]]
     assert pair["truncated"] and max(abs(s - expected) for s in scores) <= TOLERANCE
+
+
+def test_the_build_reads_a_cross_encoders_own_prompts(tmp_path, capsys):
+    """`--default-prompt` may name a prompt the CrossEncoder saved (was refused as unknown), and malformed prompts
+    in its folder are the build's one line (was: the archive built, and its worker refused to start)."""
+    import json
+
+    from model_store import build
+
+    folder = build_cross_encoder(tmp_path / "prompted", prompts={"query": "query: "})
+    argv = ["--model-dir", str(folder), "--task", "classification", "--strategies", "bucketed", "--engine", "torch"]
+    argv += ["--print-commands", "--stage-dir", str(tmp_path / "stage")]
+    assert build.main([*argv, "--default-prompt", "query"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    settings = folder / "config_sentence_transformers.json"
+    settings.write_text(json.dumps({**json.loads(settings.read_text()), "prompts": ["query: "]}))
+    assert build.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and err.endswith("prompts must map names to texts") and "\n" not in err, err

@@ -226,3 +226,14 @@ def test_the_build_of_a_bfloat16_archive_prints_its_fidelity(tiny_embedder_dir, 
         in err
         and not (tmp_path / "strict.mar").exists()
     )
+
+
+def test_the_build_of_a_float16_archive_says_it_is_for_a_gpu(tiny_embedder_dir, tmp_path, capsys):
+    """float16 is measured on this CPU at build but served only on a CUDA GPU: its line names float16, not bfloat16."""
+    from model_store import build
+
+    argv = ["--model-dir", str(tiny_embedder_dir), "--strategies", "bucketed", "--stage-dir", str(tmp_path / "stage")]
+    assert build.main([*argv, "--dtype", "float16", "--print-commands"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("float16 fidelity vs float32 on 16 sample texts: cosine min ")
+    assert "bfloat16" not in first and "float16 is served on a CUDA GPU only" in first, first

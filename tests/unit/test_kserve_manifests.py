@@ -185,6 +185,22 @@ def test_probe_reads_the_snapshot_and_management_address_of_the_config():
         snapshot_models({"model_snapshot": "{"})
 
 
+@pytest.mark.parametrize(
+    "snapshot",
+    [
+        '{"models": []}',
+        '{"models": {"m": {}}}',
+        '{"models": {"m": []}}',
+        '{"models": {"m": {"1.0": 3}}}',
+        "[]",
+        '{"models": {"m": {"1.0": {"minWorkers": "x"}}}}',
+    ],
+)
+def test_probe_refuses_a_malformed_snapshot_in_one_line(snapshot):
+    with pytest.raises(ValueError, match="not TorchServe's snapshot JSON"):
+        snapshot_models({"model_snapshot": snapshot})
+
+
 def test_probe_fails_in_one_line_without_a_snapshot_or_a_server(tmp_path, capsys):
     config = tmp_path / "config.properties"
     config.write_text("management_address=http://127.0.0.1:8081\n")
