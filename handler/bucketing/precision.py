@@ -167,9 +167,11 @@ def measure(
         diff = float(np.abs(unit(reference) - unit(candidate)).max())
         return Fidelity(dtype, len(cos), float(cos.min()), float(cos.mean()), diff)
     ref, got = scores(reference, activation), scores(candidate, activation)
+    if ref.shape[1] == 1:  # one logit a row: its cosine is only its sign; compare the scores across the texts instead
+        cos = cosines((ref - ref.mean()).T, (got - got.mean()).T)  # their centred cosine (correlation), one figure
     diff = float(np.abs(ref - got).max())
     changed, compared, ties = order_changes(ref, got, diff)
-    return Fidelity(dtype, len(cos), float(cos.min()), float(cos.mean()), diff, changed, compared, ties)
+    return Fidelity(dtype, len(ref), float(cos.min()), float(cos.mean()), diff, changed, compared, ties)
 
 
 def order_changes(ref: np.ndarray, got: np.ndarray, error: float) -> tuple[int, int, int]:

@@ -86,4 +86,14 @@ def test_reranker_fidelity_counts_flipped_pairs():
     assert order_changes(ref, got, 0.02) == (1, 6, 1)  # 6 pairs; (1, 2) flips, 0.01 apart in float32
     assert order_changes(ref, ref, 0.0) == (0, 6, 0)
     fid = measure("bfloat16", ref, got, "classification", "sigmoid")
-    assert fid.cosine_min == 1.0 and fid.changed == 1  # one logit per text: the cosine says only the sign agrees
+    assert 0.99 < fid.cosine_min < 1.0 and fid.changed == 1  # the scores' correlation across the texts
+
+
+def test_a_reranker_whose_scores_move_is_refused():
+    """One logit a row: a row's own cosine is only its sign (always 1 here), so the gate compares the scores across
+    the texts (their centred cosine): a reranker whose order moves is refused under min_cosine."""
+    ref = np.array([[2.0], [-1.0], [0.5], [0.4]])
+    got = np.array([[0.9], [-0.1], [0.3], [0.6]])
+    fid = measure("bfloat16", ref, got, "classification", "identity")
+    assert fid.cosine_min < 0.95 and fid.changed == 1
+    assert fid.refusal(0.999) is not None and fid.refusal(0.9) is None
