@@ -103,10 +103,11 @@ class ModelFolderError(ValueError):
     """A model folder the handler cannot serve; the message names what is missing."""
 
 
-def check_model_dir(model_dir: Path, task: str) -> int:
+def check_model_dir(model_dir: Path, task: str, dtype: str | None = None) -> int:
     """Whether the handler can serve this folder (config.json, a known architecture for the task, a fast
-    tokenizer); returns the tokens per text sentence-transformers cuts it at (`sentence_transformers_limit`).
-    Raises ModelFolderError naming what is missing."""
+    tokenizer, weights saved in float32 unless `dtype` (handler.dtype) is reduced); returns the tokens per text
+    sentence-transformers cuts it at (`sentence_transformers_limit`). Raises ModelFolderError naming what is
+    missing."""
     if task not in TASKS:
         raise ModelFolderError(f"--task {task!r}; allowed: {', '.join(TASKS)}")
     if not (model_dir / "config.json").is_file():
@@ -121,6 +122,10 @@ def check_model_dir(model_dir: Path, task: str) -> int:
     auto = AutoModelForSequenceClassification if task == "classification" else AutoModel
     if type(config) not in auto._model_mapping:  # noqa: SLF001 - the mapping is what from_pretrained consults
         raise ModelFolderError(f"{model_dir}: architecture {config.model_type!r} has no {auto.__name__} class")
+    from bucketing.head import REDUCED_SAVED, reduced_weights, saved_dtype
+
+    if (dtype or "float32") == "float32" and saved_dtype(config) in REDUCED_SAVED:
+        raise ModelFolderError(reduced_weights(model_dir, saved_dtype(config)))
     if task == "classification":
         from bucketing.head import EngineError, activation, class_labels
 

@@ -198,7 +198,7 @@ class ArchiveSpec:
         overrides: dict[str, Any] = {"engine": engine, "schedule": self.schedule, "dtype": self.dtype}
         try:
             if self.model_dir is not None or self.max_length is not None:
-                longest = archives.check_model_dir(self.folder, task)
+                longest = archives.check_model_dir(self.folder, task, self.dtype)
                 overrides.update(task=task if self.model_dir is not None else None, max_length=self.length(longest))
             chain = archives.read_model_chain(self.folder, task)
             known = {**dict(chain.prompts), **(self.prompts or {})}

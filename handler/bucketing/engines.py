@@ -29,7 +29,7 @@ import torch
 
 from . import precision
 from .config import ENGINES, ConfigError, HandlerConfig
-from .head import EngineError, Head, ModelInfo, load_head
+from .head import EngineError, Head, ModelInfo, load_head, reduced_weights
 
 logger = logging.getLogger(__name__)
 
@@ -334,6 +334,9 @@ def load_engine(config: HandlerConfig, model_dir: str, gpu_id: Any = None) -> tu
     dtype = check_dtype(config, device)
     head, info = load_head(config.task, model_dir)
     if dtype == torch.float32:
+        saved = next((p.dtype for p in head.model.parameters() if p.is_floating_point()), torch.float32)
+        if saved != torch.float32:
+            raise EngineError(reduced_weights(model_dir, str(saved).removeprefix("torch.")))
         return ENGINE_KINDS[config.engine].open(head, info, config, model_dir, device, dtype), info
     return open_reduced(head, info, config, model_dir, device, dtype), info
 

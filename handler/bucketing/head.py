@@ -215,3 +215,21 @@ def usable_positions(config: Any) -> int:
     if config.model_type in OFFSET_POSITIONS and getattr(config, "pad_token_id", None) is not None:
         positions -= int(config.pad_token_id) + 1
     return positions
+
+
+REDUCED_SAVED = ("float16", "bfloat16")
+
+
+def saved_dtype(config: Any) -> str:
+    """The dtype a model's weights were saved in, as its config.json says (float32 when it says none)."""
+    saved = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float32"
+    return str(saved).removeprefix("torch.")
+
+
+def reduced_weights(model_dir: str | Path, saved: str) -> str:
+    """Why a folder whose weights are saved in a reduced dtype is not served in float32, in one line."""
+    return (
+        f"{model_dir}: its weights are saved in {saved}, and sentence-transformers runs them in {saved}, so float32 "
+        f"answers would differ from encode(): save a float32 copy (`SentenceTransformer(dir).float().save(new_dir)`) "
+        f"and serve that, or serve it with handler.dtype {saved} (--dtype) where that is served, knowingly"
+    )

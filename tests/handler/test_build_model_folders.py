@@ -264,3 +264,24 @@ def test_a_worker_refuses_a_max_length_past_the_tokenizer_s_limit(tiny_embedder_
 def test_the_shipped_minilm_archives_cut_where_sentence_transformers_cuts(minilm_dir):
     model = sentence_transformers.SentenceTransformer(str(minilm_dir), device="cpu")
     assert archives.check_model_dir(minilm_dir, "embedding") == model.max_seq_length == archives.max_length() == 256
+
+
+@pytest.mark.parametrize("saved", ["float16", "bfloat16"])
+def test_weights_saved_in_a_reduced_dtype_are_refused_in_float32(st_folder, tmp_path, capsys, saved):
+    """sentence-transformers runs such a folder in its saved dtype: a float32 answer would differ from encode()
+    (by about 1e-3) with a 200, so the build and the worker refuse it in one line, naming the fix."""
+    import torch
+    from transformers import AutoModel
+
+    folder = copy_of(st_folder, tmp_path)
+    AutoModel.from_pretrained(folder).to(getattr(torch, saved)).save_pretrained(folder)
+    capsys.readouterr()  # transformers' progress bars
+    assert stage_only(folder, tmp_path) == 2
+    err = one_line_error(capsys)
+    assert f"its weights are saved in {saved}, and sentence-transformers runs them in {saved}" in err
+    assert "SentenceTransformer(dir).float().save(new_dir)" in err
+    with pytest.raises(EngineError, match=f"its weights are saved in {saved}"):
+        make_handler(folder, max_length=128)
+    as_float32 = sentence_transformers.SentenceTransformer(str(folder), device="cpu").float()
+    as_float32.save(str(tmp_path / "float32"))
+    assert stage_only(tmp_path / "float32", tmp_path / "again") == 0  # the fix the message names builds
