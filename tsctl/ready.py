@@ -13,11 +13,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .client import read_properties, request
+from .client import Reply, read_properties, request
+
+BUDGET_S = 3.0  # all the probe's calls together: under the runtime's readiness timeoutSeconds (5), with start-up
 
 
 def snapshot_models(props: dict[str, str]) -> dict[str, int]:
@@ -53,13 +57,24 @@ def management_url(props: dict[str, str]) -> str:
     return f"{parts.scheme or 'http'}://{host}:{parts.port or 8081}"
 
 
-def problems(props: dict[str, str], timeout: float = 2.0) -> list[str]:
-    """What keeps the config's models from being ready; empty when all are."""
+def problems(
+    props: dict[str, str],
+    budget: float = BUDGET_S,
+    ask: Callable[..., Reply] = request,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[str]:
+    """What keeps the config's models from being ready; empty when all are. All the calls share `budget` seconds
+    (within the probe's own timeout), so a hung management API is named, not killed mid-answer by the kubelet."""
     found = []
     base = management_url(props)
+    deadline = clock() + budget
     for name, min_workers in snapshot_models(props).items():
+        left = deadline - clock()
+        if left <= 0:
+            found.append(f"{name}: not asked, the probe's {budget:g} s ran out")
+            continue
         try:
-            reply = request(f"{base}/models/{urllib.parse.quote(name)}", timeout=timeout)
+            reply = ask(f"{base}/models/{urllib.parse.quote(name)}", timeout=left)
         except OSError as e:
             found.append(f"{name}: management API at {base} unreachable ({type(e).__name__})")
             continue
@@ -78,7 +93,9 @@ def problems(props: dict[str, str], timeout: float = 2.0) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, required=True, help="the config.properties TorchServe was started with")
-    parser.add_argument("--timeout", type=float, default=2.0, help="seconds per call to the management API")
+    parser.add_argument(
+        "--timeout", type=float, default=BUDGET_S, help="seconds for all the calls to the management API together"
+    )
     args = parser.parse_args(argv)
     try:
         found = problems(read_properties(args.config), args.timeout)

@@ -16,7 +16,7 @@ import yaml
 from model_store import archives
 from model_store.archives import ROOT
 from tsctl import free_ports, read_properties
-from tsctl.ready import main, management_url, snapshot_models, workers_ready
+from tsctl.ready import BUDGET_S, main, management_url, problems, snapshot_models, workers_ready
 
 KSERVE = ROOT / "config" / "kserve"
 MODEL_ROOT = "/mnt/models"  # where KServe's storage initializer puts the storageUri's contents
@@ -215,3 +215,25 @@ def test_probe_fails_in_one_line_without_a_snapshot_or_a_server(tmp_path, capsys
     assert err.startswith("not ready: minilm: management API at http://127.0.0.1:") and err.count("\n") == 1
     assert main(["--config", str(tmp_path / "missing.properties")]) == 1
     assert capsys.readouterr().err.startswith("not ready: [Errno 2]")
+
+
+def test_probe_calls_share_one_budget_within_the_probes_timeout():
+    """A hung management API: each call gets what is left of the budget, and the models not asked in time are named
+    (the kubelet would otherwise kill the probe at timeoutSeconds before it says why)."""
+    snapshot = {"models": {m: {"1.0": {"defaultVersion": True, "minWorkers": 1}} for m in ("a", "b", "c")}}
+    config = {"model_snapshot": json.dumps(snapshot)}
+    now = [0.0]
+    given = []
+
+    def hung(url, timeout):
+        given.append(timeout)
+        now[0] += timeout  # the call waits its whole timeout, then fails
+        raise TimeoutError("timed out")
+
+    found = problems(config, 3.0, ask=hung, clock=lambda: now[0])
+    assert given == [3.0] and found[1:] == [
+        "b: not asked, the probe's 3 s ran out",
+        "c: not asked, the probe's 3 s ran out",
+    ]
+    assert found[0].startswith("a: management API at http://127.0.0.1:8081 unreachable (TimeoutError)")
+    assert BUDGET_S < container()["readinessProbe"]["timeoutSeconds"]
