@@ -74,6 +74,14 @@ def body_object(body: Any, fields: str) -> Mapping[str, Any] | RequestError:
     return body
 
 
+def with_inputs(body: Any) -> Mapping[str, Any] | RequestError:
+    """The request as a JSON object holding `inputs`, or TEI's validation error."""
+    request = body_object(body, '"inputs": ...')
+    if isinstance(request, RequestError):
+        return request
+    return request if "inputs" in request else validation("missing field `inputs`", "inputs")
+
+
 def texts(value: Any, limits: Limits, field: str = "inputs") -> tuple[tuple[str, ...], bool] | RequestError:
     """TEI's `inputs`: a string (single) or a list of strings (a batch); and whether it was a single one. Token ids
     are refused here: TEI sends them as they are (no special tokens added), which OpenAI's route does not."""

@@ -46,11 +46,9 @@ def parse(body: Any, limits: Limits) -> EmbedRequest | RequestError:
             f"Model is not an embedding model: this is a {limits.task} model, served at /predict "
             "(TEI's classification route)"
         )
-    request = tei.body_object(body, '"inputs": ...')
+    request = tei.with_inputs(body)
     if isinstance(request, RequestError):
         return request
-    if "inputs" not in request:
-        return tei.validation("missing field `inputs`", "inputs")
     parsed = tei.texts(request["inputs"], limits)
     if isinstance(parsed, RequestError):
         return parsed

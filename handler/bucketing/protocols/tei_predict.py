@@ -89,11 +89,9 @@ def parse(body: Any, limits: Limits) -> PredictRequest | RequestError:
         return tei.backend(
             f"Model is not a classifier model: this is an {limits.task} model, served at /embed (TEI's embed route)"
         )
-    request = tei.body_object(body, '"inputs": ...')
+    request = tei.with_inputs(body)
     if isinstance(request, RequestError):
         return request
-    if "inputs" not in request:
-        return tei.validation("missing field `inputs`", "inputs")
     parsed = inputs(request["inputs"], limits)
     if isinstance(parsed, RequestError):
         return parsed

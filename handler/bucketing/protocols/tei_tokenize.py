@@ -54,11 +54,9 @@ def parse(body: Any, limits: Limits) -> TokenizeRequest | RequestError:
     model = facts(limits)
     if isinstance(model, RequestError):
         return model
-    request = tei.body_object(body, '"inputs": ...')
+    request = tei.with_inputs(body)
     if isinstance(request, RequestError):
         return request
-    if "inputs" not in request:
-        return tei.validation("missing field `inputs`", "inputs")
     parsed = tei.texts(request["inputs"], limits)
     if isinstance(parsed, RequestError):
         return parsed
