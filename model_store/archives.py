@@ -134,7 +134,7 @@ def check_model_dir(model_dir: Path, task: str, dtype: str | None = None) -> int
             activation(config, model_dir)
         except (ValueError, EngineError) as e:
             raise ModelFolderError(f"{model_dir}: {e}") from None
-    chain = read_model_chain(model_dir) if task == "embedding" else None
+    chain = read_model_chain(model_dir, task) if task != "classification" else None
     from bucketing.tokenizer import Tokenizer
 
     try:
@@ -157,11 +157,23 @@ def read_model_chain(model_dir: Path, task: str = "embedding") -> Any:
     """The folder's sentence-transformers module chain (`bucketing.chain.Chain`; a classifier's: a CrossEncoder's
     prompts alone, as its worker reads them), or ModelFolderError in one line."""
     from bucketing.chain import ChainError, read_chain, read_prompts
+    from bucketing.multivector import TASK, is_multivector, read_multivector
 
     try:
+        if task == TASK:
+            return read_multivector(model_dir).chain
+        if task == "embedding" and is_multivector(model_dir):
+            raise ChainError(f"{model_dir}: a MultiVectorEncoder folder; build it with --task {TASK}")
         return read_chain(model_dir) if task == "embedding" else read_prompts(model_dir)
     except ChainError as e:
         raise ModelFolderError(str(e)) from None
+
+
+def detected_task(model_dir: Path) -> str:
+    """The task a folder's own files name: `multivector` for a folder MultiVectorEncoder saved, else embedding."""
+    from bucketing.multivector import TASK, is_multivector
+
+    return TASK if is_multivector(model_dir) else "embedding"
 
 
 def engine_model_dir(model_dir: Path, engine: str, task: str, target: Path) -> Path:

@@ -190,8 +190,10 @@ class ArchiveSpec:
         unknown = sorted(set(self.strategies) - set(STRATEGIES))
         if unknown:
             raise BuildError(f"--strategies: unknown {', '.join(unknown)}; allowed: {', '.join(STRATEGIES)}")
-        task = self.task or "embedding"
+        task = self.task or (archives.detected_task(self.folder) if self.model_dir is not None else "embedding")
         reduced = self.dtype not in (None, "float32")
+        if reduced and task == "multivector":
+            raise BuildError(f"--dtype {self.dtype}: a multi-vector model is served in float32 only")
         if reduced and self.engine not in (None, "torch"):
             raise BuildError(f"--dtype {self.dtype} runs on the torch engine; got --engine {self.engine}")
         engine = self.engine or ("torch" if reduced else archives.default_engine())

@@ -70,9 +70,11 @@ class Options:
     prompt: str = ""  # put before each text (a named prompt of the model's, resolved; or the request's own)
     truncate: bool | None = None  # a text over max_length: cut (true) or a 413 (false); None: handler.on_overflow
     truncation_direction: str = "right"  # which end of a text over max_length is cut: right or left
+    input_type: str | None = None  # "query" | "document": encode_query / encode_document; None: encode()
 
 
 def answer_fields(task: str, labels: int = 2) -> tuple[str, ...]:
     """The fields of an answer of this task (and number of labels), in order (what `Answer.fields` gives)."""
     head = ("embedding",) if task == "embedding" else ("score",) if labels == 1 else ("label", "scores")
+    head = ("embeddings",) if task == "multivector" else head
     return (*head, "tokens", "truncated")

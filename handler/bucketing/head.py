@@ -144,6 +144,15 @@ def load_head(task: str, model_dir: str, attention: str | None = None) -> tuple[
     the attention implementation to load it with; None: transformers' default, SDPA)."""
     from transformers import AutoModel, AutoModelForSequenceClassification
 
+    from .multivector import TASK, is_multivector, load_token_head
+
+    if task == TASK:
+        return load_token_head(model_dir, attention)
+    if task == "embedding" and is_multivector(model_dir):
+        raise EngineError(
+            f"{model_dir}: a MultiVectorEncoder folder (one vector per token); serve it with handler.task "
+            f"{TASK} (`model_store.build --task {TASK}`, or let the build detect it)"
+        )
     auto = AutoModelForSequenceClassification if task == "classification" else AutoModel
     extra = {"attn_implementation": attention} if attention else {}
     model = auto.from_pretrained(model_dir, **extra).eval()

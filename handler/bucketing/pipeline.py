@@ -74,6 +74,8 @@ def compute(items: Sequence[Item], plan_fn: Planner, task: Task, pad_id: int) ->
         types = None
         if any(e.type_ids for e in encoded):
             types, _ = collate([e.type_ids or (0,) * len(e.ids) for e in encoded], sb.padded_len, 0)
+        if any(e.attention for e in encoded):  # query expansion the encoder does not attend to
+            mask, _ = collate([e.attention or (1,) * len(e.ids) for e in encoded], sb.padded_len, 0)
         results.append(task.forward(ids, mask, [e.skip for e in encoded], types))
     forward_ms = (time.perf_counter() - start) * 1000.0
     stats = BatchStats(
@@ -154,7 +156,19 @@ class Pipeline:
                 f"model's {self.task.max_positions} positions; allowed: a multiple that rounds max_length to at "
                 f"most {self.task.max_positions} (or a smaller max_length)"
             )
+        spec = getattr(self.task, "spec", None)  # a multi-vector model's per-task lengths
+        longer = {k: v for k, v in (spec.lengths() if spec is not None else {}).items() if v > self.model_limit}
+        if longer:
+            raise ConfigError(
+                f"the model's {', '.join(f'{k} {v}' for k, v in longer.items())} exceeds its own limit of "
+                f"{self.model_limit} tokens (max_seq_length), where this handler tokenizes its texts; not served"
+            )
         largest = protocols.largest_answer(self.limits, self.task.labels)
+        if largest > config.max_response_bytes and self.task.name == "multivector":
+            raise ConfigError(
+                f"handler.max_response_bytes: got {config.max_response_bytes}; allowed: at least {largest}, the "
+                f"answer to one text of max_length {config.max_length} tokens of this multi-vector model"
+            )
         if largest > config.max_response_bytes:
             per_text = largest // config.max_texts_per_request
             raise ConfigError(
@@ -222,6 +236,10 @@ class Pipeline:
             )
             for i, e in zip(pairs, encoded):
                 out[i] = e
+        shape = getattr(self.task, "shape", None)  # a task whose input type decides its tokens (multi-vector)
+        if shape is not None:
+            specials = (len(self.tokenizer.prefix), len(self.tokenizer.suffix))
+            out = [e if e is None else shape(e, o, self.config.max_length, specials) for e, o in zip(out, merged.options)]
         missing = [i for i, e in enumerate(out) if e is None]
         if missing:  # an input of no known kind: fail the request rather than shift its answers
             raise TypeError(f"input {missing[0]} is neither a text, token ids nor a pair")

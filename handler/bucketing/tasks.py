@@ -12,7 +12,8 @@ from .answers import Answer
 from .chain import Chain
 from .config import HandlerConfig
 from .engines import Engine, load_engine
-from .head import ModelInfo
+from .head import EngineError, ModelInfo
+from .multivector import TASK, MultiVectorTask, read_multivector
 from .tokenizer import Encoded
 
 
@@ -91,7 +92,11 @@ class ClassificationTask:
 
 def load_task(config: HandlerConfig, model_dir: str, gpu_id: int | None = None) -> Task:
     """The configured task on the configured engine, on the worker's GPU when it has one."""
+    if config.task == TASK and config.dtype != "float32":
+        raise EngineError(f"handler.dtype {config.dtype}: a multi-vector model is served in float32 only")
     engine, info = load_engine(config, model_dir, gpu_id)
+    if config.task == TASK:
+        return MultiVectorTask(engine, info, read_multivector(model_dir), normalizes(config.normalize, info.chain), model_dir)
     if config.task == "classification":
         return ClassificationTask(engine, info)
     return EmbeddingTask(engine, info, normalizes(config.normalize, info.chain))

@@ -28,6 +28,7 @@ from . import (
     tei_decode,
     tei_default,
     tei_embed,
+    tei_embed_all,
     tei_info,
     tei_predict,
     tei_refused,
@@ -46,6 +47,7 @@ WIRES: tuple[ModuleType, ...] = (
     tei_rerank,
     cohere_rerank,
     tei_embed,
+    tei_embed_all,
     tei_predict,
     tei_similarity,
     tei_tokenize,
@@ -58,6 +60,8 @@ Parser = Callable[[Any, Limits], Any]
 
 ROUTES: dict[str, tuple[ModuleType, Parser]] = {path: (w, parser) for w in WIRES for path, parser in w.ROUTES.items()}
 SERVED = "; ".join(w.SERVED for w in WIRES)
+# What serves a multi-vector model (one vector per token); any other wire format refuses it in one line.
+MULTIVECTOR_WIRES = (native, tei_embed_all, tei_tokenize, tei_decode, tei_info)
 
 
 @dataclass(frozen=True)
@@ -125,18 +129,32 @@ def parse(row: Any, meta: Meta, limits: Limits) -> Incoming:
     try:
         header_length = meta.header(kserve_v2.HEADER_LENGTH)
         if not path and header_length is not None and isinstance(row, dict):
+            if limits.task == "multivector":
+                return Incoming(kserve_v2, multivector_refused(kserve_v2))
             return _binary_request(row, header_length, limits)
         body = decode(row, content_type)
         if isinstance(body, RequestError):
             return Incoming(wire, body)
         if not path:
             wire, parser = _by_body(body)
+        if limits.task == "multivector" and wire not in MULTIVECTOR_WIRES:
+            return Incoming(wire, multivector_refused(wire))
         return Incoming(wire, parser(body, limits))
     except RecursionError:
         return Incoming(wire, RequestError(400, "InvalidJSON", "the body nests too deeply"))
     except Exception as e:  # noqa: BLE001 - whatever a client sends is answered, never raised
         error = RequestError(400, "InvalidRequest", f"the request could not be read ({type(e).__name__})")
         return Incoming(wire, error)
+
+
+def multivector_refused(wire: ModuleType) -> RequestError:
+    """A wire format that answers one vector per input, asked of a multi-vector model."""
+    return RequestError(
+        400,
+        "InvalidRequest",
+        f"this is a multi-vector model (one vector per token), which {wire.NAME} cannot answer; served at "
+        'POST /predictions/NAME (`{"texts": [...], "input_type": "query" | "document"}`) and .../embed_all (TEI)',
+    )
 
 
 def _binary_request(row: dict[str, Any], header_length: str, limits: Limits) -> Incoming:
@@ -172,6 +190,8 @@ ANSWER_OVERHEAD = 200  # field names, token count, OpenAI's per-embedding object
 
 def largest_answer(limits: Limits, labels: Sequence[str] | None = None) -> int:
     """An upper bound on the bytes of one answer to a request of max_texts inputs, in any wire format."""
+    if limits.task == "multivector":  # one vector per token: checked per request (a 413), so one text must fit
+        return limits.max_length * (limits.dimensions * FLOAT_CHARS + 2) + 2 * ANSWER_OVERHEAD
     if labels is None:
         per_input = limits.dimensions * FLOAT_CHARS
     else:  # scores by label, and v2's label list; then the top label

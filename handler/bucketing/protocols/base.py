@@ -79,8 +79,18 @@ class Limits:
     model: Any = None  # what TEI's /info, /tokenize and /decode read (protocols.tei.ModelFacts)
 
 
-OPTION_FIELDS = ("prompt_name", "prompt", "normalize", "dimensions", "raw_scores", "truncate", "truncation_direction")
+OPTION_FIELDS = (
+    "prompt_name",
+    "prompt",
+    "normalize",
+    "dimensions",
+    "raw_scores",
+    "truncate",
+    "truncation_direction",
+    "input_type",
+)
 DIRECTIONS = ("right", "left")
+INPUT_TYPES = ("query", "document")  # encode_query / encode_document (absent: encode())
 
 
 def read_options(
@@ -109,19 +119,38 @@ def read_options(
             f'"truncation_direction" must be "right" or "left", got {quote(direction, 40)}',
             "truncation_direction",
         )
+    input_type = body.get("input_type") if "input_type" in fields else None
+    if input_type is not None and input_type not in INPUT_TYPES:
+        return bad(
+            "InvalidRequest",
+            f'"input_type" must be "query" or "document" (or absent), got {quote(input_type, 40)}',
+            "input_type",
+        )
     prompt = resolve_prompt(
         body.get("prompt_name") if "prompt_name" in fields else None,
         body.get("prompt") if "prompt" in fields else None,
         limits,
+        input_type,
     )
     if isinstance(prompt, RequestError):
         return prompt
-    return Options(values["normalize"], dimensions, bool(values["raw_scores"]), prompt, values["truncate"], direction)
+    return Options(
+        values["normalize"],
+        dimensions,
+        bool(values["raw_scores"]),
+        prompt,
+        values["truncate"],
+        direction,
+        input_type=input_type,
+    )
 
 
-def resolve_prompt(name: Any, text: Any, limits: Limits) -> str | RequestError:
-    """The text to put before each input: the request's `prompt`, or the model's prompt `name`, or its default."""
+def resolve_prompt(name: Any, text: Any, limits: Limits, input_type: str | None = None) -> str | RequestError:
+    """The text to put before each input: the request's `prompt`, or the model's prompt `name`, or with an
+    `input_type` the model's prompt of that name (none: no prompt, as encode_query/encode_document), or its default."""
     prompts = dict(limits.prompts)
+    if input_type is not None and name is None and text is None:
+        return prompts.get(input_type, "")
     if name is not None and text is not None:
         return bad("InvalidRequest", 'send "prompt_name" or "prompt", not both', "prompt")
     if text is not None:

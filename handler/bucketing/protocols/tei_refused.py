@@ -1,6 +1,6 @@
-"""Text Embeddings Inference's `/embed_sparse` and `/embed_all`, refused in TEI's shape (424 Backend, one line):
-sparse (SPLADE) and multi-vector (token embeddings) models are other model kinds, not served by this handler yet;
-a dense embedding or classification model answers neither (TEI refuses them on such models too)."""
+"""Text Embeddings Inference's `/embed_sparse`, refused in TEI's shape (424 Backend, one line): sparse (SPLADE)
+models are another model kind, not served by this handler yet; a dense embedding or classification model answers
+none (TEI refuses it on such models too). `/embed_all` is its own module (`tei_embed_all`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from .tei import error_body as error_body
 from .tei import own_error as own_error
 
 NAME = "tei-refused"
-SERVED = "POST .../embed_sparse and .../embed_all (refused: sparse and multi-vector models are not served yet)"
+SERVED = "POST .../embed_sparse (refused: sparse models are not served yet)"
 
 
 def embed_sparse(body: Any, limits: Limits) -> RequestError:
@@ -22,11 +22,4 @@ def embed_sparse(body: Any, limits: Limits) -> RequestError:
     )
 
 
-def embed_all(body: Any, limits: Limits) -> RequestError:
-    return tei.backend(
-        f"/embed_all (token embeddings) is not served: this is a {limits.task} model answered with one vector per "
-        "input, and multi-vector models are not served by this handler yet; use /embed"
-    )
-
-
-ROUTES = {"embed_sparse": embed_sparse, "embed_all": embed_all}
+ROUTES = {"embed_sparse": embed_sparse}

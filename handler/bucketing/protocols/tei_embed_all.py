@@ -1,0 +1,60 @@
+"""Text Embeddings Inference's `/embed_all` at `/predictions/NAME/VERSION/embed_all`: token embeddings, for a
+multi-vector model (`handler.task: multivector`).
+
+Request: `{"inputs": str | [str], "truncate"?, "truncation_direction"?, "prompt_name"?}`, and this handler's
+`input_type` ("query" | "document", as `encode_query`/`encode_document`; absent: `encode()`); other fields are
+ignored, as TEI ignores them. Answer: TEI's shape, a list per input (a single string too) of its kept tokens'
+vectors, as the model's chain gives them (normalised when it ends in `Normalize`). Any other model: TEI's 424.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..answers import Answer, Options
+from . import tei
+from .base import Limits, RequestError, check_count, read_options
+from .tei import error_body as error_body
+from .tei import own_error as own_error
+
+NAME = "tei-embed-all"
+PATH = "embed_all"
+SERVED = f"POST /predictions/NAME/VERSION/{PATH} (TEI's token embeddings, multi-vector models)"
+FIELDS = ("truncate", "truncation_direction", "prompt_name", "input_type")
+
+
+@dataclass(frozen=True)
+class EmbedAllRequest:
+    inputs: tuple[str, ...]
+    options: Options = Options()
+    single: bool = False
+
+    def where(self, index: int) -> str:
+        return "`inputs`" if self.single else f"inputs[{index}]"
+
+    def render(self, answers: Sequence[Answer], model_name: str = "") -> Any:
+        check_count(self, answers)
+        return [a.vectors(self.options).tolist() for a in answers]  # type: ignore[attr-defined]
+
+
+def parse(body: Any, limits: Limits) -> EmbedAllRequest | RequestError:
+    if limits.task != "multivector":
+        return tei.backend(
+            f"/embed_all (token embeddings) is served for multi-vector models; this is a {limits.task} model "
+            "answered with one vector per input: use /embed"
+        )
+    request = tei.with_inputs(body)
+    if isinstance(request, RequestError):
+        return request
+    parsed = tei.texts(request["inputs"], limits)
+    if isinstance(parsed, RequestError):
+        return parsed
+    options = read_options(tei.direction(request), limits, FIELDS)
+    if isinstance(options, RequestError):
+        return own_error(options)
+    return EmbedAllRequest(parsed[0], options, parsed[1])
+
+
+ROUTES = {PATH: parse}
