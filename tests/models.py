@@ -251,3 +251,57 @@ def build_gemma3(target: Path, window: int = 8, seed: int = 0) -> Path:
         str(target)
     )
     return target
+
+
+def build_multi_vector_encoder(
+    target: Path,
+    dense: tuple[tuple[int, bool, str], ...] = (),
+    normalize: bool = True,
+    skiplist: tuple[str, ...] = (),
+    skiplist_tasks: tuple[str, ...] = ("document",),
+    prompts: dict[str, str] | None = None,
+    default_prompt: str | None = None,
+    max_seq_length: int | None = 64,
+    query_length: int | None = None,
+    document_length: int | None = None,
+    expansion: dict | None = None,
+    seed: int = 0,
+) -> Path:
+    """A tiny random multi-vector (ColBERT-style) encoder saved by sentence-transformers itself:
+    `MultiVectorEncoder(modules=[Transformer, Dense..., MultiVectorMask, Normalize?]).save()`.
+
+    `dense`: (out_features, bias, torch.nn activation class name) per Dense over the token embeddings;
+    `expansion`: the Transformer's `query_expansion` ({"strategy", "attend", "length", "token"?})."""
+    import torch
+    from sentence_transformers import MultiVectorEncoder
+    from sentence_transformers.base.modules import Dense, Normalize, Transformer
+    from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask
+
+    body = build_tiny(target.parent / f"{target.name}-body", "bert", seed=seed)
+    torch.manual_seed(seed + 1)
+    transformer = Transformer(
+        str(body),
+        max_seq_length=max_seq_length,
+        query_length=query_length,
+        document_length=document_length,
+        query_expansion=expansion,
+    )
+    width = transformer.get_embedding_dimension()
+    modules: list = [transformer]
+    for out, bias, activation in dense:
+        layer = Dense(
+            width,
+            out,
+            bias=bias,
+            activation_function=getattr(torch.nn, activation)(),
+            module_input_name="token_embeddings",
+            module_output_name="token_embeddings",
+        )
+        modules.append(layer)
+        width = out
+    modules.append(MultiVectorMask(skiplist_words=list(skiplist), skiplist_tasks=list(skiplist_tasks)))
+    if normalize:
+        modules.append(Normalize(module_input_name="token_embeddings"))
+    model = MultiVectorEncoder(modules=modules, prompts=prompts, default_prompt_name=default_prompt)
+    model.save(str(target))
+    return target
