@@ -112,7 +112,9 @@ class HandlerConfig:
     )
     max_response_bytes: int = option(
         6553500,
-        "largest answer: TorchServe's `max_response_size` (keep them equal); a larger answer is a 413",
+        "largest answer: TorchServe's `max_response_size` (keep them equal); a larger answer is a 413 naming its "
+        "size (never cut), the rest of the batch answered; a multi-vector model's answers grow with their tokens: "
+        "one text of `max_length` tokens must fit",
         low=1024,
         high=1 << 31,
     )

@@ -188,7 +188,10 @@ def export_onnx(task: str, model_dir: str, path: Path) -> Path:
     ids, mask, pool_mask = probe(info.vocab_size)
     inputs = head_inputs(head, ids, mask, pool_mask, probe_types(mask))
     names = list(head.inputs)
-    axes = {**{name: {0: "batch", 1: "sequence"} for name in names}, "output": getattr(head, "output_axes", {0: "batch"})}
+    axes = {
+        **{name: {0: "batch", 1: "sequence"} for name in names},
+        "output": getattr(head, "output_axes", {0: "batch"}),
+    }
     try:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -233,9 +233,7 @@ class Keep:
     def positions(self, ids: Sequence[int], input_type: str | None) -> list[int]:
         skipping = bool(self.skip) and (input_type or "document") in self.skip_tasks
         only = self.keep_only if input_type != "query" and self.keep_only else None
-        return [
-            i for i, t in enumerate(ids) if not (skipping and t in self.skip) and (only is None or t in only)
-        ]
+        return [i for i, t in enumerate(ids) if not (skipping and t in self.skip) and (only is None or t in only)]
 
 
 @dataclass(frozen=True)
@@ -288,7 +286,9 @@ class MultiVectorTask:
     def answer(self, output: np.ndarray, encoded: Encoded) -> Answer:
         n = len(encoded.ids)
         values = np.array(output[:n], dtype=np.float32)
-        return MultiVectorAnswer(values, n, encoded.truncated, normalize=self.normalize, ids=encoded.ids, keep=self.keep)
+        return MultiVectorAnswer(
+            values, n, encoded.truncated, normalize=self.normalize, ids=encoded.ids, keep=self.keep
+        )
 
     def shape(self, encoded: Encoded, options: Options, ceiling: int, specials: tuple[int, int]) -> Encoded:
         """A text's tokens as the input type gives them (Transformer.preprocess): cut at its length (`ceiling`: the
@@ -324,9 +324,9 @@ def _resolve(model_dir: str, spec: MultiVectorSpec) -> tuple[Keep, int | None]:
     query expansion token's id (the named token; else the mask token; else EOS)."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer: Any = AutoTokenizer.from_pretrained(model_dir)
     unk, unk_token = tokenizer.unk_token_id, tokenizer.unk_token
-    skip = set()
+    skip: set[int] = set()
     for word in spec.skiplist_words:
         token_id = tokenizer.convert_tokens_to_ids(word)
         if not (unk is not None and token_id == unk and word != unk_token):

@@ -239,7 +239,9 @@ class Pipeline:
         shape = getattr(self.task, "shape", None)  # a task whose input type decides its tokens (multi-vector)
         if shape is not None:
             specials = (len(self.tokenizer.prefix), len(self.tokenizer.suffix))
-            out = [e if e is None else shape(e, o, self.config.max_length, specials) for e, o in zip(out, merged.options)]
+            out = [
+                e if e is None else shape(e, o, self.config.max_length, specials) for e, o in zip(out, merged.options)
+            ]
         missing = [i for i, e in enumerate(out) if e is None]
         if missing:  # an input of no known kind: fail the request rather than shift its answers
             raise TypeError(f"input {missing[0]} is neither a text, token ids nor a pair")

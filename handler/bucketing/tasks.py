@@ -96,7 +96,9 @@ def load_task(config: HandlerConfig, model_dir: str, gpu_id: int | None = None) 
         raise EngineError(f"handler.dtype {config.dtype}: a multi-vector model is served in float32 only")
     engine, info = load_engine(config, model_dir, gpu_id)
     if config.task == TASK:
-        return MultiVectorTask(engine, info, read_multivector(model_dir), normalizes(config.normalize, info.chain), model_dir)
+        return MultiVectorTask(
+            engine, info, read_multivector(model_dir), normalizes(config.normalize, info.chain), model_dir
+        )
     if config.task == "classification":
         return ClassificationTask(engine, info)
     return EmbeddingTask(engine, info, normalizes(config.normalize, info.chain))
