@@ -213,3 +213,48 @@ def test_embed_all_on_a_dense_model_is_teis_424(tiny_embedder_dir):
     context.with_requests(["application/json"], ["embed_all"])
     (body,) = handler.handle([{"body": {"inputs": "a"}}], context)
     assert context.status[0][0] == 424 and json.loads(body)["error_type"] == "Backend"
+
+
+def test_continuous_schedule_answers_as_multi_vector_encoder(folders):
+    from bucketing_handler import BucketingHandler
+    from tsctl.inprocess import ContinuousFrontend, LocalContext
+
+    section = {
+        "model_path": str(folders["colbert"]),
+        "task": "multivector",
+        "max_length": MAX_LENGTH,
+        "cost": {"calibrate": False},
+        "schedule": "continuous",
+        "slice_ms": 1.0,  # a tiny slice: requests span several calls
+    }
+    context = LocalContext(section, model_name="tiny", model_config={"continuousBatching": True})
+    handler = BucketingHandler()
+    handler.initialize(context)
+    texts = texts_for(seed=13)
+    front = ContinuousFrontend(handler, context, batch_size=4)
+    for i, t in enumerate(INPUT_TYPES):
+        for j in range(0, len(texts), 3):
+            front.submit(f"{i}-{j}", {"body": {"texts": texts[j : j + 3], **({"input_type": t} if t else {})}}, None)
+    answers = front.drain()
+    for i, t in enumerate(INPUT_TYPES):
+        got = []
+        for j in range(0, len(texts), 3):
+            status, body, _ = answers[f"{i}-{j}"]
+            assert status == 200, body
+            got += [a["embeddings"] for a in json.loads(body)]
+        assert mismatches(got, reference(folders["colbert"], texts, t)) == [], t
+
+
+def test_a_worker_refuses_a_cap_one_text_cannot_fit(folders):
+    from bucketing.config import ConfigError
+
+    with pytest.raises(ConfigError, match="handler.max_response_bytes: got 2048; allowed: at least") as e:
+        make_handler(folders["colbert"], task="multivector", max_length=MAX_LENGTH, max_response_bytes=2048)
+    assert "\n" not in str(e.value)
+
+
+def test_a_multi_vector_model_runs_in_float32_only(folders):
+    from bucketing.head import EngineError
+
+    with pytest.raises(EngineError, match="float32 only"):
+        make_handler(folders["colbert"], task="multivector", max_length=MAX_LENGTH, dtype="bfloat16")
