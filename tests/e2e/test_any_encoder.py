@@ -186,3 +186,59 @@ def test_a_cross_encoder_serves_every_pair_format_as_cross_encoder_scores(torchs
         assert scores["shape"] == [len(docs)] and np.max(np.abs(np.array(scores["data"]) - expected)) <= 1e-5
     finally:
         client.unregister(name)
+
+
+def test_a_multi_vector_folder_is_detected_and_serves_what_it_encodes(torchserve, model_store, tmp_path):
+    """A ColBERT-style folder saved by MultiVectorEncoder (prefixes, a punctuation skiplist, fixed query expansion,
+    a Dense, Normalize), built with one command that detects it (no --task) and served by a real TorchServe: our
+    JSON with input_type and TEI's /embed_all, sent at once so they share batches, equal encode_query(),
+    encode_document() and encode() within 1e-5, token by token."""
+    import string
+
+    from sentence_transformers import MultiVectorEncoder
+
+    from tests.models import build_multi_vector_encoder
+
+    folder = build_multi_vector_encoder(
+        tmp_path / "colbert",
+        dense=((12, False, "Identity"),),
+        skiplist=tuple(string.punctuation),
+        prompts={"query": "[unused0] ", "document": "[unused1] "},
+        query_length=16,
+        document_length=40,
+        expansion={"strategy": "fixed", "attend": False, "length": 16},
+    )
+    name = "tiny-colbert"
+    argv = ["--model-dir", str(folder), "--name", name, "--strategies", "bucketed", "--out", str(model_store)]
+    assert build.main(argv) == 0
+    torchserve.client.register(f"{name}-bucketed.mar", name, batch_size=8, max_batch_delay=50, workers=1)
+    client = torchserve.client
+    texts = [t + ", with punctuation!" for t in texts_for_load(6, seed=6)]
+    calls = [
+        (f"/predictions/{name}", {"texts": texts, "input_type": "query"}),
+        (f"/predictions/{name}", {"texts": texts, "input_type": "document"}),
+        (f"/predictions/{name}/1.0/embed_all", {"inputs": texts}),
+        (f"/predictions/{name}/1.0/v1/embeddings", {"input": texts, "model": name}),
+    ]
+    try:
+        headers = {"Content-Type": "application/json"}
+        with ThreadPoolExecutor(len(calls)) as pool:
+            replies = list(
+                pool.map(lambda c: client.call("inference", "POST", c[0], json.dumps(c[1]), headers=headers), calls)
+            )
+        model = MultiVectorEncoder(str(folder), device="cpu")
+        expected = [
+            model.encode_query(texts, convert_to_numpy=True),
+            model.encode_document(texts, convert_to_numpy=True),
+            model.encode(texts, convert_to_numpy=True),
+        ]
+        got = [[a["embeddings"] for a in replies[0].json()], [a["embeddings"] for a in replies[1].json()]]
+        got.append(replies[2].json())
+        for reply in replies[:3]:
+            assert reply.status == 200, reply.body[:300]
+        for side, want in zip(got, expected, strict=True):
+            for g, e in zip(side, want, strict=True):
+                assert np.asarray(g).shape == e.shape and np.max(np.abs(np.asarray(g) - e)) <= 1e-5
+        assert replies[3].status == 400 and "embed_all" in replies[3].body.decode()
+    finally:
+        client.unregister(name)
