@@ -311,7 +311,7 @@ class Pipeline:
                 return RequestError(
                     413,
                     "TextTooLong",
-                    f"{request.where(index)} has more than max_length={self.config.max_length} tokens ({why})",
+                    f"{request.where(index)} has more than {self._limit(options)} ({why})",
                     "input",
                 )
             if options.truncation_direction == "left" and options.prompt and self.excludes_prompt:
@@ -324,6 +324,15 @@ class Pipeline:
                     "truncation_direction",
                 )
         return None
+
+    def _limit(self, options: Options) -> str:
+        """Where a text of this request is cut, for a message: max_length, or a multi-vector model's length for
+        the request's input type (query_length, document_length)."""
+        spec = getattr(self.task, "spec", None)
+        cut = spec.cut(options.input_type, self.config.max_length) if spec is not None else self.config.max_length
+        if cut == self.config.max_length:
+            return f"max_length={cut} tokens"
+        return f"{cut} tokens (the model's {options.input_type} length)"
 
     def _may_cut(self, options: Options) -> bool:
         """Whether an input over max_length is cut (the request's `truncate`, else `handler.on_overflow`)."""

@@ -258,3 +258,16 @@ def test_a_multi_vector_model_runs_in_float32_only(folders):
 
     with pytest.raises(EngineError, match="float32 only"):
         make_handler(folders["colbert"], task="multivector", max_length=MAX_LENGTH, dtype="bfloat16")
+
+
+def test_truncate_false_names_the_length_of_the_input_type(folders, tmp_path):
+    handler, context = handler_for(folders["colbert"], "torch", tmp_path)
+    rows = [
+        {"body": {"text": "x " * 20, "input_type": "query", "truncate": False}},
+        {"body": {"text": "x " * 50, "input_type": "document", "truncate": False}},
+        {"body": {"text": "x " * 50, "truncate": False}},
+    ]
+    (s1, a), (s2, b), (s3, c) = serve(handler, context, rows)
+    assert (s1, s2, s3) == (413, 413, 200)
+    assert "more than 16 tokens (the model's query length)" in a["message"]
+    assert "more than 40 tokens (the model's document length)" in b["message"]

@@ -2,9 +2,10 @@
 classification model (a cross-encoder) also text pairs, `{"text": q, "text_pair": p}` or `{"pairs": [[q, p]]}`.
 
 A single text is answered with one object, a `texts` list with a list in the same order. Options: `prompt_name`
-(one of the model's prompts) or `prompt` (text put before each input), `normalize`, `dimensions`, and for
-classifiers `raw_scores` (logits instead of scores). Unknown fields are refused (a typo is a 400 naming it,
-never a silently different request).
+(one of the model's prompts) or `prompt` (text put before each input), `normalize`, `dimensions`, `input_type`
+("query" | "document": as encode_query/encode_document), and for classifiers `raw_scores` (logits instead of
+scores). A multi-vector model answers `{"embeddings": [[...], ...], "tokens", "truncated"}` per text. Unknown
+fields are refused (a typo is a 400 naming it, never a silently different request).
 """
 
 from __future__ import annotations
