@@ -36,7 +36,7 @@ class BucketingHandler:
         torch.set_num_threads(self.config.torch_threads)
         model_dir = os.path.join(context.system_properties.get("model_dir", "."), self.config.model_path)
         self.task = load_task(self.config, model_dir, context.system_properties.get("gpu_id"))
-        chain = getattr(self.task, "chain", None)
+        chain = self.task.chain
         self.tokenizer = Tokenizer(model_dir, self.config.max_length, lower_case=bool(chain and chain.do_lower_case))
         self.cost = self._cost_model()
         self.pipeline = Pipeline(self.config, self.tokenizer, self.task, make_planner(self.config, self.cost))
@@ -46,7 +46,7 @@ class BucketingHandler:
             self.pool = Pool(self.pipeline, self.cost)
         described = f", model chain {chain.describe()}" if chain is not None else ""
         note = self.pipeline.limit_note()
-        self.fidelity = getattr(self.task.engine, "fidelity", None)  # a reduced dtype's, measured at load
+        self.fidelity = self.task.engine.fidelity  # a reduced dtype's, measured at load
         described += f", {self.fidelity.describe()}" if self.fidelity is not None else ""
         logger.info("bucketing handler ready: %s%s, cost model %s%s", self.config, described, self.cost, note)
         self.initialized = True

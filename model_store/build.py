@@ -29,7 +29,8 @@ from typing import Any
 
 import yaml
 
-from bucketing.config import DTYPES, ENGINES, MAX_LENGTH_CAP, SCHEDULES, STRATEGIES, TASKS
+from bucketing.config import DTYPES, ENGINES, MAX_LENGTH_CAP, SCHEDULES, TASKS
+from bucketing.config import STRATEGIES as STRATEGIES  # re-exported: the bench builds these by default
 from model_store import archives
 
 
@@ -47,7 +48,8 @@ def stage(staging: Path, model_dir: Path, engine: str, task: str) -> Path:
             raise BuildError(f"{relative}: would be written outside the staging folder {staging}; refused")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, target)
-    from bucketing.engines import ENGINE_KINDS, EngineError
+    from bucketing.engines import ENGINE_KINDS
+    from bucketing.head import EngineError
 
     try:
         ENGINE_KINDS[engine].prepare_into(task, str(model_dir), staging / "model")

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Literal
 
 from model_store.archives import minilm_dir
 
 LABELS = {0: "negative", 1: "neutral", 2: "positive"}
+ProblemType = Literal["regression", "single_label_classification", "multi_label_classification"]
 
 
 def build_tiny_bert(
-    target: Path, classifier: bool, seed: int = 0, labels: dict[int, str] = LABELS, problem_type: str | None = None
+    target: Path,
+    classifier: bool,
+    seed: int = 0,
+    labels: dict[int, str] = LABELS,
+    problem_type: ProblemType | None = None,
 ) -> Path:
     """A randomly initialised 2-layer BERT with MiniLM's tokenizer, saved like a hub checkpoint."""
     import shutil
@@ -27,8 +33,7 @@ def build_tiny_bert(
         num_attention_heads=2,
         intermediate_size=64,
         max_position_embeddings=512,
-        num_labels=len(labels),
-        id2label=labels,
+        id2label=labels,  # num_labels follows
         label2id={v: k for k, v in labels.items()},
         problem_type=problem_type,
     )
@@ -91,7 +96,7 @@ def build_tokenizer(target: Path, kind: str) -> Path:
         if kind == "llama3":
             split = pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated")
             raw.pre_tokenizer = pre_tokenizers.Sequence([split, pre_tokenizers.ByteLevel(False, use_regex=False)])
-        trainer = trainers.BpeTrainer(
+        trainer: trainers.Trainer = trainers.BpeTrainer(
             vocab_size=300, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
         )
     else:
@@ -119,12 +124,17 @@ def build_tiny(
     import shutil
 
     import torch
-    from transformers import AutoModel, AutoModelForSequenceClassification, DistilBertConfig, RobertaConfig
+    from transformers import (
+        AutoModel,
+        AutoModelForSequenceClassification,
+        DistilBertConfig,
+        PretrainedConfig,
+        RobertaConfig,
+    )
 
     torch.manual_seed(seed)
     target.mkdir(parents=True, exist_ok=True)
-    labels = {
-        "num_labels": len(labels_by_id),
+    labels: dict[str, Any] = {  # num_labels follows id2label
         "id2label": labels_by_id,
         "label2id": {v: k for k, v in labels_by_id.items()},
     }
@@ -133,7 +143,7 @@ def build_tiny(
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(target)
-        config = RobertaConfig(
+        config: PretrainedConfig = RobertaConfig(
             vocab_size=len(tok),
             hidden_size=32,
             num_hidden_layers=2,

@@ -48,7 +48,7 @@ class Endpoints:
         return cls(props["inference_address"], props["management_address"], props["metrics_address"])
 
     @classmethod
-    def on_ports(cls, inference: int, management: int, metrics: int, host: str = "127.0.0.1") -> Endpoints:
+    def on_ports(cls, inference: int, management: int, metrics: int, *, host: str = "127.0.0.1") -> Endpoints:
         return cls(f"http://{host}:{inference}", f"http://{host}:{management}", f"http://{host}:{metrics}")
 
     @classmethod

@@ -206,9 +206,9 @@ def _positive(value: Any, what: str) -> int | None:
     """A positive integer setting (None when not set); ChainError in one line otherwise."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ChainError(f"{what} must be a positive integer, got {value!r:.40}")
-    return value
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise ChainError(f"{what} must be a positive integer, got {value!r:.40}")
 
 
 def _mapping(path: Path) -> Mapping[str, Any]:

@@ -10,7 +10,10 @@ import dataclasses
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 TASKS = ("embedding", "classification", "multivector")
 STRATEGIES = ("bucketed", "dynamic", "static")
@@ -159,7 +162,7 @@ class HandlerConfig:
         "trace the model with TorchScript at load (about 1 ms less per pass); the "
         "trace is checked against the eager model and dropped on any mismatch",
     )
-    prompts: dict = option(
+    prompts: dict[str, str] = option(
         {},
         "prompts by name, added to the model's own (`config_sentence_transformers.json`); a "
         "request picks one with `prompt_name` (`model_store.build --prompt NAME=TEXT`)",
@@ -200,7 +203,10 @@ class HandlerConfig:
             )
 
 
-def _build(cls: type, section: Mapping[str, Any], where: str) -> Any:
+_Config = TypeVar("_Config", bound="DataclassInstance")
+
+
+def _build(cls: type[_Config], section: Mapping[str, Any], where: str) -> _Config:
     """A config dataclass from a mapping, each value checked against its field's declaration."""
     known = {f.name: f for f in fields(cls)}
     unknown = sorted(str(k) for k in section if k not in known)
@@ -209,10 +215,10 @@ def _build(cls: type, section: Mapping[str, Any], where: str) -> Any:
     return cls(**{name: _value(known[name], value, f"{where}.{name}") for name, value in section.items()})
 
 
-def _value(f: dataclasses.Field, value: Any, key: str) -> Any:
+def _value(f: dataclasses.Field[Any], value: Any, key: str) -> Any:
     meta = f.metadata
     default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-    if dataclasses.is_dataclass(default):
+    if dataclasses.is_dataclass(default) and not isinstance(default, type):  # a nested section's defaults
         if not isinstance(value, Mapping):
             raise ConfigError(f"{key}: got {value!r}; allowed: a mapping")
         return _build(type(default), value, key)
@@ -264,7 +270,7 @@ def _shown(default: Any) -> str:
     return f"{default:g}" if isinstance(default, float) else str(default)
 
 
-def _leaves(cls: type, prefix: str = "") -> list[tuple[str, dataclasses.Field, Any]]:
+def _leaves(cls: type, prefix: str = "") -> list[tuple[str, dataclasses.Field[Any], Any]]:
     out = []
     for f in fields(cls):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]

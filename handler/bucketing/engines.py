@@ -45,6 +45,11 @@ class Engine(Protocol):
     name: str
     device: str
 
+    @property
+    def fidelity(self) -> precision.Fidelity | None:
+        """A reduced dtype's fidelity to float32, measured at load; None in float32."""
+        ...
+
     def __call__(
         self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None, types: np.ndarray | None = None
     ) -> np.ndarray: ...
@@ -105,7 +110,8 @@ class TorchEngine:
     def _run(self, module: Any, *arrays: np.ndarray) -> np.ndarray:
         with torch.inference_mode():
             out = module(*(torch.from_numpy(a).to(self.device) for a in arrays))
-            return out.float().cpu().numpy()
+            result: np.ndarray = out.float().cpu().numpy()
+            return result
 
     def _trace(self, vocab_size: int) -> torch.jit.ScriptModule | None:
         ids, mask, pool_mask = probe(vocab_size)
@@ -115,7 +121,9 @@ class TorchEngine:
                 warnings.simplefilter("ignore")
                 first = torch.from_numpy(inputs[0][:2, :16]).to(self.device)
                 ones = torch.ones((2, 16), dtype=torch.long, device=self.device)
-                traced = torch.jit.trace(self.head, (first, *[ones] * (len(inputs) - 1)), strict=False)
+                traced: torch.jit.ScriptModule = torch.jit.trace(
+                    self.head, (first, *[ones] * (len(inputs) - 1)), strict=False
+                )
             diff = float(np.abs(self._run(traced, *inputs) - self._run(self.head, *inputs)).max())
             if diff > TOLERANCE:
                 raise ValueError(f"traced output differs from eager by {diff:.2e}")
@@ -133,7 +141,7 @@ class TorchEngine:
 
 def head_inputs(
     head: Head, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None, types: np.ndarray | None = None
-) -> tuple:
+) -> tuple[np.ndarray, ...]:
     """What a head takes, in its order: ids and mask; for embeddings the pooling mask (the attention mask unless
     told); for a pair classifier the token types (zeros unless told)."""
     if head.pooled:
@@ -147,6 +155,7 @@ class OrtEngine:
     """The exported graph on ONNX Runtime: the CUDA provider on a GPU worker when it is there, else the CPU's."""
 
     name = "onnxruntime"
+    fidelity = None  # float32 only
 
     def __init__(self, path: Path, threads: int, device: str) -> None:
         import onnxruntime as ort
@@ -175,7 +184,8 @@ class OrtEngine:
             "pool_mask": mask if pool_mask is None else pool_mask,
             "token_type_ids": np.zeros_like(ids) if types is None else types,
         }
-        return self.session.run(None, {name: feed[name] for name in self.inputs})[0]
+        first: np.ndarray = self.session.run(None, {name: feed[name] for name in self.inputs})[0]
+        return first
 
 
 def export_onnx(task: str, model_dir: str, path: Path) -> Path:

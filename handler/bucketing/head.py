@@ -68,7 +68,10 @@ class Head(torch.nn.Module):
         attention = attention_mask if self.masks is None else self.masks(attention_mask)
         if not self.pooled:
             kwargs = {"token_type_ids": extra} if self.types and extra is not None else {}
-            return self.model(input_ids=input_ids, attention_mask=attention, return_dict=False, **kwargs)[0]
+            logits: torch.Tensor = self.model(
+                input_ids=input_ids, attention_mask=attention, return_dict=False, **kwargs
+            )[0]
+            return logits
         out = self.model(input_ids=input_ids, attention_mask=attention, return_dict=False)[0]
         if out.dtype != torch.float32:  # a reduced-precision encoder: pooling and Dense stay float32
             out = out.float()

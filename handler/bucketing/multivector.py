@@ -277,11 +277,17 @@ class MultiVectorTask:
         self.normalize = normalize
         self.keep, self.expansion_id = _resolve(model_dir, spec)
 
+    @property
+    def settings(self) -> Chain:
+        """The folder's prompts (query/document and the default) live on its chain."""
+        return self.chain
+
     def forward(
         self, ids: np.ndarray, mask: np.ndarray, skip: Sequence[int] | None = None, types: np.ndarray | None = None
     ) -> np.ndarray:
         """Token vectors [rows, padded length, dimensions] of a padded sub-batch."""
-        return self.engine(ids, mask)
+        vectors: np.ndarray = self.engine(ids, mask)
+        return vectors
 
     def answer(self, output: np.ndarray, encoded: Encoded) -> Answer:
         n = len(encoded.ids)
@@ -382,4 +388,5 @@ class TokenHead(torch.nn.Module):
             out = out.float()
         for layer in self.dense:
             out = layer(out)
-        return out
+        vectors: torch.Tensor = out
+        return vectors

@@ -14,16 +14,18 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, cast
+from typing import Any
+
+import numpy as np
 
 from . import protocols
 from .answers import Answer, Options
-from .chain import sentence_transformers_limit
+from .chain import Chain, sentence_transformers_limit
 from .config import ConfigError, HandlerConfig
 from .metrics import BatchStats
 from .planner import CostModel, Plan, plan_bucketed, plan_dynamic, plan_static, round_up
 from .protocols import Incoming, Reply, tei
-from .protocols.base import Limits, Meta, Pair, RequestError
+from .protocols.base import Limits, Meta, Pair, Request, RequestError
 from .tasks import Task
 from .tokenizer import Encoded, Tokenizer, collate
 
@@ -44,7 +46,7 @@ class Item:
 class Computed:
     """One output per item, in item order, and what running them cost."""
 
-    outputs: tuple[Any, ...]
+    outputs: tuple[np.ndarray, ...]
     stats: BatchStats
 
 
@@ -67,7 +69,7 @@ def compute(items: Sequence[Item], plan_fn: Planner, task: Task, pad_id: int) ->
     rows = [item.encoded.ids for item in items]
     plan = plan_fn([len(r) for r in rows])
     start = time.perf_counter()
-    results = []
+    results: list[list[np.ndarray]] = []
     for sb in plan.sub_batches:
         encoded = [items[i].encoded for i in sb.indices]
         ids, mask = collate([e.ids for e in encoded], sb.padded_len, pad_id)
@@ -76,7 +78,7 @@ def compute(items: Sequence[Item], plan_fn: Planner, task: Task, pad_id: int) ->
             types, _ = collate([e.type_ids or (0,) * len(e.ids) for e in encoded], sb.padded_len, 0)
         if any(e.attention for e in encoded):  # query expansion the encoder does not attend to
             mask, _ = collate([e.attention or (1,) * len(e.ids) for e in encoded], sb.padded_len, 0)
-        results.append(task.forward(ids, mask, [e.skip for e in encoded], types))
+        results.append(list(task.forward(ids, mask, [e.skip for e in encoded], types)))
     forward_ms = (time.perf_counter() - start) * 1000.0
     stats = BatchStats(
         batches=0,
@@ -87,7 +89,7 @@ def compute(items: Sequence[Item], plan_fn: Planner, task: Task, pad_id: int) ->
         forward_ms=round(forward_ms, 3),
         passes=tuple((sb.rows, sb.padded_tokens) for sb in plan.sub_batches),
     )
-    return Computed(tuple(plan.restore(cast(Any, results))), stats)
+    return Computed(tuple(plan.restore(results)), stats)
 
 
 class Pipeline:
@@ -98,7 +100,7 @@ class Pipeline:
         self.tokenizer = tokenizer
         self.task = task
         self.plan = plan
-        prompts, default_prompt = model_prompts(config, getattr(task, "chain", None) or getattr(task, "settings", None))
+        prompts, default_prompt = model_prompts(config, task.settings)
         self.limits = Limits(
             max_texts=config.max_texts_per_request,
             max_length=config.max_length,
@@ -113,7 +115,7 @@ class Pipeline:
 
     def model_facts(self) -> tei.ModelFacts:
         """What TEI's /info, /tokenize and /decode read: settings, the model's kind, and its tokenizer."""
-        chain = getattr(self.task, "chain", None)
+        chain = self.task.chain
         labels = self.task.labels
         return tei.ModelFacts(
             dtype=self.config.dtype,
@@ -128,7 +130,7 @@ class Pipeline:
     def _check_fits(self) -> None:
         """Start-up checks that need the loaded model: its positions, and the largest answer against the cap."""
         config = self.config
-        chain = getattr(self.task, "chain", None)
+        chain = self.task.chain
         if chain is not None and chain.max_seq_length and config.max_length > chain.max_seq_length:
             raise ConfigError(
                 f"handler.max_length: got {config.max_length}; allowed: at most the model's max_seq_length "
@@ -209,7 +211,7 @@ class Pipeline:
             logger.exception("rendering an answer failed")
             return incoming.fail(server_error(f"answering failed: {type(e).__name__}")).reply([], model_name, 0)
 
-    def encode(self, request: Any) -> list[Encoded]:
+    def encode(self, request: Request | _Merged) -> list[Encoded]:
         """The tokens of one request's inputs: texts tokenized after their prompt (the pooling leaves the prompt's
         tokens out where the model's chain says so), token ids wrapped in the special tokens; each cut at the end
         its request says (`truncation_direction`)."""
@@ -217,22 +219,20 @@ class Pipeline:
         out: list[Encoded | None] = [None] * len(merged.inputs)
         for left in (False, True):
             mine = [i for i, o in enumerate(merged.options) if (o.truncation_direction == "left") == left]
-            texts = [i for i in mine if isinstance(merged.inputs[i], str)]
+            texts = {i: x for i in mine if isinstance(x := merged.inputs[i], str)}
             encoded = (
-                self.tokenizer.encode([merged.options[i].prompt + merged.inputs[i] for i in texts], left)
-                if texts
-                else []
+                self.tokenizer.encode([merged.options[i].prompt + x for i, x in texts.items()], left) if texts else []
             )
             for i, e in zip(texts, encoded):
                 prompt = merged.options[i].prompt
                 out[i] = replace(e, skip=self.tokenizer.prompt_length(prompt) if prompt and self.excludes_prompt else 0)
             for i in mine:
-                if isinstance(merged.inputs[i], tuple):
-                    out[i] = self.tokenizer.wrap(merged.inputs[i], left)
-        pairs = [i for i, x in enumerate(merged.inputs) if isinstance(x, Pair)]
+                if isinstance(x := merged.inputs[i], tuple):
+                    out[i] = self.tokenizer.wrap(x, left)
+        pairs = {i: x for i, x in enumerate(merged.inputs) if isinstance(x, Pair)}
         if pairs:  # a cross-encoder's query (after the prompt) and document, cut longest_first as CrossEncoder does
             encoded = self.tokenizer.encode_pairs(
-                [(merged.options[i].prompt + merged.inputs[i].query, merged.inputs[i].document) for i in pairs]
+                [(merged.options[i].prompt + x.query, x.document) for i, x in pairs.items()]
             )
             for i, e in zip(pairs, encoded):
                 out[i] = e
@@ -250,35 +250,35 @@ class Pipeline:
     @property
     def excludes_prompt(self) -> bool:
         """Whether the model's pooling leaves prompt tokens out (sentence-transformers' `include_prompt: false`)."""
-        chain = getattr(self.task, "chain", None)
+        chain = self.task.chain
         return chain is not None and not chain.include_prompt
 
     def tokenize(self, incoming: list[Incoming]) -> tuple[list[Incoming], list[Item]]:
         """Every input's tokens, one tokenizer call for the batch (redone per request if it fails)."""
-        live = [i for i, inc in enumerate(incoming) if inc.request is not None]
+        live = {i: request for i, inc in enumerate(incoming) if (request := inc.request) is not None}
         try:
-            merged = _Merged([incoming[i].request for i in live])
+            merged = _Merged(list(live.values()))
             per_request: list[list[Encoded] | RequestError] = list(merged.split(self.encode(merged)))
         except Exception:  # noqa: BLE001 - find the request at fault
             logger.exception("tokenizing a batch of %d requests failed; redoing it request by request", len(live))
-            per_request = [self._encode_alone(incoming[i].request) for i in live]
+            per_request = [self._encode_alone(request) for request in live.values()]
         out, items = list(incoming), list[Item]()
-        for i, encoded in zip(live, per_request):
-            error = encoded if isinstance(encoded, RequestError) else self._check(incoming[i].request, encoded)
+        for (i, request), encoded in zip(live.items(), per_request):
+            error = encoded if isinstance(encoded, RequestError) else self._check(request, encoded)
             if error is not None:
                 out[i] = incoming[i].fail(error)
             elif not isinstance(encoded, RequestError):
                 items.extend(Item(i, e) for e in encoded)
         return out, items
 
-    def _encode_alone(self, request: Any) -> list[Encoded] | RequestError:
+    def _encode_alone(self, request: Request) -> list[Encoded] | RequestError:
         try:
             return self.encode(request)
         except Exception as e:  # noqa: BLE001 - answered as a 500 for this request alone
             logger.exception("tokenizing a request failed")
             return server_error(f"tokenizing failed: {type(e).__name__}")
 
-    def _check(self, request: Any, encoded: list[Encoded]) -> RequestError | None:
+    def _check(self, request: Request, encoded: list[Encoded]) -> RequestError | None:
         """An input that normalised to nothing is a 400; one over max_length is a 413 under `on_overflow: reject`."""
         for index, e in enumerate(encoded):
             if isinstance(request.inputs[index], Pair):
@@ -338,7 +338,7 @@ class Pipeline:
         """Whether an input over max_length is cut (the request's `truncate`, else `handler.on_overflow`)."""
         return options.truncate if options.truncate is not None else self.config.on_overflow == "truncate"
 
-    def _check_pair(self, request: Any, index: int, e: Encoded) -> RequestError | None:
+    def _check_pair(self, request: Request, index: int, e: Encoded) -> RequestError | None:
         where, options = request.where(index), request.options
         if options.truncation_direction == "left":
             return RequestError(
@@ -366,7 +366,9 @@ class Pipeline:
             )
         return None
 
-    def run(self, incoming: list[Incoming], items: list[Item]) -> tuple[list[Incoming], list[Any], BatchStats]:
+    def run(
+        self, incoming: list[Incoming], items: list[Item]
+    ) -> tuple[list[Incoming], list[np.ndarray | None], BatchStats]:
         """Outputs for every item (None where its request failed), in item order; redone per request on failure."""
         if not items:
             return incoming, [], BatchStats(batches=0)
@@ -375,7 +377,8 @@ class Pipeline:
             return incoming, list(computed.outputs), computed.stats
         except Exception:  # noqa: BLE001 - isolate a poison request instead of failing its neighbours
             logger.exception("a batch of %d inputs failed; redoing it request by request", len(items))
-        out, outputs, stats = list(incoming), [None] * len(items), BatchStats(batches=0)
+        out, stats = list(incoming), BatchStats(batches=0)
+        outputs: list[np.ndarray | None] = [None] * len(items)
         for owner in sorted({item.request for item in items}):
             positions = [k for k, item in enumerate(items) if item.request == owner]
             try:
@@ -390,7 +393,7 @@ class Pipeline:
         return out, outputs, stats
 
 
-def model_prompts(config: HandlerConfig, chain: Any) -> tuple[dict[str, str], str | None]:
+def model_prompts(config: HandlerConfig, chain: Chain | None) -> tuple[dict[str, str], str | None]:
     """The prompts a request may name: the model's own (config_sentence_transformers.json), then those the
     model-config adds (`handler.prompts`); and the default one's name (the model-config's, else the model's)."""
     prompts = {**(dict(chain.prompts) if chain is not None else {}), **dict(config.prompts)}
@@ -406,7 +409,7 @@ def model_prompts(config: HandlerConfig, chain: Any) -> tuple[dict[str, str], st
 class _Merged:
     """Several requests' inputs as one, so the batch is tokenized in one call; `split` gives each its share."""
 
-    def __init__(self, requests: Sequence[Any]) -> None:
+    def __init__(self, requests: Sequence[Request]) -> None:
         self.counts = [len(r.inputs) for r in requests]
         self.inputs = tuple(x for r in requests for x in r.inputs)
         self.options = tuple(r.options for r in requests for _ in r.inputs)

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 from .config import CostConfig
+
+_Row = TypeVar("_Row")  # one text's result
 
 _UNCALIBRATED = CostConfig()  # the cost model's constants have one home: the handler's config schema
 
@@ -81,17 +84,17 @@ class Plan:
     def estimated_us(self, cost: CostModel) -> float:
         return sum(cost.forward_us(sb.rows, sb.padded_len) for sb in self.sub_batches)
 
-    def restore(self, results: Sequence[Sequence[object]]) -> list[object]:
+    def restore(self, results: Sequence[Sequence[_Row]]) -> list[_Row]:
         """Put per-sub-batch results (row order of each sub-batch) back in planned-list order."""
         if len(results) != len(self.sub_batches):
             raise ValueError(f"expected {len(self.sub_batches)} sub-batch results, got {len(results)}")
-        out: list[object] = [None] * self.size
+        out: list[_Row | None] = [None] * self.size
         for sb, rows in zip(self.sub_batches, results):
             if len(rows) != sb.rows:
                 raise ValueError(f"sub-batch of {sb.rows} rows returned {len(rows)} results")
             for i, r in zip(sb.indices, rows):
                 out[i] = r
-        return out
+        return cast(list[_Row], out)  # every index lies in one sub-batch (the plan's contract)
 
 
 def round_up(n: int, multiple: int) -> int:

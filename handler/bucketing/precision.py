@@ -144,7 +144,8 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def unit(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    out: np.ndarray = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    return out
 
 
 def scores(logits: np.ndarray, activation: str) -> np.ndarray:
@@ -155,7 +156,8 @@ def scores(logits: np.ndarray, activation: str) -> np.ndarray:
     if activation == "sigmoid":
         return 1.0 / (1.0 + np.exp(-x))
     e = np.exp(x - x.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
+    out: np.ndarray = e / e.sum(axis=1, keepdims=True)
+    return out
 
 
 def measure(

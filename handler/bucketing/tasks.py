@@ -30,6 +30,17 @@ class Task(Protocol):
         """Class names (classification); None for embeddings."""
         ...
 
+    @property
+    def chain(self) -> Chain | None:
+        """The sentence-transformers module chain the engine runs after the encoder (pooling, Dense); None when none
+        follows it (a classifier)."""
+        ...
+
+    @property
+    def settings(self) -> Chain:
+        """The folder's sentence-transformers settings a request reads: its prompts (for embeddings, its chain)."""
+        ...
+
     def forward(
         self, ids: np.ndarray, mask: np.ndarray, skip: Sequence[int] | None = None, types: np.ndarray | None = None
     ) -> np.ndarray: ...
@@ -62,6 +73,10 @@ class EmbeddingTask:
             pool_mask[row, :count] = 0
         return self.engine(ids, mask, pool_mask)
 
+    @property
+    def settings(self) -> Chain:
+        return self.chain
+
     def answer(self, output: np.ndarray, encoded: Encoded) -> Answer:
         return Answer(output, len(encoded.ids), encoded.truncated, normalize=self.normalize)
 
@@ -71,6 +86,7 @@ class ClassificationTask:
     sigmoid for one label or a multi-label model; the CrossEncoder's own when its config names one)."""
 
     name = "classification"
+    chain = None  # no module chain follows a classifier
 
     def __init__(self, engine: Engine, info: ModelInfo) -> None:
         self.engine = engine

@@ -52,6 +52,7 @@ def kserve_torchserve(tmp_path_factory, model_store):
 
 def run_wrapper(server: TorchServe, protocol: str, folder: Path) -> subprocess.Popen:
     """The wrapper as the image's entrypoint starts it, reading our config (with the moved ports)."""
+    assert PYTHON is not None  # the fixture skips without it
     config = folder / f"wrapper-{protocol}.properties"
     config.write_text("".join(f"{k}={v}\n" for k, v in server.properties.items()))
     env = {

@@ -128,6 +128,12 @@ def test_openai_native_and_v2_requests_share_batches(served, client, reference, 
         assert batches < len(texts), "TorchServe delivered no batch larger than 1"
 
 
+def error_body(error):
+    """The JSON body of the server's error, as the client parsed it."""
+    assert isinstance(error.body, dict), error.body
+    return error.body
+
+
 @pytest.mark.parametrize(
     "kwargs, param",
     [
@@ -140,17 +146,17 @@ def test_openai_native_and_v2_requests_share_batches(served, client, reference, 
 def test_bad_requests_raise_the_clients_own_errors(client, kwargs, param):
     with pytest.raises(openai.BadRequestError) as caught:
         client.embeddings.create(model="minilm", **kwargs)
-    error = caught.value.body
+    error = error_body(caught.value)
     assert error["param"] == param and error["type"] == "invalid_request_error" and error["message"]
 
 
 def test_too_many_inputs_and_unknown_paths(client):
     with pytest.raises(openai.APIStatusError) as caught:
         client.embeddings.create(model="minilm", input=["x"] * 33)
-    assert caught.value.status_code == 413 and caught.value.body["code"] == "too_many_texts"
+    assert caught.value.status_code == 413 and error_body(caught.value)["code"] == "too_many_texts"
     with pytest.raises(openai.NotFoundError) as missing:
         client.completions.create(model="minilm", prompt="hello")
-    assert "v1/embeddings" in missing.value.body["message"]
+    assert "v1/embeddings" in error_body(missing.value)["message"]
 
 
 def test_json_without_content_type_and_huge_keys(served, reference):

@@ -54,6 +54,7 @@ def test_peer_server_lifecycle_and_group_stop(tmp_path):
     with peers.PeerServer(spec, Path(sys.executable), tmp_path, 16, tmp_path / "logs") as server:
         assert server.embed(["ab", "abcd"]) == [[1.0, 2.0], [1.0, 4.0]]
         assert len(processes_under(script)) == 1 and server.cpu() is not None
+        assert server.proc is not None
         pgid = server.proc.pid
     assert processes_under(script) == []
     assert not group_alive(pgid)  # the child it started is gone too (zombies count as gone)
@@ -77,6 +78,7 @@ def test_an_interrupt_while_the_peer_starts_ends_its_whole_group(tmp_path, monke
     with pytest.raises(interrupt):
         with server:
             pytest.fail("__enter__ must not return")
+    assert server.proc is not None, "the peer was started"
     assert processes_under(script) == [] and not group_alive(server.proc.pid)
 
 

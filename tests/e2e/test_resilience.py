@@ -12,6 +12,7 @@ import random
 import signal
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 import aiohttp
@@ -28,7 +29,11 @@ POOL = [" ".join(["word"] * n) + f" item {n}" for n in (1, 3, 7, 15, 40, 90, 150
 
 
 async def fire(
-    url: str, headers: dict[str, str], bodies: list[tuple[bytes, str | None]], concurrency: int, timeout_s: float = 60.0
+    url: str,
+    headers: dict[str, str],
+    bodies: Sequence[tuple[bytes, str | None]],
+    concurrency: int,
+    timeout_s: float = 60.0,
 ) -> list[tuple[int, bytes, float]]:
     """Send every body once with `concurrency` in flight; (status, body, seconds) each, status 0 on a timeout."""
     sem = asyncio.Semaphore(concurrency)
@@ -198,7 +203,7 @@ def malformed_bodies(n: int, seed: int) -> list[tuple[bytes, str | None]]:
         if kind < 0.4:
             body = bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 64)))
         elif kind < 0.7:
-            value = rng.choice(
+            value: object = rng.choice(
                 [
                     None,
                     True,
@@ -230,7 +235,7 @@ def test_hostile_input_gets_4xx_without_restarts_and_neighbours_are_answered(tor
         random.Random(2).shuffle(calls)
         url = f"{torchserve.endpoints.inference}/predictions/hostile"
         replies = asyncio.run(fire(url, client.keys.headers("inference"), [(b, c) for b, c, _ in calls], 32))
-        statuses = {}
+        statuses: dict[int, int] = {}
         for (body, _, is_good), (status, answer, _) in zip(calls, replies, strict=True):
             if is_good:
                 check_answer(body.decode(), status, answer, reference)

@@ -55,6 +55,13 @@ def counter(metrics_text: str, name: str, model: str) -> float:
     return parse_prometheus(metrics_text, model)[name]
 
 
+def figure(pattern: str, text: str) -> float:
+    """The figure a metrics line matching `pattern` holds (its first group)."""
+    found = re.search(pattern, text, re.M)
+    assert found is not None, pattern
+    return float(found.group(1))
+
+
 def test_concurrent_mixed_load_with_bad_requests(models, reference):
     client = models.client
     texts = texts_for_load(48, seed=7)
@@ -67,7 +74,9 @@ def test_concurrent_mixed_load_with_bad_requests(models, reference):
     ]
     before = client.metrics()
     for model in ("bucketed", "dynamic"):
-        calls = [(json.dumps({kind: value}).encode(), "application/json", (kind, value)) for kind, value in jobs]
+        calls: list[tuple[bytes, str, tuple[object, object]]] = [
+            (json.dumps({kind: value}).encode(), "application/json", (kind, value)) for kind, value in jobs
+        ]
         calls += [(body, ctype, (status, kind)) for body, ctype, status, kind in BAD]
         random.Random(1).shuffle(calls)
         with ThreadPoolExecutor(max_workers=len(calls)) as pool:
@@ -179,9 +188,7 @@ def test_histograms_and_errors_by_type_reach_prometheus(models):
     for name in ("bucket_batch_size", "bucket_pass_texts", "bucket_pass_padded_tokens", "bucket_request_ms"):
         assert re.search(rf'^{name}_bucket{{le="\+Inf",ModelName="bucketed",', text, re.M), name
         assert re.search(rf'^{name}_count{{ModelName="bucketed",', text, re.M), name
-    count = float(re.search(r'^bucket_batch_size_count{ModelName="bucketed",[^}]*} (\S+)$', text, re.M).group(1))
-    inf = float(
-        re.search(r'^bucket_batch_size_bucket{le="\+Inf",ModelName="bucketed",[^}]*} (\S+)$', text, re.M).group(1)
-    )
+    count = figure(r'^bucket_batch_size_count{ModelName="bucketed",[^}]*} (\S+)$', text)
+    inf = figure(r'^bucket_batch_size_bucket{le="\+Inf",ModelName="bucketed",[^}]*} (\S+)$', text)
     assert count == inf > 0
     assert re.search(errors, text, re.M)

@@ -59,6 +59,7 @@ def test_bench_interrupted_mid_run_stops_its_server(tmp_path, signum):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "bench/compare.py", "--suite", "smoke", "--out", str(tmp_path), "--no-progress"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    assert proc.stdout is not None
     lines = []
     for line in proc.stdout:
         lines.append(line)

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from bucketing.config import ConfigError, HandlerConfig
-from bucketing.engines import ONNX_FILE, EngineError, check_dtype, select_device
+from bucketing.engines import ONNX_FILE, TorchEngine, check_dtype, select_device
+from bucketing.head import EngineError
 from model_store.archives import engine_model_dir
 from tests.handler.test_handler import STRATEGIES, alone, make_handler, mixed_texts, serve
 
@@ -72,9 +73,12 @@ def test_a_worker_given_a_gpu_without_cuda_runs_on_the_cpu(tiny_embedder_dir, mo
     import bucketing.engines as engines
 
     real = engines.select_device
-    monkeypatch.setattr(
-        engines, "select_device", lambda gpu_id, cuda: seen.append((gpu_id, cuda)) or real(gpu_id, cuda)
-    )
+
+    def spy(gpu_id, cuda):
+        seen.append((gpu_id, cuda))
+        return real(gpu_id, cuda)
+
+    monkeypatch.setattr(engines, "select_device", spy)
     handler, context = make_handler(tiny_embedder_dir)  # LocalContext: gpu_id None
     context.system_properties["gpu_id"] = 0  # what TorchServe sets on a GPU host
     handler.initialize(context)
@@ -163,6 +167,7 @@ def test_bfloat16_embeddings_state_their_fidelity(tiny_embedder_dir, bf16_cpu, c
         bf16, context = make_handler(tiny_embedder_dir, dtype="bfloat16", max_length=128)
     f32, _ = make_handler(tiny_embedder_dir, max_length=128)
     fidelity = bf16.task.engine.fidelity
+    assert fidelity is not None and isinstance(bf16.task.engine, TorchEngine)
     assert f32.task.engine.fidelity is None and fidelity.dtype == "bfloat16" and fidelity.texts == 16
     assert 0.999 <= fidelity.cosine_min <= fidelity.cosine_mean < 1.0 and 0 < fidelity.max_abs_diff < 0.05
     assert bf16.task.engine.head.model.dtype == torch.bfloat16
@@ -187,6 +192,7 @@ def test_bfloat16_classification_keeps_its_labels(tiny_classifier_dir, bf16_cpu)
     bf16, context = make_handler(tiny_classifier_dir, task="classification", dtype="bfloat16")
     f32, _ = make_handler(tiny_classifier_dir, task="classification")
     fidelity = bf16.task.engine.fidelity
+    assert fidelity is not None
     assert fidelity.texts == 31 and fidelity.compared == 31  # 16 texts and 15 pairs
     texts = mixed_texts(8, seed=12)
     a = serve(bf16, context, [{"body": {"texts": texts}}])[0][1]

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from bucketing.config import ConfigError
+from bucketing.engines import TorchEngine
 from bucketing_handler import BucketingHandler
 from tsctl.inprocess import LocalContext
 
@@ -213,6 +214,7 @@ def test_torchscript_trace_matches_eager(tiny_embedder_dir, tiny_classifier_dir,
     model_dir = tiny_embedder_dir if task == "embedding" else tiny_classifier_dir
     traced, context = make_handler(model_dir, task=task, torchscript=True)
     eager, _ = make_handler(model_dir, task=task, torchscript=False)
+    assert isinstance(traced.task.engine, TorchEngine) and isinstance(eager.task.engine, TorchEngine)
     assert traced.task.engine.traced is not None and eager.task.engine.traced is None
     texts = mixed_texts(9, seed=5)
     rows = [{"body": {"texts": texts}}]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import string
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,7 @@ sentence_transformers = pytest.importorskip("sentence_transformers")
 
 TOLERANCE = 1e-5
 MAX_LENGTH = 64
-VARIANTS = {
+VARIANTS: dict[str, dict[str, Any]] = {
     # classic ColBERT: [Q]/[D]-style prefixes, punctuation skipped in documents, queries fixed at 16 tokens
     "colbert": {
         "dense": ((12, False, "Identity"),),

@@ -4,6 +4,8 @@ RoBERTa and DistilBERT bodies, on both engines and every strategy, texts batched
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from model_store.archives import engine_model_dir
@@ -14,7 +16,7 @@ np = pytest.importorskip("numpy")
 sentence_transformers = pytest.importorskip("sentence_transformers")
 
 TOLERANCE = 1e-5
-VARIANTS = {
+VARIANTS: dict[str, dict[str, Any]] = {
     "cls": {"pooling": "cls"},
     "max": {"pooling": "max"},
     "mean-normalize": {"pooling": "mean", "normalize": True},
@@ -157,7 +159,7 @@ def test_a_module_we_cannot_serve_stops_the_build_and_the_worker_in_one_line(fol
     import json
     import shutil
 
-    from bucketing.engines import EngineError
+    from bucketing.head import EngineError
     from model_store import archives, build
 
     folder = tmp_path / "odd"
@@ -340,7 +342,12 @@ def test_an_excluded_prompt_is_counted_as_sentence_transformers_counts_it_withou
     [CLS] ... [SEP] one, not one fewer (was 0.79 off with a 200)."""
     import json
 
-    spec = {"arch": "roberta", "include_prompt": False, "prompts": {"query": "query: "}, "max_seq_length": 120}
+    spec: dict[str, Any] = {
+        "arch": "roberta",
+        "include_prompt": False,
+        "prompts": {"query": "query: "},
+        "max_seq_length": 120,
+    }
     folder = build_sentence_transformer(tmp_path / "bos-only", **spec)
     config = json.loads((folder / "tokenizer.json").read_text())
     single = config["post_processor"]["single"]

@@ -11,7 +11,7 @@ def summary(strategy, bs, rps_scale, p99, mode="closed", rate=None):
     config = stats.Config(strategy, bs, mode=mode, rate=rate)
     samples = [(10.0 * (i % 10 + 1) * p99 / 100, 200, 50) for i in range(int(100 * rps_scale))]
     samples += [(1.0, 503, 50)] * 2
-    padded = 5000 / (0.95 if strategy == "bucketed" else 0.4)
+    padded = round(5000 / (0.95 if strategy == "bucketed" else 0.4))
     handler = stats.HandlerDelta(
         batches=10, requests=100, texts=100, real_tokens=5000, padded_tokens=padded, sub_batches=30, forward_ms=900
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from bench import offline
 from bucketing.planner import CostModel
 
@@ -19,6 +21,6 @@ def test_offline_policies_on_a_literal_batch():
 def test_offline_sweep_rows():
     rows = offline.sweep([0.2, 0.8], [8, 16], CostModel(), n=200)
     assert [(r["short_frac"], r["batch_size"]) for r in rows] == [(0.2, 8), (0.2, 16), (0.8, 8), (0.8, 16)]
-    for r in rows:
+    for r in cast(list[dict[str, float]], rows):  # the sweep's rows hold numbers only
         assert r["real_tokens"] <= r["planner_padded"] <= r["arrival_padded"]
         assert 0 < r["saved_vs_arrival"] < 1

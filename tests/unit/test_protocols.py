@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from bucketing import protocols
 from bucketing.answers import Answer, Options, activate, answer_fields
 from bucketing.protocols import kserve_v1, kserve_v2, native, openai
-from bucketing.protocols.base import Binary, Limits, Meta, RequestError, quote, snake
+from bucketing.protocols.base import Binary, Limits, Meta, Request, RequestError, quote, snake
 from bucketing.protocols.kserve_v1 import V1Request
 from bucketing.protocols.kserve_v2 import V2Request
 from bucketing.protocols.native import TextRequest
@@ -321,7 +321,7 @@ def test_largest_answer_bounds_every_wire_format(labels):
     limits = Limits(max_texts=5, max_length=16, vocab_size=1000, task="embedding", dimensions=dims)
     values = [(-rng.random(dims) * 1e-5).astype(np.float32) for _ in range(5)]  # long reprs: -1.2345678e-06
     answers = [Answer(v, 512, True, labels) for v in values]
-    requests = [
+    requests: list[Request] = [
         TextRequest(("x",) * 5, False),
         V1Request(("x",) * 5),
         V2Request(("x",) * 5, "id"),
@@ -379,8 +379,10 @@ def test_kserve_v2_binary_elements_are_checked():
     ).encode()
     result = incoming(head + raw, None, headers={"inference-header-content-length": str(len(head))})
     assert result.outcome.status == 400 and "claims 10 bytes" in result.outcome.message
-    assert kserve_v2.decode_bytes(b"".join(struct.pack("<I", 1) + b"x" for _ in range(5)), 4).status == 413
-    assert kserve_v2.decode_bytes(struct.pack("<I", 2) + b"\xff\xfe", 4).type == "InvalidEncoding"
+    too_many = kserve_v2.decode_bytes(b"".join(struct.pack("<I", 1) + b"x" for _ in range(5)), 4)
+    assert isinstance(too_many, RequestError) and too_many.status == 413
+    not_utf8 = kserve_v2.decode_bytes(struct.pack("<I", 2) + b"\xff\xfe", 4)
+    assert isinstance(not_utf8, RequestError) and not_utf8.type == "InvalidEncoding"
 
 
 def test_kserve_v2_outputs_selected_and_binary():

@@ -8,7 +8,7 @@ model's activation, or its logit with `raw_scores`). Errors in TEI's shape, `{"e
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +38,9 @@ class RerankRequest:
         check_count(self, answers)
         scored = [(i, a.fields(self.options)["score"]) for i, a in enumerate(answers)]
         ranked = sorted(scored, key=lambda pair: -pair[1])
-        text = (lambda i: {"text": self.inputs[i].document}) if self.return_text else (lambda i: {})
+        text: Callable[[int], dict[str, str]] = (
+            (lambda i: {"text": self.inputs[i].document}) if self.return_text else (lambda i: {})
+        )
         return [{"index": i, "score": score, **text(i)} for i, score in ranked]
 
 
