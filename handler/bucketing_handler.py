@@ -37,7 +37,11 @@ class BucketingHandler:
         model_dir = os.path.join(context.system_properties.get("model_dir", "."), self.config.model_path)
         self.task = load_task(self.config, model_dir, context.system_properties.get("gpu_id"))
         chain = getattr(self.task, "chain", None)
-        self.tokenizer = Tokenizer(model_dir, self.config.max_length, lower_case=bool(chain and chain.do_lower_case))
+        self.tokenizer = Tokenizer(
+            getattr(self.task, "tokenizer_dir", model_dir),  # a sparse Router's: its MLM transformer's folder
+            self.config.max_length,
+            lower_case=bool(chain and chain.do_lower_case),
+        )
         self.cost = self._cost_model()
         self.pipeline = Pipeline(self.config, self.tokenizer, self.task, make_planner(self.config, self.cost))
         self.pool = None
@@ -45,6 +49,7 @@ class BucketingHandler:
             check_model_config(getattr(context, "model_yaml_config", None))
             self.pool = Pool(self.pipeline, self.cost)
         described = f", model chain {chain.describe()}" if chain is not None else ""
+        described += getattr(self.task, "ready_note", "")  # a sparse model's routes and memory per pass
         note = self.pipeline.limit_note()
         self.fidelity = getattr(self.task.engine, "fidelity", None)  # a reduced dtype's, measured at load
         described += f", {self.fidelity.describe()}" if self.fidelity is not None else ""

@@ -251,3 +251,49 @@ def build_gemma3(target: Path, window: int = 8, seed: int = 0) -> Path:
         str(target)
     )
     return target
+
+
+def build_sparse_encoder(
+    target: Path,
+    pooling: str = "max",
+    activation: str = "relu",
+    router: bool = False,
+    prompts: dict[str, str] | None = None,
+    max_active_dims: int | None = None,
+    seed: int = 0,
+) -> Path:
+    """A tiny random SparseEncoder saved by sentence-transformers itself: SPLADE (a 2-layer BERT masked-LM with
+    MiniLM's tokenizer, then SpladePooling), or (`router`) a Router with a SparseStaticEmbedding query route and
+    that SPLADE document route."""
+    import shutil
+
+    import torch
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.base.modules import Router
+    from sentence_transformers.sparse_encoder.modules import MLMTransformer, SparseStaticEmbedding, SpladePooling
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(seed)
+    body = target.parent / f"{target.name}-body"
+    config = BertConfig(
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
+    )
+    BertForMaskedLM(config).eval().save_pretrained(body)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(minilm_dir() / name, body / name)
+    mlm = MLMTransformer(str(body), max_seq_length=128)
+    splade = [mlm, SpladePooling(pooling, activation_function=activation)]
+    if router:
+        weight = torch.rand(30522) * (torch.rand(30522) > 0.3)  # some ids weigh nothing
+        static = SparseStaticEmbedding(tokenizer=mlm.tokenizer, weight=weight, frozen=True)
+        modules: list = [Router.for_query_document([static], splade)]
+    else:
+        modules = splade
+    model = SparseEncoder(modules=modules, prompts=prompts, max_active_dims=max_active_dims, device="cpu")
+    model.save(str(target))
+    return target

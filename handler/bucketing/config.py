@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-TASKS = ("embedding", "classification")
+TASKS = ("embedding", "classification", "sparse")
 STRATEGIES = ("bucketed", "dynamic", "static")
 OVERFLOW = ("truncate", "reject")
 ENGINES = ("torch", "onnxruntime")
@@ -65,7 +65,8 @@ class HandlerConfig:
     task: str = option(
         "embedding",
         "`embedding` (the model's sentence-transformers chain; mean pooling for a plain "
-        "folder) or `classification` (id2label scores: softmax; sigmoid for one label or multi-label)",
+        "folder), `classification` (id2label scores: softmax; sigmoid for one label or multi-label) or `sparse` (a "
+        "sentence-transformers SparseEncoder: SPLADE, static, a query/document Router; engine torch, float32)",
         choices=TASKS,
     )
     strategy: str = option(

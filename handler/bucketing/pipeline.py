@@ -74,7 +74,8 @@ def compute(items: Sequence[Item], plan_fn: Planner, task: Task, pad_id: int) ->
         types = None
         if any(e.type_ids for e in encoded):
             types, _ = collate([e.type_ids or (0,) * len(e.ids) for e in encoded], sb.padded_len, 0)
-        results.append(task.forward(ids, mask, [e.skip for e in encoded], types))
+        routes = {"input_types": [e.input_type for e in encoded]} if getattr(task, "routed", False) else {}
+        results.append(task.forward(ids, mask, [e.skip for e in encoded], types, **routes))
     forward_ms = (time.perf_counter() - start) * 1000.0
     stats = BatchStats(
         batches=0,
@@ -211,7 +212,8 @@ class Pipeline:
             )
             for i, e in zip(texts, encoded):
                 prompt = merged.options[i].prompt
-                out[i] = replace(e, skip=self.tokenizer.prompt_length(prompt) if prompt and self.excludes_prompt else 0)
+                skip = self.tokenizer.prompt_length(prompt) if prompt and self.excludes_prompt else 0
+                out[i] = replace(e, skip=skip, input_type=merged.options[i].input_type)
             for i in mine:
                 if isinstance(merged.inputs[i], tuple):
                     out[i] = self.tokenizer.wrap(merged.inputs[i], left)

@@ -91,6 +91,10 @@ class ClassificationTask:
 
 def load_task(config: HandlerConfig, model_dir: str, gpu_id: int | None = None) -> Task:
     """The configured task on the configured engine, on the worker's GPU when it has one."""
+    if config.task == "sparse":
+        from .sparse import load_sparse_task
+
+        return load_sparse_task(config, model_dir, gpu_id)
     engine, info = load_engine(config, model_dir, gpu_id)
     if config.task == "classification":
         return ClassificationTask(engine, info)

@@ -20,6 +20,7 @@ class Encoded:
     unbounded: bool = False
     skip: int = 0  # leading tokens (a prompt's, with the first special token) the pooling leaves out
     type_ids: tuple[int, ...] | None = None  # a text pair's token types (None: all 0, a single text)
+    input_type: str | None = None  # its request's query/document choice (a sparse Router's route)
 
 
 class Tokenizer:

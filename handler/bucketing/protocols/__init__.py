@@ -28,6 +28,7 @@ from . import (
     tei_decode,
     tei_default,
     tei_embed,
+    tei_embed_sparse,
     tei_info,
     tei_predict,
     tei_refused,
@@ -46,6 +47,7 @@ WIRES: tuple[ModuleType, ...] = (
     tei_rerank,
     cohere_rerank,
     tei_embed,
+    tei_embed_sparse,
     tei_predict,
     tei_similarity,
     tei_tokenize,
@@ -172,7 +174,9 @@ ANSWER_OVERHEAD = 200  # field names, token count, OpenAI's per-embedding object
 
 def largest_answer(limits: Limits, labels: Sequence[str] | None = None) -> int:
     """An upper bound on the bytes of one answer to a request of max_texts inputs, in any wire format."""
-    if labels is None:
+    if limits.task == "sparse":  # unbounded but by the vocabulary: each answer is checked when made (a 413)
+        per_input = 0
+    elif labels is None:
         per_input = limits.dimensions * FLOAT_CHARS
     else:  # scores by label, and v2's label list; then the top label
         per_input = sum(2 * (len(json.dumps(label)) + 2) + FLOAT_CHARS for label in labels)

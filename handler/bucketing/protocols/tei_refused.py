@@ -1,6 +1,6 @@
-"""Text Embeddings Inference's `/embed_sparse` and `/embed_all`, refused in TEI's shape (424 Backend, one line):
-sparse (SPLADE) and multi-vector (token embeddings) models are other model kinds, not served by this handler yet;
-a dense embedding or classification model answers neither (TEI refuses them on such models too)."""
+"""Text Embeddings Inference's `/embed_all`, refused in TEI's shape (424 Backend, one line): multi-vector (token
+embeddings) models are another model kind, not served by this handler yet; a dense embedding or classification
+model does not answer it (TEI refuses it on such models too). `/embed_sparse` is `tei_embed_sparse`'s."""
 
 from __future__ import annotations
 
@@ -12,14 +12,7 @@ from .tei import error_body as error_body
 from .tei import own_error as own_error
 
 NAME = "tei-refused"
-SERVED = "POST .../embed_sparse and .../embed_all (refused: sparse and multi-vector models are not served yet)"
-
-
-def embed_sparse(body: Any, limits: Limits) -> RequestError:
-    return tei.backend(
-        f"Model is not an embedding model with SPLADE pooling: this is a dense {limits.task} model, and sparse "
-        "models are not served by this handler yet; use /embed"
-    )
+SERVED = "POST .../embed_all (refused: multi-vector models are not served yet)"
 
 
 def embed_all(body: Any, limits: Limits) -> RequestError:
@@ -29,4 +22,4 @@ def embed_all(body: Any, limits: Limits) -> RequestError:
     )
 
 
-ROUTES = {"embed_sparse": embed_sparse, "embed_all": embed_all}
+ROUTES = {"embed_all": embed_all}
