@@ -288,6 +288,10 @@ class Pipeline:
                     "input",
                 )
             options = request.options
+            refuse = getattr(self.task, "refuse", None)  # a sparse model's static route cuts texts elsewhere
+            refusal = refuse(e, request.where(index), self.config.max_length) if refuse is not None else None
+            if refusal:
+                return RequestError(413, "TextTooLong", refusal, "input")
             if e.truncated and not self._may_cut(options):
                 why = "truncate: false" if options.truncate is False else "on_overflow: reject"
                 return RequestError(

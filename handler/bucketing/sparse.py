@@ -44,6 +44,7 @@ class Route:
     folder: str  # the MLM transformer's or the SparseStaticEmbedding's folder, relative to the model folder
     pooling: str = "max"  # splade: max or sum over the tokens
     activation: str = "relu"  # splade: relu (log1p(relu(x))) or log1p_relu (log1p(log1p(relu(x))))
+    pooling_folder: str = ""  # splade: the SpladePooling module's folder
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,8 @@ class SparseSpec:
         """What was read, as plain data (the archive's model-config and the ready line)."""
         return {
             "routes": {
-                name: (f"splade {r.pooling} {r.activation}" if r.kind == "splade" else "static") + f" ({r.folder or '.'})"
+                name: (f"splade {r.pooling} {r.activation}" if r.kind == "splade" else "static")
+                + f" ({r.folder or '.'})"
                 for name, r in self.routes.items()
             },
             "default_route": self.default_route,
@@ -125,14 +127,22 @@ def read_sparse(model_dir: Path | str) -> SparseSpec:
     modules = _list(folder / "modules.json")
     kinds = [kind(m) for m in modules]
     prompts = read_prompts(folder)
-    st = _mapping(folder / "config_sentence_transformers.json") if (folder / "config_sentence_transformers.json").is_file() else {}
+    st = (
+        _mapping(folder / "config_sentence_transformers.json")
+        if (folder / "config_sentence_transformers.json").is_file()
+        else {}
+    )
     max_active = st.get("max_active_dims")
     if max_active is not None and (isinstance(max_active, bool) or not isinstance(max_active, int) or max_active < 1):
         raise ChainError(f"{folder / 'config_sentence_transformers.json'}: max_active_dims must be a positive integer")
     if kinds == ["Router"]:
         routes, default, mappings = _router(folder, module_path(folder, modules[0]))
     else:
-        routes, default, mappings = {"": _route(folder, [(k, str(m.get("path", ""))) for k, m in zip(kinds, modules)])}, None, {}
+        routes, default, mappings = (
+            {"": _route(folder, [(k, str(m.get("path", ""))) for k, m in zip(kinds, modules)])},
+            None,
+            {},
+        )
     mlm = {r.folder for r in routes.values() if r.kind == "splade"}
     if len(mlm) != 1:
         raise ChainError(
@@ -188,9 +198,15 @@ def _route(folder: Path, modules: Sequence[tuple[str, str]]) -> Route:
     if len(names) == 2 and names[0] in MLM_MODULES and names[1] == "SpladePooling":
         mlm, pooling = folder / modules[0][1], folder / modules[1][1]
         if names[0] == "Transformer":
-            task = _mapping(mlm / "sentence_bert_config.json").get("transformer_task") if (mlm / "sentence_bert_config.json").is_file() else None
+            task = (
+                _mapping(mlm / "sentence_bert_config.json").get("transformer_task")
+                if (mlm / "sentence_bert_config.json").is_file()
+                else None
+            )
             if task != "fill-mask":
-                raise ChainError(f"module Transformer in {mlm}: transformer_task {task!r} before SpladePooling; served: fill-mask")
+                raise ChainError(
+                    f"module Transformer in {mlm}: transformer_task {task!r} before SpladePooling; served: fill-mask"
+                )
         cfg = _mapping(pooling / "config.json")
         strategy, activation = cfg.get("pooling_strategy", "max"), cfg.get("activation_function", "relu")
         if strategy not in SPLADE_POOLING or activation not in SPLADE_ACTIVATIONS:
@@ -198,7 +214,7 @@ def _route(folder: Path, modules: Sequence[tuple[str, str]]) -> Route:
                 f"module SpladePooling in {pooling}: pooling_strategy {strategy!r} / activation_function "
                 f"{activation!r} not served (served: {', '.join(SPLADE_POOLING)} / {', '.join(SPLADE_ACTIVATIONS)})"
             )
-        return Route("splade", modules[0][1], str(strategy), str(activation))
+        return Route("splade", modules[0][1], str(strategy), str(activation), modules[1][1])
     raise ChainError(
         f"{folder}: sparse module chain {', '.join(names)} is not served (served: MLMTransformer + SpladePooling, "
         "SparseStaticEmbedding, or a Router of those); this model cannot be served exactly"
@@ -216,7 +232,9 @@ def _router(folder: Path, path: Path) -> tuple[dict[str, Route], str | None, dic
     for name, ids in structure.items():
         for module_id in ids:
             if ".." in Path(str(module_id)).parts or Path(str(module_id)).is_absolute():
-                raise ChainError(f"{path / 'router_config.json'}: module {module_id!r} leaves the model folder; refused")
+                raise ChainError(
+                    f"{path / 'router_config.json'}: module {module_id!r} leaves the model folder; refused"
+                )
         routes[str(name)] = _route(folder, [(str(types.get(i, "")).rsplit(".", 1)[-1], str(rel / str(i))) for i in ids])
     default = params.get("default_route")
     if default is None and params.get("allow_empty_key", True):
@@ -226,11 +244,22 @@ def _router(folder: Path, path: Path) -> tuple[dict[str, Route], str | None, dic
         try:
             parsed = ast.literal_eval(key)
         except (ValueError, SyntaxError):
-            raise ChainError(f"{path / 'router_config.json'}: route mapping {key!r} is not a (task, modality) pair") from None
+            raise ChainError(
+                f"{path / 'router_config.json'}: route mapping {key!r} is not a (task, modality) pair"
+            ) from None
         task, modality = parsed
         modality = tuple(sorted(modality)) if isinstance(modality, tuple) else modality
         mappings[(task, modality)] = str(target)
     return routes, default, mappings
+
+
+def sparse_folders(model_dir: Path | str) -> list[str]:
+    """The folders (relative) a sparse Router's routes read, for the archive to carry (none for another model)."""
+    folder = Path(model_dir)
+    if not is_sparse(folder):
+        return []
+    spec = read_sparse(folder)
+    return sorted({f for r in spec.routes.values() for f in (r.folder, r.pooling_folder) if f})
 
 
 def static_weights(model_dir: str, route: Route) -> np.ndarray:
@@ -331,8 +360,9 @@ class SparseTask:
         for name in dict.fromkeys(names):
             rows = [r for r, n in enumerate(names) if n == name]
             route = self.spec.routes[name]
-            if route.kind == "splade":
-                out[rows] = self.engine(ids[rows], mask[rows], route)
+            if route.kind == "splade":  # padded only to its own longest row
+                width = int(mask[rows].sum(axis=1).max())
+                out[rows] = self.engine(ids[rows, :width], mask[rows, :width], route)
                 continue
             weight, (before, after) = self.weights[name], self.specials
             for r in rows:
@@ -341,10 +371,25 @@ class SparseTask:
                 out[r, own] = weight[own]
         return out
 
+    def refuse(self, encoded: Any, where: str, max_length: int) -> str | None:
+        """Why a text cut at max_length is not served on a static route (sentence-transformers cuts it at its
+        tokenizer's model_max_length, without special tokens, instead); None when served."""
+        name = self.spec.route(encoded.input_type)
+        if not encoded.truncated or self.spec.routes[name].kind != "static":
+            return None
+        room = max_length - sum(self.specials)
+        return (
+            f"{where} has more than {room} tokens: input_type {encoded.input_type!r} takes the model's static route "
+            f"{name!r}, which sentence-transformers cuts elsewhere (at its tokenizer's model_max_length) than "
+            f"max_length={max_length}; send a shorter text"
+        )
+
     def answer(self, output: np.ndarray, encoded: Any) -> Any:
         from .answers import Answer
 
-        return Answer(output, len(encoded.ids), encoded.truncated, sparse=True, max_active_dims=self.spec.max_active_dims)
+        return Answer(
+            output, len(encoded.ids), encoded.truncated, sparse=True, max_active_dims=self.spec.max_active_dims
+        )
 
 
 def load_sparse_task(config: Any, model_dir: str, gpu_id: Any = None) -> SparseTask:
@@ -382,6 +427,11 @@ def load_sparse_task(config: Any, model_dir: str, gpu_id: Any = None) -> SparseT
                     raise ChainError(f"route {name!r}: {weights[name].shape[0]} weights for a vocabulary of {vocab}")
     except ChainError as e:
         raise EngineError(f"{model_dir}: {e}") from None
+    if weights and spec.chain.do_lower_case:
+        raise EngineError(
+            f"{model_dir}: its MLM transformer lower-cases texts (do_lower_case) and its static route does not; "
+            "one tokenization for both routes is served only without do_lower_case"
+        )
     device = select_device(gpu_id, torch.cuda.is_available())
     engine = SparseEngine(model, device, config.max_batch_tokens)
     return SparseTask(spec, engine, vocab, usable_positions(model.config), specials(folder), weights, model_dir)
@@ -406,4 +456,3 @@ def refused_engine(engine: str, dtype: str) -> str:
         f"a sparse model is served on engine torch in float32 (got engine {engine}, dtype {dtype}): its SPLADE head "
         "is checked against sentence-transformers there only; build it with --engine torch"
     )
-

@@ -155,15 +155,23 @@ def read_sparse_options(
     max_active = body.get("max_active_dims") if "max_active_dims" in fields else None
     if max_active is not None:
         if limits.task != "sparse":
-            return bad("InvalidRequest", f'"max_active_dims" is for sparse models; this is an {limits.task} model', "max_active_dims")
+            return bad(
+                "InvalidRequest",
+                f'"max_active_dims" is for sparse models; this is an {limits.task} model',
+                "max_active_dims",
+            )
         if not is_int(max_active) or max_active < 1:
-            return bad("InvalidRequest", f'"max_active_dims" must be a positive integer, got {quote(max_active, 40)}', "max_active_dims")
+            return bad(
+                "InvalidRequest",
+                f'"max_active_dims" must be a positive integer, got {quote(max_active, 40)}',
+                "max_active_dims",
+            )
     if limits.task == "sparse" and (normalize is not None or dimensions is not None):
         which = "normalize" if normalize is not None else "dimensions"
         return bad(
             "InvalidRequest",
-            f'"{which}" is not served for a sparse model (its answer is the SparseEncoder\'s, neither normalised nor cut; '
-            'use "max_active_dims")',
+            f'"{which}" is not served for a sparse model (its answer is the SparseEncoder\'s, neither normalised '
+            'nor cut; use "max_active_dims")',
             which,
         )
     return input_type, max_active
