@@ -117,7 +117,11 @@ class HandlerConfig:
         high=1 << 31,
     )
     max_batch_tokens: int = option(
-        8192, "rows x padded length of one forward pass (`bucketed` only)", low=1, high=1 << 22
+        8192,
+        "rows x padded length of one forward pass (`bucketed` only); a sparse model's MLM runs in row groups within "
+        "it in every strategy (its logits: at most max_batch_tokens x vocabulary floats a pass)",
+        low=1,
+        high=1 << 22,
     )
     pad_to_multiple_of: int = option(
         1, "round each pass's padded length up to this (checked against the model's positions)", low=1, high=512

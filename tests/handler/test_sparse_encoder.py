@@ -211,5 +211,5 @@ def test_a_pass_holds_at_most_max_batch_tokens_of_logits(folders):
 
     model.forward = counting
     texts = ["word " * 40] * 9
-    ((status, _),) = serve_at(handler, context, [{"texts": texts}], [""])
+    ((status, _),) = serve_at(handler, context, [{"texts": texts, "max_active_dims": 5}], [""])
     assert status == 200 and len(seen) > 1 and max(seen) <= 128
