@@ -189,10 +189,20 @@ def test_onnxruntime_and_reduced_dtypes_are_refused_at_worker_start(folders):
             make_handler(folders["splade-max"], task="sparse", max_length=MAX_LENGTH, **section)
 
 
-def test_calibration_times_the_sparse_head(folders):
+def test_calibration_times_the_sparse_head(folders, monkeypatch):
     """The cost model is fitted on passes through the MLM head and SPLADE pooling (the task's own forward)."""
-    handler, _ = make_handler(folders["splade-max"], task="sparse", max_length=MAX_LENGTH, cost={"calibrate": True})
-    assert handler.cost.per_token_us > 0 or handler.cost.per_token_sq_us > 0
+    from bucketing.sparse import SparseEngine
+
+    shapes = []
+    original = SparseEngine.__call__
+
+    def timed(self, ids, mask, route):
+        shapes.append(ids.shape)
+        return original(self, ids, mask, route)
+
+    monkeypatch.setattr(SparseEngine, "__call__", timed)
+    make_handler(folders["splade-max"], task="sparse", max_length=MAX_LENGTH, cost={"calibrate": True})
+    assert len(shapes) >= 3 * 4 and (2, 128) in shapes  # a warm-up and three timings of each shape that fits
 
 
 def test_a_pass_holds_at_most_max_batch_tokens_of_logits(folders):
@@ -213,3 +223,39 @@ def test_a_pass_holds_at_most_max_batch_tokens_of_logits(folders):
     texts = ["word " * 40] * 9
     ((status, _),) = serve_at(handler, context, [{"texts": texts, "max_active_dims": 5}], [""])
     assert status == 200 and len(seen) > 1 and max(seen) <= 128
+
+
+def build_csr(target):
+    """A SparseAutoEncoder (CSR) over a tiny dense model, saved by sentence-transformers itself."""
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+    from sentence_transformers.sparse_encoder.modules import SparseAutoEncoder
+
+    from tests.models import build_tiny
+
+    body = build_tiny(target.parent / f"{target.name}-body", "bert")
+    transformer = Transformer(str(body))
+    width = transformer.get_embedding_dimension()
+    modules = [transformer, Pooling(width), SparseAutoEncoder(input_dim=width, hidden_dim=4 * width, k=8)]
+    sentence_transformers.SparseEncoder(modules=modules, device="cpu").save(str(target))
+    return target
+
+
+def test_build_detects_a_sparse_folder_and_refuses_what_is_not_served(folders, tmp_path):
+    from bucketing.head import EngineError
+    from model_store import archives
+    from model_store.build import ArchiveSpec, BuildError
+
+    (cfg,) = ArchiveSpec(strategies=("bucketed",), model_dir=folders["router"]).configs().values()
+    assert cfg["handler"]["task"] == "sparse" and cfg["handler"]["engine"] == "torch"
+    assert set(cfg["model_chain"]["routes"]) == {"query", "document"}
+    carried = archives.model_files(folders["router"])
+    assert {"query_0_SparseStaticEmbedding", "document_0_MLMTransformer", "document_1_SpladePooling"} <= set(carried)
+    with pytest.raises(BuildError, match="engine torch in float32"):
+        ArchiveSpec(strategies=("bucketed",), model_dir=folders["router"], engine="onnxruntime").configs()
+    csr = build_csr(tmp_path / "csr")
+    with pytest.raises(BuildError, match="SparseAutoEncoder") as raised:
+        ArchiveSpec(strategies=("bucketed",), model_dir=csr).configs()
+    assert "\n" not in str(raised.value)
+    with pytest.raises(EngineError, match="SparseAutoEncoder"):
+        make_handler(csr, task="sparse", max_length=MAX_LENGTH)

@@ -10,7 +10,16 @@ import pytest
 
 from bucketing import protocols
 from bucketing.answers import Answer
-from bucketing.protocols import kserve_v2, tei, tei_default, tei_embed, tei_predict, tei_refused, tei_similarity
+from bucketing.protocols import (
+    kserve_v2,
+    tei,
+    tei_default,
+    tei_embed,
+    tei_embed_sparse,
+    tei_predict,
+    tei_refused,
+    tei_similarity,
+)
 from bucketing.protocols.base import Limits, Meta, Pair, RequestError
 from bucketing.protocols.tei_embed import EmbedRequest
 from bucketing.protocols.tei_predict import PredictRequest
@@ -231,10 +240,12 @@ def test_info_for_each_model_kind():
     assert facts(pooling=("lasttoken",)).model_type() == {"embedding": {"pooling": "last_token"}}
 
 
-@pytest.mark.parametrize("path, words", [("embed_sparse", "SPLADE"), ("embed_all", "multi-vector")])
-def test_sparse_and_token_embeddings_are_refused_in_one_line(path, words):
+@pytest.mark.parametrize(
+    "path, words, wire", [("embed_sparse", "SPLADE", tei_embed_sparse), ("embed_all", "multi-vector", tei_refused)]
+)
+def test_sparse_on_a_dense_model_and_token_embeddings_are_refused_in_one_line(path, words, wire):
     result = incoming({"inputs": "a"}, path)
-    assert result.wire is tei_refused
+    assert result.wire is wire
     status, body = reply({"inputs": "a"}, path)
     assert status == 424 and body["error_type"] == "Backend" and words in body["error"] and "\n" not in body["error"]
 
