@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 
@@ -94,7 +94,7 @@ def load_task(config: HandlerConfig, model_dir: str, gpu_id: int | None = None) 
     if config.task == "sparse":
         from .sparse import load_sparse_task
 
-        return load_sparse_task(config, model_dir, gpu_id)
+        return cast(Task, load_sparse_task(config, model_dir, gpu_id))  # its engine takes each row's route
     engine, info = load_engine(config, model_dir, gpu_id)
     if config.task == "classification":
         return ClassificationTask(engine, info)

@@ -125,9 +125,9 @@ def read_options(
     if isinstance(sparse, RequestError):
         return sparse
     input_type, max_active = sparse
-    name = body.get("prompt_name") if "prompt_name" in fields else None
+    prompt_name = body.get("prompt_name") if "prompt_name" in fields else None
     text = body.get("prompt") if "prompt" in fields else None
-    prompt = resolve_prompt(input_prompt(name, text, input_type, limits), text, limits)
+    prompt = resolve_prompt(input_prompt(prompt_name, text, input_type, limits), text, limits)
     if isinstance(prompt, RequestError):
         return prompt
     return Options(
