@@ -261,15 +261,17 @@ def build_sparse_encoder(
     prompts: dict[str, str] | None = None,
     max_active_dims: int | None = None,
     seed: int = 0,
+    legacy: bool = True,
 ) -> Path:
     """A tiny random SparseEncoder saved by sentence-transformers itself: SPLADE (a 2-layer BERT masked-LM with
-    MiniLM's tokenizer, then SpladePooling), or (`router`) a Router with a SparseStaticEmbedding query route and
-    that SPLADE document route."""
+    MiniLM's tokenizer in an `MLMTransformer`, or with `legacy` False a `Transformer` with transformer_task
+    fill-mask, then SpladePooling), or (`router`) a Router with a SparseStaticEmbedding query route and that SPLADE
+    document route."""
     import shutil
 
     import torch
     from sentence_transformers import SparseEncoder
-    from sentence_transformers.base.modules import Router
+    from sentence_transformers.base.modules import Router, Transformer
     from sentence_transformers.sparse_encoder.modules import MLMTransformer, SparseStaticEmbedding, SpladePooling
     from transformers import BertConfig, BertForMaskedLM
 
@@ -286,7 +288,10 @@ def build_sparse_encoder(
     BertForMaskedLM(config).eval().save_pretrained(body)
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
         shutil.copy(minilm_dir() / name, body / name)
-    mlm = MLMTransformer(str(body), max_seq_length=128)
+    if legacy:
+        mlm = MLMTransformer(str(body), max_seq_length=128)
+    else:
+        mlm = Transformer(str(body), max_seq_length=128, transformer_task="fill-mask")
     splade = [mlm, SpladePooling(pooling, activation_function=activation)]
     if router:
         weight = torch.rand(30522) * (torch.rand(30522) > 0.3)  # some ids weigh nothing

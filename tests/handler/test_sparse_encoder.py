@@ -24,6 +24,7 @@ VARIANTS = {
     "splade-sum-log1p": {"pooling": "sum", "activation": "log1p_relu", "prompts": PROMPTS, "max_active_dims": 64},
     "router": {"router": True, "prompts": PROMPTS},
     "router-top": {"router": True, "pooling": "sum", "max_active_dims": 24, "seed": 3},
+    "transformer-fill-mask": {"legacy": False, "seed": 4},  # sentence-transformers 6's own way to save SPLADE
 }
 ENCODE = {None: "encode", "query": "encode_query", "document": "encode_document"}
 
@@ -134,6 +135,8 @@ def test_openai_and_tei_answer_sparse_shapes(folders, handlers):
         {"inputs": texts, "prompt_name": "query"},
         {"inputs": texts[0]},
     ]
+    ((status, info),) = serve_at(handler, context, [None], ["info"])
+    assert status == 200 and info["model_type"] == {"embedding": {"pooling": "splade"}}
     (s1, openai), (s2, tei), (s3, single) = serve_at(
         handler, context, rows, ["v1/embeddings", "embed_sparse", "embed_sparse"]
     )
