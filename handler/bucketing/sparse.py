@@ -360,8 +360,8 @@ class SparseTask:
         for name in dict.fromkeys(names):
             rows = [r for r, n in enumerate(names) if n == name]
             route = self.spec.routes[name]
-            if route.kind == "splade":  # padded only to its own longest row
-                width = int(mask[rows].sum(axis=1).max())
+            if route.kind == "splade":  # beside another route's rows: padded only to its own longest
+                width = ids.shape[1] if len(rows) == len(names) else int(mask[rows].sum(axis=1).max())
                 out[rows] = self.engine(ids[rows, :width], mask[rows, :width], route)
                 continue
             weight, (before, after) = self.weights[name], self.specials

@@ -145,6 +145,11 @@ def test_openai_and_tei_answer_sparse_shapes(folders, handlers):
     assert mismatches([d["embedding"] for d in openai["data"]], expected) == 0
     as_lists = [{"indices": [p["index"] for p in a], "values": [p["value"] for p in a]} for a in tei]
     assert mismatches(as_lists, expected) == 0
+    ((status, v1),) = serve_at(handler, context, [{"instances": texts[:2]}], [""])
+    assert status == 200
+    assert (
+        mismatches([p["embedding"] for p in v1["predictions"]], reference(folders["splade-sum-log1p"], texts[:2])) == 0
+    )
     plain = reference(folders["splade-sum-log1p"], texts[:1])
     assert (
         len(single) == 1
