@@ -306,11 +306,11 @@ class SparseEngine:
                 i = torch.from_numpy(ids[start : start + rows]).to(self.device)
                 m = torch.from_numpy(mask[start : start + rows]).to(self.device)
                 logits = self.model(input_ids=i, attention_mask=m, return_dict=False)[0].float()
-                x = (logits * m.unsqueeze(-1).to(logits.dtype)).relu_().log1p_()
-                del logits
+                x = logits.mul_(m.unsqueeze(-1).to(logits.dtype)).relu_().log1p_()  # in place: one logits tensor
                 if route.activation == "log1p_relu":
                     x = x.log1p_()
                 out.append((torch.max(x, dim=1)[0] if route.pooling == "max" else torch.sum(x, dim=1)).cpu().numpy())
+                del logits, x  # before the next group's logits are made
         return np.concatenate(out, axis=0)
 
 

@@ -6,7 +6,9 @@ request's max_active_dims; in our format, OpenAI's and TEI's /embed_sparse; and 
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 
 import pytest
 
@@ -214,18 +216,26 @@ def test_calibration_times_the_sparse_head(folders, monkeypatch):
 
 
 def test_a_pass_holds_at_most_max_batch_tokens_of_logits(folders):
-    """The MLM runs in row groups of at most max_batch_tokens tokens, whatever the strategy planned."""
+    """The MLM runs in row groups of at most max_batch_tokens tokens, whatever the strategy planned, and a group's
+    logits are freed before the next group's are made."""
+    import torch
+
     handler, context = make_handler(
         folders["splade-max"], task="sparse", strategy="dynamic", max_length=MAX_LENGTH, max_batch_tokens=128
     )
-    seen = []
+    seen, logits = [], []
     model = handler.task.engine.model
     original = model.forward
 
     def counting(*args, **kwargs):
         ids = kwargs["input_ids"]
         seen.append(ids.shape[0] * ids.shape[1])
-        return original(*args, **kwargs)
+        assert all(ref() is None for ref in logits), "a row group's logits outlived it"
+        held = [o for o in gc.get_objects() if isinstance(o, torch.Tensor) and o.numel() >= 64 * 30522]
+        assert not held, f"{len(held)} vocabulary-wide tensors of an earlier group are still held"
+        out = original(*args, **kwargs)
+        logits.append(weakref.ref(out[0]))
+        return out
 
     model.forward = counting
     texts = ["word " * 40] * 9
