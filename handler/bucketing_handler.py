@@ -37,7 +37,11 @@ class BucketingHandler:
         model_dir = os.path.join(context.system_properties.get("model_dir", "."), self.config.model_path)
         self.task = load_task(self.config, model_dir, context.system_properties.get("gpu_id"))
         chain = self.task.chain
-        self.tokenizer = Tokenizer(model_dir, self.config.max_length, lower_case=bool(chain and chain.do_lower_case))
+        self.tokenizer = Tokenizer(
+            self.task.tokenizer_dir or model_dir,  # a sparse Router's: its MLM transformer's folder
+            self.config.max_length,
+            lower_case=bool(chain and chain.do_lower_case),
+        )
         self.cost = self._cost_model()
         self.pipeline = Pipeline(self.config, self.tokenizer, self.task, make_planner(self.config, self.cost))
         self.pool = None
@@ -45,6 +49,7 @@ class BucketingHandler:
             check_model_config(getattr(context, "model_yaml_config", None))
             self.pool = Pool(self.pipeline, self.cost)
         described = f", model chain {chain.describe()}" if chain is not None else ""
+        described += self.task.ready_note  # a sparse model's routes and memory per pass
         note = self.pipeline.limit_note()
         self.fidelity = self.task.engine.fidelity  # a reduced dtype's, measured at load
         described += f", {self.fidelity.describe()}" if self.fidelity is not None else ""

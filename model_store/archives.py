@@ -110,6 +110,8 @@ def check_model_dir(model_dir: Path, task: str, dtype: str | None = None) -> int
     missing."""
     if task not in TASKS:
         raise ModelFolderError(f"--task {task!r}; allowed: {', '.join(TASKS)}")
+    if task == "sparse":
+        return check_sparse_dir(model_dir, dtype)
     if not (model_dir / "config.json").is_file():
         raise ModelFolderError(f"{model_dir}: no config.json (a Hugging Face model folder, as save_pretrained writes)")
     from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
@@ -153,27 +155,48 @@ def check_model_dir(model_dir: Path, task: str, dtype: str | None = None) -> int
     return sentence_transformers_limit(max_seq_length, tokenizer.model_max_length, positions)
 
 
+def detect_task(model_dir: Path) -> str:
+    """The task a folder is served as when --task is not given, as its own files name it: `multivector` for what
+    MultiVectorEncoder saved, `sparse` for what SparseEncoder loads, else embedding."""
+    from bucketing.multivector import TASK, is_multivector
+    from bucketing.sparse import is_sparse
+
+    return TASK if is_multivector(model_dir) else "sparse" if is_sparse(model_dir) else "embedding"
+
+
+def check_sparse_dir(model_dir: Path, dtype: str | None = None) -> int:
+    """A SparseEncoder folder: its sparse chain (ModelFolderError in one line for what is not served) and its MLM
+    transformer's folder checked as a model; the tokens per text sentence-transformers cuts it at."""
+    from bucketing.chain import ChainError
+    from bucketing.sparse import read_sparse, refused_engine
+
+    if (dtype or "float32") != "float32":
+        raise ModelFolderError(refused_engine("torch", dtype or "float32"))
+    try:
+        spec = read_sparse(model_dir)
+    except ChainError as e:
+        raise ModelFolderError(str(e)) from None
+    longest = check_model_dir(model_dir / (spec.mlm or ""), "embedding", dtype)
+    return min(longest, spec.chain.max_seq_length or longest)
+
+
 def read_model_chain(model_dir: Path, task: str = "embedding") -> Any:
     """The folder's sentence-transformers module chain (`bucketing.chain.Chain`; a classifier's: a CrossEncoder's
     prompts alone, as its worker reads them), or ModelFolderError in one line."""
     from bucketing.chain import ChainError, read_chain, read_prompts
     from bucketing.multivector import TASK, is_multivector, read_multivector
+    from bucketing.sparse import read_sparse
 
     try:
         if task == TASK:
             return read_multivector(model_dir).chain
         if task == "embedding" and is_multivector(model_dir):
             raise ChainError(f"{model_dir}: a MultiVectorEncoder folder; build it with --task {TASK}")
+        if task == "sparse":
+            return read_sparse(model_dir).chain
         return read_chain(model_dir) if task == "embedding" else read_prompts(model_dir)
     except ChainError as e:
         raise ModelFolderError(str(e)) from None
-
-
-def detected_task(model_dir: Path) -> str:
-    """The task a folder's own files name: `multivector` for a folder MultiVectorEncoder saved, else embedding."""
-    from bucketing.multivector import TASK, is_multivector
-
-    return TASK if is_multivector(model_dir) else "embedding"
 
 
 def engine_model_dir(model_dir: Path, engine: str, task: str, target: Path) -> Path:
@@ -201,6 +224,7 @@ def model_files(model_dir: Path) -> list[str]:
     """What an archive carries of a model folder: its top-level files (the bundled MiniLM: those the handler
     reads) but exported graphs, and the folders its sentence-transformers chain reads (`1_Pooling`, `2_Dense`)."""
     from bucketing.chain import ChainError, module_folders
+    from bucketing.sparse import sparse_folders
 
     bundled = model_dir.resolve() == minilm_dir().resolve()
     files = [p.name for p in sorted(model_dir.iterdir()) if p.is_file() and p.suffix != ".onnx"]
@@ -208,6 +232,7 @@ def model_files(model_dir: Path) -> list[str]:
         files = [f for f in files if f in MODEL_FILES or f in ST_FILES]
     try:
         folders = module_folders(model_dir)
+        folders += sparse_folders(model_dir)  # a sparse Router's route modules
     except ChainError as e:
         raise ModelFolderError(str(e)) from None
     return files + [f for f in folders if (model_dir / f).is_dir()]

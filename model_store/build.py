@@ -31,6 +31,7 @@ import yaml
 
 from bucketing.config import DTYPES, ENGINES, MAX_LENGTH_CAP, SCHEDULES, TASKS
 from bucketing.config import STRATEGIES as STRATEGIES  # re-exported: the bench builds these by default
+from bucketing.sparse import read_sparse, refused_engine
 from model_store import archives
 
 
@@ -192,13 +193,15 @@ class ArchiveSpec:
         unknown = sorted(set(self.strategies) - set(STRATEGIES))
         if unknown:
             raise BuildError(f"--strategies: unknown {', '.join(unknown)}; allowed: {', '.join(STRATEGIES)}")
-        task = self.task or (archives.detected_task(self.folder) if self.model_dir is not None else "embedding")
+        task = self.task or (archives.detect_task(self.folder) if self.model_dir is not None else "embedding")
         reduced = self.dtype not in (None, "float32")
         if reduced and task == "multivector":
             raise BuildError(f"--dtype {self.dtype}: a multi-vector model is served in float32 only")
         if reduced and self.engine not in (None, "torch"):
             raise BuildError(f"--dtype {self.dtype} runs on the torch engine; got --engine {self.engine}")
-        engine = self.engine or ("torch" if reduced else archives.default_engine())
+        if task == "sparse" and self.engine not in (None, "torch"):
+            raise BuildError(refused_engine(self.engine or "torch", self.dtype or "float32"))
+        engine = self.engine or ("torch" if reduced or task == "sparse" else archives.default_engine())
         overrides: dict[str, Any] = {"engine": engine, "schedule": self.schedule, "dtype": self.dtype}
         try:
             if self.model_dir is not None or self.max_length is not None:
@@ -218,6 +221,9 @@ class ArchiveSpec:
             archives.name(s, self.threads, self.prefix): archives.model_config(s, self.threads, **overrides)
             for s in self.strategies
         }
+        if task == "sparse":
+            for cfg in configs.values():
+                cfg["model_chain"] = read_sparse(self.folder).describe()
         if task == "embedding":  # what was read, for a person reading the model-config (the worker reads the folder)
             for cfg in configs.values():
                 cfg["model_chain"] = chain.describe()
@@ -245,7 +251,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", choices=ENGINES, help="torch or onnxruntime (default: the template's)")
     parser.add_argument("--schedule", choices=SCHEDULES, help="handler.schedule (default: the template's)")
     parser.add_argument("--name", default=archives.PREFIX, help="archive name prefix: NAME-<strategy>.mar")
-    parser.add_argument("--task", choices=TASKS, default=None, help="with --model-dir: embedding or classification")
+    parser.add_argument(
+        "--task",
+        choices=TASKS,
+        default=None,
+        help="with --model-dir: embedding, classification or sparse (default: sparse for a SparseEncoder folder, "
+        "else embedding)",
+    )
     parser.add_argument("--if-stale", action="store_true", help="only archives missing or older than a source")
     parser.add_argument("--config", type=Path, help="one archive, NAME.mar, from this model-config YAML")
     parser.add_argument(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from model_store.archives import minilm_dir
 
@@ -313,5 +313,56 @@ def build_multi_vector_encoder(
     if normalize:
         modules.append(Normalize(module_input_name="token_embeddings"))
     model = MultiVectorEncoder(modules=modules, prompts=prompts, default_prompt_name=default_prompt)
+    model.save(str(target))
+    return target
+
+
+def build_sparse_encoder(
+    target: Path,
+    pooling: Literal["max", "sum"] = "max",
+    activation: Literal["relu", "log1p_relu"] = "relu",
+    router: bool = False,
+    prompts: dict[str, str] | None = None,
+    max_active_dims: int | None = None,
+    seed: int = 0,
+    legacy: bool = True,
+) -> Path:
+    """A tiny random SparseEncoder saved by sentence-transformers itself: SPLADE (a 2-layer BERT masked-LM with
+    MiniLM's tokenizer in an `MLMTransformer`, or with `legacy` False a `Transformer` with transformer_task
+    fill-mask, then SpladePooling), or (`router`) a Router with a SparseStaticEmbedding query route and that SPLADE
+    document route."""
+    import shutil
+
+    import torch
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.base.modules import Router, Transformer
+    from sentence_transformers.sparse_encoder.modules import MLMTransformer, SparseStaticEmbedding, SpladePooling
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(seed)
+    body = target.parent / f"{target.name}-body"
+    config = BertConfig(
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
+    )
+    BertForMaskedLM(config).eval().save_pretrained(body)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(minilm_dir() / name, body / name)
+    if legacy:
+        mlm = MLMTransformer(str(body), max_seq_length=128)
+    else:
+        mlm = Transformer(str(body), max_seq_length=128, transformer_task="fill-mask")
+    splade = [mlm, SpladePooling(pooling, activation_function=activation)]
+    if router:
+        weight = torch.rand(30522) * (torch.rand(30522) > 0.3)  # some ids weigh nothing
+        static = SparseStaticEmbedding(tokenizer=cast(Any, mlm.tokenizer), weight=weight, frozen=True)
+        modules: list = [Router.for_query_document([static], splade)]
+    else:
+        modules = splade
+    model = SparseEncoder(modules=modules, prompts=prompts, max_active_dims=max_active_dims, device="cpu")
     model.save(str(target))
     return target

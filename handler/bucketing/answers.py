@@ -35,6 +35,18 @@ class Answer:
     labels: tuple[str, ...] | None = None  # class names (classification); None for embeddings
     activation: str = "softmax"  # classification: how the logits become scores (ACTIVATIONS)
     normalize: bool = False  # embeddings: L2-normalised unless a request says otherwise
+    sparse: bool = False  # a sparse model's: `values` is the vocabulary-size vector
+    max_active_dims: int | None = None  # sparse: the model's cut (its config_sentence_transformers.json)
+
+    def sparse_vector(self, max_active_dims: int | None = None) -> tuple[list[int], list[float]]:
+        """A sparse answer's non-zero ids (ascending) and their values, cut to the request's max_active_dims (else
+        the model's) as sentence-transformers cuts them."""
+        row = np.asarray(self.values, dtype=np.float32)
+        k = max_active_dims if max_active_dims is not None else self.max_active_dims
+        if k is not None and np.count_nonzero(row) > k:
+            row = keep_top(row, k)
+        ids = np.flatnonzero(row)
+        return ids.tolist(), row[ids].tolist()
 
     def vector(self, dimensions: int | None = None, normalize: bool | None = None) -> Any:
         """The embedding as answered: its first `dimensions` components, L2-normalised (after the cut) when
@@ -48,8 +60,11 @@ class Answer:
         """Our native answer object: `embedding`; or a one-label model's `score`; or `label` (the top one) and
         `scores` by label; then `tokens` and `truncated` (`answer_fields` names them). `options`: the request's."""
         o = options or Options()
-        if self.labels is None:
-            head: dict[str, Any] = {"embedding": self.vector(o.dimensions, o.normalize).tolist()}
+        if self.sparse:
+            indices, values = self.sparse_vector(o.max_active_dims)
+            head: dict[str, Any] = {"embedding": {"indices": indices, "values": values}}
+        elif self.labels is None:
+            head = {"embedding": self.vector(o.dimensions, o.normalize).tolist()}
         else:
             scores = activate(self.values, "identity" if o.raw_scores else self.activation)
             if len(self.labels) == 1:
@@ -70,11 +85,24 @@ class Options:
     prompt: str = ""  # put before each text (a named prompt of the model's, resolved; or the request's own)
     truncate: bool | None = None  # a text over max_length: cut (true) or a 413 (false); None: handler.on_overflow
     truncation_direction: str = "right"  # which end of a text over max_length is cut: right or left
-    input_type: str | None = None  # "query" | "document": encode_query / encode_document; None: encode()
+    input_type: str | None = None  # "query" | "document": as encode_query / encode_document; None: as encode()
+    max_active_dims: int | None = None  # sparse: keep this many non-zeros (None: the model's max_active_dims)
 
 
 def answer_fields(task: str, labels: int = 2) -> tuple[str, ...]:
     """The fields of an answer of this task (and number of labels), in order (what `Answer.fields` gives)."""
-    head = ("embedding",) if task == "embedding" else ("score",) if labels == 1 else ("label", "scores")
+    head = ("embedding",) if task in ("embedding", "sparse") else ("score",) if labels == 1 else ("label", "scores")
     head = ("embeddings",) if task == "multivector" else head
     return (*head, "tokens", "truncated")
+
+
+def keep_top(row: Any, k: int) -> Any:
+    """The row with all but its k largest absolute values set to zero, by torch's top-k (its order among equal
+    values is torch's), as sentence-transformers' `select_max_active_dims` keeps them."""
+    import torch
+
+    vector = torch.from_numpy(np.ascontiguousarray(row, dtype=np.float32))
+    _, top = torch.topk(torch.abs(vector), k=min(k, vector.shape[-1]), dim=-1)
+    kept = torch.zeros_like(vector)
+    kept.scatter_(-1, top, vector.gather(-1, top))
+    return kept.numpy()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-TASKS = ("embedding", "classification", "multivector")
+TASKS = ("embedding", "classification", "sparse", "multivector")
 STRATEGIES = ("bucketed", "dynamic", "static")
 OVERFLOW = ("truncate", "reject")
 ENGINES = ("torch", "onnxruntime")
@@ -68,8 +68,9 @@ class HandlerConfig:
     task: str = option(
         "embedding",
         "`embedding` (the model's sentence-transformers chain; mean pooling for a plain "
-        "folder), `classification` (id2label scores: softmax; sigmoid for one label or multi-label) or `multivector` "
-        "(a MultiVectorEncoder folder: one vector per kept token)",
+        "folder), `classification` (id2label scores: softmax; sigmoid for one label or multi-label), `sparse` (a "
+        "sentence-transformers SparseEncoder: SPLADE, static, a query/document Router; engine torch, float32) or "
+        "`multivector` (a MultiVectorEncoder folder: one vector per kept token)",
         choices=TASKS,
     )
     strategy: str = option(
@@ -122,7 +123,11 @@ class HandlerConfig:
         high=1 << 31,
     )
     max_batch_tokens: int = option(
-        8192, "rows x padded length of one forward pass (`bucketed` only)", low=1, high=1 << 22
+        8192,
+        "rows x padded length of one forward pass (`bucketed` only); a sparse model's MLM runs in row groups within "
+        "it in every strategy (its logits: at most max_batch_tokens x vocabulary floats a pass)",
+        low=1,
+        high=1 << 22,
     )
     pad_to_multiple_of: int = option(
         1, "round each pass's padded length up to this (checked against the model's positions)", low=1, high=512

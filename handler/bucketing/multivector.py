@@ -24,6 +24,7 @@ import torch
 
 from .answers import Answer, Options
 from .chain import Chain, ChainError, _dense, _json, _mapping, _positive, _prompts, _transformer, module_path
+from .task import TaskHooks
 from .tokenizer import Encoded
 
 TASK = "multivector"
@@ -262,7 +263,7 @@ class MultiVectorAnswer(Answer):
         return {"embeddings": self.vectors(options).tolist(), "tokens": self.tokens, "truncated": self.truncated}
 
 
-class MultiVectorTask:
+class MultiVectorTask(TaskHooks):
     """Token embeddings through the chain's Dense layers, the kept tokens answered per input type."""
 
     name = TASK
@@ -283,7 +284,12 @@ class MultiVectorTask:
         return self.chain
 
     def forward(
-        self, ids: np.ndarray, mask: np.ndarray, skip: Sequence[int] | None = None, types: np.ndarray | None = None
+        self,
+        ids: np.ndarray,
+        mask: np.ndarray,
+        skip: Sequence[int] | None = None,
+        types: np.ndarray | None = None,
+        input_types: Sequence[str | None] | None = None,
     ) -> np.ndarray:
         """Token vectors [rows, padded length, dimensions] of a padded sub-batch."""
         vectors: np.ndarray = self.engine(ids, mask)
@@ -295,6 +301,12 @@ class MultiVectorTask:
         return MultiVectorAnswer(
             values, n, encoded.truncated, normalize=self.normalize, ids=encoded.ids, keep=self.keep
         )
+
+    def input_lengths(self) -> dict[str, int]:
+        return self.spec.lengths()
+
+    def cut(self, input_type: str | None, ceiling: int) -> int:
+        return self.spec.cut(input_type, ceiling)
 
     def shape(self, encoded: Encoded, options: Options, ceiling: int, specials: tuple[int, int]) -> Encoded:
         """A text's tokens as the input type gives them (Transformer.preprocess): cut at its length (`ceiling`: the

@@ -26,7 +26,7 @@ from .metrics import BatchStats
 from .planner import CostModel, Plan, plan_bucketed, plan_dynamic, plan_static, round_up
 from .protocols import Incoming, Reply, tei
 from .protocols.base import Limits, Meta, Pair, Request, RequestError
-from .tasks import Task
+from .task import Task
 from .tokenizer import Encoded, Tokenizer, collate
 
 logger = logging.getLogger(__name__)
@@ -78,7 +78,8 @@ def compute(items: Sequence[Item], plan_fn: Planner, task: Task, pad_id: int) ->
             types, _ = collate([e.type_ids or (0,) * len(e.ids) for e in encoded], sb.padded_len, 0)
         if any(e.attention for e in encoded):  # query expansion the encoder does not attend to
             mask, _ = collate([e.attention or (1,) * len(e.ids) for e in encoded], sb.padded_len, 0)
-        results.append(list(task.forward(ids, mask, [e.skip for e in encoded], types)))
+        routes = [e.input_type for e in encoded] if task.routed else None
+        results.append(list(task.forward(ids, mask, [e.skip for e in encoded], types, routes)))
     forward_ms = (time.perf_counter() - start) * 1000.0
     stats = BatchStats(
         batches=0,
@@ -158,8 +159,7 @@ class Pipeline:
                 f"model's {self.task.max_positions} positions; allowed: a multiple that rounds max_length to at "
                 f"most {self.task.max_positions} (or a smaller max_length)"
             )
-        spec = getattr(self.task, "spec", None)  # a multi-vector model's per-task lengths
-        longer = {k: v for k, v in (spec.lengths() if spec is not None else {}).items() if v > self.model_limit}
+        longer = {k: v for k, v in self.task.input_lengths().items() if v > self.model_limit}
         if longer:
             raise ConfigError(
                 f"the model's {', '.join(f'{k} {v}' for k, v in longer.items())} exceeds its own limit of "
@@ -225,7 +225,8 @@ class Pipeline:
             )
             for i, e in zip(texts, encoded):
                 prompt = merged.options[i].prompt
-                out[i] = replace(e, skip=self.tokenizer.prompt_length(prompt) if prompt and self.excludes_prompt else 0)
+                skip = self.tokenizer.prompt_length(prompt) if prompt and self.excludes_prompt else 0
+                out[i] = replace(e, skip=skip, input_type=merged.options[i].input_type)
             for i in mine:
                 if isinstance(x := merged.inputs[i], tuple):
                     out[i] = self.tokenizer.wrap(x, left)
@@ -236,12 +237,9 @@ class Pipeline:
             )
             for i, e in zip(pairs, encoded):
                 out[i] = e
-        shape = getattr(self.task, "shape", None)  # a task whose input type decides its tokens (multi-vector)
-        if shape is not None:
-            specials = (len(self.tokenizer.prefix), len(self.tokenizer.suffix))
-            out = [
-                e if e is None else shape(e, o, self.config.max_length, specials) for e, o in zip(out, merged.options)
-            ]
+        specials = (len(self.tokenizer.prefix), len(self.tokenizer.suffix))
+        shape, ceiling = self.task.shape, self.config.max_length
+        out = [e if e is None else shape(e, o, ceiling, specials) for e, o in zip(out, merged.options)]
         missing = [i for i, e in enumerate(out) if e is None]
         if missing:  # an input of no known kind: fail the request rather than shift its answers
             raise TypeError(f"input {missing[0]} is neither a text, token ids nor a pair")
@@ -306,6 +304,9 @@ class Pipeline:
                     "input",
                 )
             options = request.options
+            refusal = self.task.refuse(e, request.where(index), self.config.max_length)
+            if refusal:
+                return RequestError(413, "TextTooLong", refusal, "input")
             if e.truncated and not self._may_cut(options):
                 why = "truncate: false" if options.truncate is False else "on_overflow: reject"
                 return RequestError(
@@ -328,8 +329,7 @@ class Pipeline:
     def _limit(self, options: Options) -> str:
         """Where a text of this request is cut, for a message: max_length, or a multi-vector model's length for
         the request's input type (query_length, document_length)."""
-        spec = getattr(self.task, "spec", None)
-        cut = spec.cut(options.input_type, self.config.max_length) if spec is not None else self.config.max_length
+        cut = self.task.cut(options.input_type, self.config.max_length)
         if cut == self.config.max_length:
             return f"max_length={cut} tokens"
         return f"{cut} tokens (the model's {options.input_type} length)"

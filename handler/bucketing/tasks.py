@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
 
 import numpy as np
 
@@ -14,41 +13,11 @@ from .config import HandlerConfig
 from .engines import Engine, load_engine
 from .head import EngineError, ModelInfo
 from .multivector import TASK, MultiVectorTask, read_multivector
+from .task import Task, TaskHooks
 from .tokenizer import Encoded
 
 
-class Task(Protocol):
-    """What the handler needs from a task: a forward pass per sub-batch, and one answer per text."""
-
-    name: str
-    max_positions: int
-    dimensions: int  # embedding size, or number of labels
-    engine: Engine
-
-    @property
-    def labels(self) -> tuple[str, ...] | None:
-        """Class names (classification); None for embeddings."""
-        ...
-
-    @property
-    def chain(self) -> Chain | None:
-        """The sentence-transformers module chain the engine runs after the encoder (pooling, Dense); None when none
-        follows it (a classifier)."""
-        ...
-
-    @property
-    def settings(self) -> Chain:
-        """The folder's sentence-transformers settings a request reads: its prompts (for embeddings, its chain)."""
-        ...
-
-    def forward(
-        self, ids: np.ndarray, mask: np.ndarray, skip: Sequence[int] | None = None, types: np.ndarray | None = None
-    ) -> np.ndarray: ...
-
-    def answer(self, output: np.ndarray, encoded: Encoded) -> Answer: ...
-
-
-class EmbeddingTask:
+class EmbeddingTask(TaskHooks):
     """The model's module chain (pooling, Dense) in the engine; normalised when answered (`normalize`: the
     chain's Normalize, or the handler's setting; a request may ask otherwise)."""
 
@@ -63,7 +32,12 @@ class EmbeddingTask:
         self.normalize = normalize
 
     def forward(
-        self, ids: np.ndarray, mask: np.ndarray, skip: Sequence[int] | None = None, types: np.ndarray | None = None
+        self,
+        ids: np.ndarray,
+        mask: np.ndarray,
+        skip: Sequence[int] | None = None,
+        types: np.ndarray | None = None,
+        input_types: Sequence[str | None] | None = None,
     ) -> np.ndarray:
         """Pooled outputs of a padded sub-batch; `skip[r]`: leading (prompt) tokens of row r left out of pooling."""
         if not skip or not any(skip):
@@ -81,7 +55,7 @@ class EmbeddingTask:
         return Answer(output, len(encoded.ids), encoded.truncated, normalize=self.normalize)
 
 
-class ClassificationTask:
+class ClassificationTask(TaskHooks):
     """Sequence classification: the logits, answered as scores by the model's activation (softmax over labels;
     sigmoid for one label or a multi-label model; the CrossEncoder's own when its config names one)."""
 
@@ -97,7 +71,12 @@ class ClassificationTask:
         self.settings = info.chain  # a CrossEncoder's prompts (no module chain follows a classifier)
 
     def forward(
-        self, ids: np.ndarray, mask: np.ndarray, skip: Sequence[int] | None = None, types: np.ndarray | None = None
+        self,
+        ids: np.ndarray,
+        mask: np.ndarray,
+        skip: Sequence[int] | None = None,
+        types: np.ndarray | None = None,
+        input_types: Sequence[str | None] | None = None,
     ) -> np.ndarray:
         """The logits of a padded sub-batch; `types`: token types of text pairs (zeros for single texts)."""
         return self.engine(ids, mask, types=types)
@@ -108,6 +87,10 @@ class ClassificationTask:
 
 def load_task(config: HandlerConfig, model_dir: str, gpu_id: int | None = None) -> Task:
     """The configured task on the configured engine, on the worker's GPU when it has one."""
+    if config.task == "sparse":
+        from .sparse import load_sparse_task
+
+        return load_sparse_task(config, model_dir, gpu_id)
     if config.task == TASK and config.dtype != "float32":
         raise EngineError(f"handler.dtype {config.dtype}: a multi-vector model is served in float32 only")
     engine, info = load_engine(config, model_dir, gpu_id)

@@ -21,6 +21,7 @@ class Encoded:
     skip: int = 0  # leading tokens (a prompt's, with the first special token) the pooling leaves out
     type_ids: tuple[int, ...] | None = None  # a text pair's token types (None: all 0, a single text)
     attention: tuple[int, ...] | None = None  # the row's attention mask where not all ones (query expansion)
+    input_type: str | None = None  # its request's query/document choice (a sparse Router's route)
 
 
 class Tokenizer:

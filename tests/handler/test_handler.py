@@ -159,10 +159,10 @@ def poison(handler, monkeypatch) -> None:
     bad = handler.tokenizer.encode(["poison"])[0].ids
     forward = handler.task.forward
 
-    def flaky(ids, mask, skip=None, types=None):
+    def flaky(ids, mask, skip=None, types=None, input_types=None):
         if any(tuple(row[: len(bad)]) == bad for row in ids.tolist()):
             raise RuntimeError("boom")
-        return forward(ids, mask, skip, types)
+        return forward(ids, mask, skip, types, input_types)
 
     monkeypatch.setattr(handler.task, "forward", flaky)
 

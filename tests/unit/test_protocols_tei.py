@@ -16,8 +16,8 @@ from bucketing.protocols import (
     tei_default,
     tei_embed,
     tei_embed_all,
+    tei_embed_sparse,
     tei_predict,
-    tei_refused,
     tei_similarity,
 )
 from bucketing.protocols.base import Limits, Meta, Pair, RequestError
@@ -241,9 +241,9 @@ def test_info_for_each_model_kind():
 
 
 @pytest.mark.parametrize(
-    "path, words, wire", [("embed_sparse", "SPLADE", tei_refused), ("embed_all", "multi-vector", tei_embed_all)]
+    "path, words, wire", [("embed_sparse", "SPLADE", tei_embed_sparse), ("embed_all", "multi-vector", tei_embed_all)]
 )
-def test_sparse_and_token_embeddings_are_refused_in_one_line(path, words, wire):
+def test_sparse_and_token_embeddings_on_a_dense_model_are_refused_in_one_line(path, words, wire):
     result = incoming({"inputs": "a"}, path)
     assert result.wire is wire
     status, body = reply({"inputs": "a"}, path)

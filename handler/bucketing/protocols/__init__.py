@@ -29,9 +29,9 @@ from . import (
     tei_default,
     tei_embed,
     tei_embed_all,
+    tei_embed_sparse,
     tei_info,
     tei_predict,
-    tei_refused,
     tei_rerank,
     tei_similarity,
     tei_tokenize,
@@ -48,12 +48,12 @@ WIRES: tuple[ModuleType, ...] = (
     cohere_rerank,
     tei_embed,
     tei_embed_all,
+    tei_embed_sparse,
     tei_predict,
     tei_similarity,
     tei_tokenize,
     tei_decode,
     tei_info,
-    tei_refused,
     native,
 )
 Parser = Callable[[Any, Limits], Any]
@@ -192,7 +192,9 @@ def largest_answer(limits: Limits, labels: Sequence[str] | None = None) -> int:
     """An upper bound on the bytes of one answer to a request of max_texts inputs, in any wire format."""
     if limits.task == "multivector":  # one vector per token: checked per request (a 413), so one text must fit
         return limits.max_length * (limits.dimensions * FLOAT_CHARS + 2) + 2 * ANSWER_OVERHEAD
-    if labels is None:
+    if limits.task == "sparse":  # unbounded but by the vocabulary: each answer is checked when made (a 413)
+        per_input = 0
+    elif labels is None:
         per_input = limits.dimensions * FLOAT_CHARS
     else:  # scores by label, and v2's label list; then the top label
         per_input = sum(2 * (len(json.dumps(label)) + 2) + FLOAT_CHARS for label in labels)

@@ -88,7 +88,10 @@ OPTION_FIELDS = (
     "truncate",
     "truncation_direction",
     "input_type",
+    "max_active_dims",
 )
+INPUT_TYPES = ("query", "document")  # sentence-transformers' encode_query / encode_document (absent: encode())
+DOCUMENT_PROMPTS = ("document", "passage", "corpus")  # encode_document's prompt: the first of these the model has
 DIRECTIONS = ("right", "left")
 INPUT_TYPES = ("query", "document")  # encode_query / encode_document (absent: encode())
 
@@ -119,19 +122,13 @@ def read_options(
             f'"truncation_direction" must be "right" or "left", got {quote(direction, 40)}',
             "truncation_direction",
         )
-    input_type = body.get("input_type") if "input_type" in fields else None
-    if input_type is not None and input_type not in INPUT_TYPES:
-        return bad(
-            "InvalidRequest",
-            f'"input_type" must be "query" or "document" (or absent), got {quote(input_type, 40)}',
-            "input_type",
-        )
-    prompt = resolve_prompt(
-        body.get("prompt_name") if "prompt_name" in fields else None,
-        body.get("prompt") if "prompt" in fields else None,
-        limits,
-        input_type,
-    )
+    sparse = read_sparse_options(body, limits, fields, values["normalize"], dimensions)
+    if isinstance(sparse, RequestError):
+        return sparse
+    input_type, max_active = sparse
+    prompt_name = body.get("prompt_name") if "prompt_name" in fields else None
+    text = body.get("prompt") if "prompt" in fields else None
+    prompt = resolve_prompt(input_prompt(prompt_name, text, input_type, limits), text, limits, input_type)
     if isinstance(prompt, RequestError):
         return prompt
     return Options(
@@ -141,8 +138,54 @@ def read_options(
         prompt,
         values["truncate"],
         direction,
-        input_type=input_type,
+        input_type,
+        max_active,
     )
+
+
+def read_sparse_options(
+    body: Mapping[str, Any], limits: Limits, fields: Sequence[str], normalize: bool | None, dimensions: int | None
+) -> tuple[str | None, int | None] | RequestError:
+    """`input_type` ("query" | "document") and, for a sparse model, `max_active_dims`; a sparse model's answer is
+    not normalised or cut to `dimensions` (sentence-transformers' SparseEncoder does neither)."""
+    input_type = body.get("input_type") if "input_type" in fields else None
+    if input_type is not None and input_type not in INPUT_TYPES:
+        return bad(
+            "InvalidRequest", f'"input_type" must be "query" or "document", got {quote(input_type, 40)}', "input_type"
+        )
+    max_active = body.get("max_active_dims") if "max_active_dims" in fields else None
+    if max_active is not None:
+        if limits.task != "sparse":
+            return bad(
+                "InvalidRequest",
+                f'"max_active_dims" is for sparse models; this is an {limits.task} model',
+                "max_active_dims",
+            )
+        if not is_int(max_active) or max_active < 1:
+            return bad(
+                "InvalidRequest",
+                f'"max_active_dims" must be a positive integer, got {quote(max_active, 40)}',
+                "max_active_dims",
+            )
+    if limits.task == "sparse" and (normalize is not None or dimensions is not None):
+        which = "normalize" if normalize is not None else "dimensions"
+        return bad(
+            "InvalidRequest",
+            f'"{which}" is not served for a sparse model (its answer is the SparseEncoder\'s, neither normalised '
+            'nor cut; use "max_active_dims")',
+            which,
+        )
+    return input_type, max_active
+
+
+def input_prompt(name: Any, text: Any, input_type: str | None, limits: Limits) -> Any:
+    """The prompt name a request's input_type implies when it names none, as encode_query ("query") and
+    encode_document (the first of document, passage, corpus) pick it among the model's prompts."""
+    if name is not None or text is not None or input_type is None:
+        return name
+    prompts = dict(limits.prompts)
+    candidates = ("query",) if input_type == "query" else DOCUMENT_PROMPTS
+    return next((c for c in candidates if c in prompts), None)
 
 
 def resolve_prompt(name: Any, text: Any, limits: Limits, input_type: str | None = None) -> str | RequestError:

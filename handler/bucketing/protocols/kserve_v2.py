@@ -178,6 +178,12 @@ def parse(body: Any, limits: Limits, binary: bytes | None = None) -> V2Request |
     """A v2 request from its JSON (and, with the binary extension, the bytes after it)."""
     if not isinstance(body, Mapping) or "inputs" not in body:
         return bad("InvalidRequest", f'expected a JSON object with "inputs", got a JSON {json_type(body)}')
+    if limits.task == "sparse":
+        return bad(
+            "InvalidRequest",
+            "KServe v2 answers dense tensors; this is a sparse model, answered as indices and values at "
+            "POST /predictions/NAME (native or KServe v1), v1/embeddings (OpenAI) or .../embed_sparse (TEI)",
+        )
     request_id = body.get("id")
     if request_id is not None and not isinstance(request_id, str):
         return bad("InvalidType", f'"id" must be a string, got {json_type(request_id)}', "id")

@@ -6,7 +6,9 @@ Request: `{"input": str | [str] | [int] | [[int]], "model"?, "encoding_format"?:
 Token ids are the text's tokens without special tokens (what OpenAI's tiktoken ids are, or
 `tokenizer(text, add_special_tokens=False)`); the model's special tokens are added around them.
 Answer: `{"object": "list", "data": [{"object": "embedding", "index", "embedding"}], "model", "usage"}`, the
-embedding as floats or as base64 of little-endian float32 (OpenAI's encoding). `dimensions` keeps the first
+embedding as floats or as base64 of little-endian float32 (OpenAI's encoding); a sparse model's embedding is
+`{"indices": [...], "values": [...]}` (ids ascending; `encoding_format` float only), and `input_type` ("query" |
+"document") picks what encode_query / encode_document would, `max_active_dims` its cut. `dimensions` keeps the first
 components and re-normalises them (Matryoshka style). Errors: `{"error": {"message", "type", "param", "code"}}`.
 """
 
@@ -67,6 +69,9 @@ class EmbeddingsRequest:
         }
 
     def _encode(self, answer: Answer) -> Any:
+        if answer.sparse:
+            indices, values = answer.sparse_vector(self.options.max_active_dims)
+            return {"indices": indices, "values": values}
         vector = answer.vector(self.options.dimensions, self.options.normalize)
         if self.encoding_format == "base64":
             return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
@@ -96,7 +101,7 @@ def parse_models(body: Any, limits: Limits) -> ModelsRequest:
 
 def parse(body: Any, limits: Limits) -> EmbeddingsRequest | RequestError:
     """An embeddings request, or the client's mistake with the parameter at fault."""
-    if limits.task != "embedding":
+    if limits.task not in ("embedding", "sparse"):
         return RequestError(
             404,
             "NotFound",
@@ -154,10 +159,17 @@ def _options(body: Mapping[str, Any], limits: Limits) -> dict[str, Any] | Reques
             f"'encoding_format' must be 'float' or 'base64', got {quote(encoding, 40)}",
             "encoding_format",
         )
-    fields = ("prompt_name", "prompt", "normalize", "dimensions", "truncate", "truncation_direction")
-    options = read_options(body, limits, fields)
+    fields = ("prompt_name", "prompt", "normalize", "dimensions", "truncate", "truncation_direction", "input_type")
+    options = read_options(body, limits, (*fields, "max_active_dims") if limits.task == "sparse" else fields)
     if isinstance(options, RequestError):
         return options
+    if limits.task == "sparse" and encoding != "float":
+        return bad(
+            "InvalidRequest",
+            "'encoding_format' base64 is a dense float32 vector; a sparse model answers 'float' only, each embedding "
+            'as {"indices": [...], "values": [...]}',
+            "encoding_format",
+        )
     return {"model": model, "encoding_format": encoding, "options": options}
 
 

@@ -41,6 +41,10 @@ class EmbedRequest:
 
 
 def parse(body: Any, limits: Limits) -> EmbedRequest | RequestError:
+    if limits.task == "sparse":
+        return tei.backend(
+            "Model is not a dense embedding model: this is a sparse (SPLADE) model, served at /embed_sparse"
+        )
     if limits.task != "embedding":
         return tei.backend(
             f"Model is not an embedding model: this is a {limits.task} model, served at /predict "

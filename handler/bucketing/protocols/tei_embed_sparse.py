@@ -1,0 +1,70 @@
+"""Text Embeddings Inference's `/embed_sparse` at `/predictions/NAME/VERSION/embed_sparse`, for a sparse model.
+
+Request: `{"inputs": str | [str], "truncate"?, "truncation_direction"?, "prompt_name"?}`; other fields are ignored,
+as TEI ignores them. Answer, as TEI's: one list per input of `{"index", "value"}` objects, the non-zero vocabulary
+ids ascending (a single string too answers a list of one). `prompt_name` "query" is `encode_query` (its prompt and,
+for a Router, its query route), "document", "passage" or "corpus" `encode_document` with that prompt; any other of
+the model's prompts `encode(prompt_name=...)`; none: `encode()`. Errors in TEI's shape (`tei.py`); a dense model
+answers TEI's 424.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..answers import Answer, Options
+from . import tei
+from .base import DOCUMENT_PROMPTS, Limits, RequestError, check_count, read_options
+from .tei import error_body as error_body
+from .tei import own_error as own_error
+
+NAME = "tei-embed-sparse"
+PATH = "embed_sparse"
+SERVED = f"POST /predictions/NAME/VERSION/{PATH} (TEI's embed_sparse, sparse models)"
+FIELDS = ("truncate", "truncation_direction", "prompt_name")
+
+
+@dataclass(frozen=True)
+class EmbedSparseRequest:
+    inputs: tuple[str, ...]
+    options: Options = Options()
+    single: bool = False
+
+    def where(self, index: int) -> str:
+        return "`inputs`" if self.single else f"inputs[{index}]"
+
+    def render(self, answers: Sequence[Answer], model_name: str = "") -> Any:
+        check_count(self, answers)
+        out = []
+        for a in answers:
+            indices, values = a.sparse_vector(self.options.max_active_dims)
+            out.append([{"index": i, "value": v} for i, v in zip(indices, values)])
+        return out
+
+
+def input_type(prompt_name: Any) -> str | None:
+    """The input_type TEI's `prompt_name` implies: encode_query's prompt or one of encode_document's."""
+    return "query" if prompt_name == "query" else "document" if prompt_name in DOCUMENT_PROMPTS else None
+
+
+def parse(body: Any, limits: Limits) -> EmbedSparseRequest | RequestError:
+    if limits.task != "sparse":
+        return tei.backend(
+            f"Model is not an embedding model with SPLADE pooling: this is a dense {limits.task} model; use "
+            f"{'/embed' if limits.task == 'embedding' else '/predict'}"
+        )
+    request = tei.with_inputs(body)
+    if isinstance(request, RequestError):
+        return request
+    parsed = tei.texts(request["inputs"], limits)
+    if isinstance(parsed, RequestError):
+        return parsed
+    options = read_options(tei.direction(request), limits, FIELDS)
+    if isinstance(options, RequestError):
+        return own_error(options)
+    return EmbedSparseRequest(parsed[0], replace(options, input_type=input_type(request.get("prompt_name"))), parsed[1])
+
+
+ROUTES = {PATH: parse}

@@ -1,0 +1,281 @@
+"""Sparse encoders through the handler in process, on tiny random models saved by sentence-transformers 6.2 itself:
+every answer has the non-zero ids of `SparseEncoder(dir).encode()`, `encode_query()` or `encode_document()` (the
+request's `input_type`) and their values within 1e-5, for SPLADE (max and sum pooling, relu and log1p_relu) and a
+Router (a static query route, a SPLADE document route), in every strategy and batch split, cut to the model's or the
+request's max_active_dims; in our format, OpenAI's and TEI's /embed_sparse; and what is refused, in one line."""
+
+from __future__ import annotations
+
+import gc
+import json
+import weakref
+from typing import Any, cast
+
+import pytest
+
+from tests.handler.test_handler import make_handler, mixed_texts
+from tests.models import build_sparse_encoder
+
+np = pytest.importorskip("numpy")
+sentence_transformers = pytest.importorskip("sentence_transformers")
+
+TOLERANCE = 1e-5
+MAX_LENGTH = 128
+PROMPTS = {"query": "query: ", "document": "passage: "}
+VARIANTS: dict[str, dict[str, Any]] = {
+    "splade-max": {},
+    "splade-sum-log1p": {"pooling": "sum", "activation": "log1p_relu", "prompts": PROMPTS, "max_active_dims": 64},
+    "router": {"router": True, "prompts": PROMPTS},
+    "router-top": {"router": True, "pooling": "sum", "max_active_dims": 24, "seed": 3},
+    "transformer-fill-mask": {"legacy": False, "seed": 4},  # sentence-transformers 6's own way to save SPLADE
+}
+ENCODE = {None: "encode", "query": "encode_query", "document": "encode_document"}
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sparse")
+    return {name: build_sparse_encoder(root / name, **spec) for name, spec in VARIANTS.items()}
+
+
+@pytest.fixture(scope="module")
+def handlers(folders):
+    cache = {}
+
+    def get(variant, strategy="bucketed", **section):
+        key = (variant, strategy, tuple(sorted(section.items())))
+        if key not in cache:
+            cache[key] = make_handler(
+                folders[variant], task="sparse", strategy=strategy, max_length=MAX_LENGTH, **section
+            )
+        return cache[key]
+
+    return get
+
+
+def serve_at(handler, context, rows, paths):
+    """Rows sent to their url_paths (what follows /predictions/NAME/VERSION/; "" the plain path)."""
+    context.with_requests(["application/json"] * len(rows), paths)
+    bodies = handler.handle([{"body": row} for row in rows], context)
+    return [(context.status[i][0], json.loads(b)) for i, b in enumerate(bodies)]
+
+
+def reference(folder, texts, input_type=None, **kwargs):
+    model = sentence_transformers.SparseEncoder(str(folder), device="cpu")
+    out = getattr(model, ENCODE[input_type])(texts, convert_to_tensor=True, batch_size=len(texts), **kwargs)
+    return out.to_dense().numpy()
+
+
+def mismatches(got, expected):
+    """How many answers differ from sentence-transformers': other non-zero ids, or a value off by over 1e-5."""
+    assert len(got) == len(expected)
+    bad = 0
+    for answer, row in zip(got, expected):
+        ids = np.flatnonzero(row)
+        if (
+            answer["indices"] != ids.tolist()
+            or np.max(np.abs(np.array(answer["values"]) - row[ids]), initial=0) > TOLERANCE
+        ):
+            bad += 1
+    return bad
+
+
+def texts_for(variant, input_type, seed=5):
+    """Varied lengths, some over max_length (cut as sentence-transformers cuts them); a static route's short."""
+    texts = mixed_texts(9, seed=seed) + ["short", "x"]
+    if VARIANTS[variant].get("router") and input_type == "query":
+        texts = [" ".join(t.split()[:20]) for t in texts]
+    return texts
+
+
+@pytest.mark.parametrize("strategy", ["bucketed", "dynamic", "static"])
+@pytest.mark.parametrize("input_type", [None, "query", "document"])
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_answers_equal_sparse_encoder(folders, handlers, variant, input_type, strategy):
+    handler, context = handlers(variant, strategy)
+    texts = texts_for(variant, input_type)
+    options = {"input_type": input_type} if input_type else {}
+    rows = [{"texts": texts[:3], **options}, {"texts": texts[3:], **options}, {"text": texts[-3], **options}]
+    answers = serve_at(handler, context, rows, ["", "", ""])
+    assert [s for s, _ in answers] == [200, 200, 200], answers
+    got = [e["embedding"] for e in answers[0][1] + answers[1][1]] + [answers[2][1]["embedding"]]
+    assert mismatches(got, reference(folders[variant], texts + [texts[-3]], input_type)) == 0
+
+
+def test_requests_of_different_input_types_share_a_batch(folders, handlers):
+    """A Router's query and document rows in one delivered batch (one pass plan) each take their own route."""
+    handler, context = handlers("router", max_batch_tokens=256, max_response_bytes=1 << 27)
+    queries, documents = texts_for("router", "query", seed=7), texts_for("router", "document", seed=8)
+    rows = [
+        {"texts": queries, "input_type": "query"},
+        {"texts": documents, "input_type": "document"},
+        {"texts": documents},
+    ]
+    (s1, q), (s2, d), (s3, n) = serve_at(handler, context, rows, ["", "", ""])
+    assert (s1, s2, s3) == (200, 200, 200)
+    folder = folders["router"]
+    assert mismatches([a["embedding"] for a in q], reference(folder, queries, "query")) == 0
+    assert mismatches([a["embedding"] for a in d], reference(folder, documents, "document")) == 0
+    assert mismatches([a["embedding"] for a in n], reference(folder, documents)) == 0
+
+
+@pytest.mark.parametrize("variant", ["splade-max", "router-top"])
+def test_a_request_max_active_dims_cuts_as_encode_does(folders, handlers, variant):
+    handler, context = handlers(variant)
+    texts = texts_for(variant, "document")
+    ((status, body),) = serve_at(handler, context, [{"texts": texts, "max_active_dims": 7}], [""])
+    assert status == 200
+    got = [a["embedding"] for a in body]
+    assert all(len(a["indices"]) <= 7 for a in got)
+    assert mismatches(got, reference(folders[variant], texts, max_active_dims=7)) == 0
+
+
+def test_openai_and_tei_answer_sparse_shapes(folders, handlers):
+    handler, context = handlers("splade-sum-log1p")
+    texts = texts_for("splade-sum-log1p", "query")
+    rows = [
+        {"input": texts, "model": "m", "input_type": "query"},
+        {"inputs": texts, "prompt_name": "query"},
+        {"inputs": texts[0]},
+    ]
+    ((status, info),) = serve_at(handler, context, [None], ["info"])
+    assert status == 200 and info["model_type"] == {"embedding": {"pooling": "splade"}}
+    (s1, openai), (s2, tei), (s3, single) = serve_at(
+        handler, context, rows, ["v1/embeddings", "embed_sparse", "embed_sparse"]
+    )
+    assert (s1, s2, s3) == (200, 200, 200)
+    expected = reference(folders["splade-sum-log1p"], texts, "query")
+    assert mismatches([d["embedding"] for d in openai["data"]], expected) == 0
+    as_lists = [{"indices": [p["index"] for p in a], "values": [p["value"] for p in a]} for a in tei]
+    assert mismatches(as_lists, expected) == 0
+    ((status, v1),) = serve_at(handler, context, [{"instances": texts[:2]}], [""])
+    assert status == 200
+    assert (
+        mismatches([p["embedding"] for p in v1["predictions"]], reference(folders["splade-sum-log1p"], texts[:2])) == 0
+    )
+    plain = reference(folders["splade-sum-log1p"], texts[:1])
+    assert (
+        len(single) == 1
+        and mismatches([{"indices": [p["index"] for p in single[0]], "values": [p["value"] for p in single[0]]}], plain)
+        == 0
+    )
+
+
+def test_refusals_are_one_line_in_each_format(handlers):
+    handler, context = handlers("router")
+    rows = [
+        {"texts": ["a"], "input_type": "passage"},
+        {"input": "a", "input_type": "queries"},
+        {"input": "a", "encoding_format": "base64"},
+        {"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["a"]}]},
+        {"inputs": "a"},
+        {"texts": ["a"], "normalize": True},
+        {"texts": ["a"], "max_active_dims": 0},
+        {"texts": [" ".join(["word"] * 200)], "input_type": "query"},
+    ]
+    paths = ["", "v1/embeddings", "v1/embeddings", "", "embed", "", "", ""]
+    answers = serve_at(handler, context, rows, paths)
+    statuses = [s for s, _ in answers]
+    assert statuses == [400, 400, 400, 400, 424, 400, 400, 413], answers
+    assert "input_type" in answers[0][1]["message"]
+    assert answers[1][1]["error"]["param"] == "input_type"
+    assert answers[2][1]["error"]["param"] == "encoding_format"
+    assert "sparse" in answers[3][1]["message"] and "embed_sparse" in answers[4][1]["error"]
+    assert "static route" in answers[7][1]["message"]
+    for _, body in answers:
+        assert "\n" not in json.dumps(body)
+
+
+def test_a_dense_model_refuses_embed_sparse(tiny_embedder_dir):
+    handler, context = make_handler(tiny_embedder_dir, max_length=64)
+    ((status, body),) = serve_at(handler, context, [{"inputs": "a"}], ["embed_sparse"])
+    assert status == 424 and body["error_type"] == "Backend"
+
+
+def test_onnxruntime_and_reduced_dtypes_are_refused_at_worker_start(folders):
+    from bucketing.head import EngineError
+
+    for section in ({"engine": "onnxruntime"}, {"dtype": "bfloat16"}):
+        with pytest.raises(EngineError, match="engine torch in float32"):
+            make_handler(folders["splade-max"], task="sparse", max_length=MAX_LENGTH, **section)
+
+
+def test_calibration_times_the_sparse_head(folders, monkeypatch):
+    """The cost model is fitted on passes through the MLM head and SPLADE pooling (the task's own forward)."""
+    from bucketing.sparse import SparseEngine
+
+    shapes = []
+    original = SparseEngine.__call__
+
+    def timed(self, ids, mask, route):
+        shapes.append(ids.shape)
+        return original(self, ids, mask, route)
+
+    monkeypatch.setattr(SparseEngine, "__call__", timed)
+    make_handler(folders["splade-max"], task="sparse", max_length=MAX_LENGTH, cost={"calibrate": True})
+    assert len(shapes) >= 3 * 4 and (4, 128) in shapes  # a warm-up and three timings of each shape that fits
+
+
+def test_a_pass_holds_at_most_max_batch_tokens_of_logits(folders):
+    """The MLM runs in row groups of at most max_batch_tokens tokens, whatever the strategy planned, and a group's
+    logits are freed before the next group's are made."""
+    import torch
+
+    handler, context = make_handler(
+        folders["splade-max"], task="sparse", strategy="dynamic", max_length=MAX_LENGTH, max_batch_tokens=128
+    )
+    seen: list[int] = []
+    logits: list[Any] = []
+    model = cast(Any, handler.task.engine).model
+    original = model.forward
+
+    def counting(*args, **kwargs):
+        ids = kwargs["input_ids"]
+        seen.append(ids.shape[0] * ids.shape[1])
+        assert all(ref() is None for ref in logits), "a row group's logits outlived it"
+        held = [o for o in gc.get_objects() if isinstance(o, torch.Tensor) and o.numel() >= 64 * 30522]
+        assert not held, f"{len(held)} vocabulary-wide tensors of an earlier group are still held"
+        out = original(*args, **kwargs)
+        logits.append(weakref.ref(out[0]))
+        return out
+
+    model.forward = counting
+    texts = ["word " * 40] * 9
+    ((status, _),) = serve_at(handler, context, [{"texts": texts, "max_active_dims": 5}], [""])
+    assert status == 200 and len(seen) > 1 and max(seen) <= 128
+
+
+def build_csr(target):
+    """A SparseAutoEncoder (CSR) over a tiny dense model, saved by sentence-transformers itself."""
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+    from sentence_transformers.sparse_encoder.modules import SparseAutoEncoder
+
+    from tests.models import build_tiny
+
+    body = build_tiny(target.parent / f"{target.name}-body", "bert")
+    transformer = Transformer(str(body))
+    width = transformer.get_embedding_dimension()
+    modules = [transformer, Pooling(width), SparseAutoEncoder(input_dim=width, hidden_dim=4 * width, k=8)]
+    sentence_transformers.SparseEncoder(modules=modules, device="cpu").save(str(target))
+    return target
+
+
+def test_build_detects_a_sparse_folder_and_refuses_what_is_not_served(folders, tmp_path):
+    from bucketing.head import EngineError
+    from model_store import archives
+    from model_store.build import ArchiveSpec, BuildError
+
+    (cfg,) = ArchiveSpec(strategies=("bucketed",), model_dir=folders["router"]).configs().values()
+    assert cfg["handler"]["task"] == "sparse" and cfg["handler"]["engine"] == "torch"
+    assert set(cfg["model_chain"]["routes"]) == {"query", "document"}
+    carried = archives.model_files(folders["router"])
+    assert {"query_0_SparseStaticEmbedding", "document_0_MLMTransformer", "document_1_SpladePooling"} <= set(carried)
+    with pytest.raises(BuildError, match="engine torch in float32"):
+        ArchiveSpec(strategies=("bucketed",), model_dir=folders["router"], engine="onnxruntime").configs()
+    csr = build_csr(tmp_path / "csr")
+    with pytest.raises(BuildError, match="SparseAutoEncoder") as raised:
+        ArchiveSpec(strategies=("bucketed",), model_dir=csr).configs()
+    assert "\n" not in str(raised.value)
+    with pytest.raises(EngineError, match="SparseAutoEncoder"):
+        make_handler(csr, task="sparse", max_length=MAX_LENGTH)
