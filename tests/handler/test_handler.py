@@ -276,8 +276,10 @@ def test_one_by_one_retries_are_counted(tiny_embedder_dir, monkeypatch):
     monkeypatch.setattr(
         handler.task,
         "forward",
-        lambda ids, mask, skip=None, types=None: (
-            (_ for _ in ()).throw(RuntimeError("x")) if ids.shape[0] > 1 else forward(ids, mask, skip, types)
+        lambda ids, mask, skip=None, types=None, input_types=None: (
+            (_ for _ in ()).throw(RuntimeError("x"))
+            if ids.shape[0] > 1
+            else forward(ids, mask, skip, types, input_types)
         ),
     )
     answers = serve(handler, context, [{"body": {"text": "one"}}, {"body": {"texts": ["two", "three words here"]}}])
