@@ -18,9 +18,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench import capacity, peers, report, traffic
+from bench.capacity import STEP_REQUESTS, CapacitySettings
 from bench.results import ReportInputs, ResultsWriter, run_header, run_offline
 from bench.run_plan import SUITES, RunPlan, peer_configs, plan_from_args, suites
-from bench.runner import STEP_REQUESTS, CapacitySettings, Runner, build_archives
+from bench.runner import Runner, build_archives
 from bench.stats import Summary
 from bench.tuning import run_tune
 from bench.workloads import BENCH_WORKLOADS, DOCS_PER_REQUEST, RERANK, Workload
@@ -81,7 +82,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "CPU multiplies it natively)",
     )
     p.add_argument("--model-dir", type=Path, help="bench your own encoder folder (embedding) instead of MiniLM")
-    p.add_argument("--bound", action="store_true", help="also measure the padding-free bound")
+    p.add_argument(
+        "--bound",
+        action="store_true",
+        help="also measure exact-length grouping in process (a reference rate, not a bound)",
+    )
     p.add_argument("--offline", action="store_true", help="only the offline padded-token sweep (no server)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="results parent folder")

@@ -16,11 +16,11 @@ from bucketing.config import ENGINES, SCHEDULES, STRATEGIES
 from bucketing.precision import CPU_DTYPES
 
 from . import models, traffic
-from .stats import Config
+from .configuration import Configuration
 from .workloads import BENCH_WORKLOADS, RERANK
 
 SUITES = Path(__file__).resolve().parent / "suites.yaml"
-CONFIG_FIELDS = {f.name for f in fields(Config)}
+CONFIG_FIELDS = {f.name for f in fields(Configuration)}
 # Flags that make a configuration axis over a suite or a matrix: every configuration once per value.
 AXES = {"engines": ("engine", ENGINES), "schedules": ("schedule", SCHEDULES), "dtypes": ("dtype", CPU_DTYPES)}
 
@@ -31,13 +31,15 @@ class RunPlan:
 
     name: str
     description: str
-    configs: tuple[Config, ...]
+    configs: tuple[Configuration, ...]
     bound: bool
     sweep: dict[str, list[Any]] | None
     tune: dict[str, Any] | None = None  # the tune suite's search space (`--suite tune`)
 
 
-def expand(defaults: dict[str, Any], configs: Sequence[dict[str, Any]], matrix: dict[str, list[Any]]) -> list[Config]:
+def expand(
+    defaults: dict[str, Any], configs: Sequence[dict[str, Any]], matrix: dict[str, list[Any]]
+) -> list[Configuration]:
     """Configurations from a list and/or every combination of a matrix, over defaults; unknown keys refused."""
     out = []
     items = [dict(c) for c in configs]
@@ -61,7 +63,7 @@ def expand(defaults: dict[str, Any], configs: Sequence[dict[str, Any]], matrix: 
             raise SystemExit(f"workload: got {merged.get('workload')!r}; allowed: {' | '.join(BENCH_WORKLOADS)}")
         if merged.get("mode", "closed") == "open" and not merged.get("rate"):
             raise SystemExit("an open-loop configuration needs a rate (req/s)")
-        out.append(Config(**merged))
+        out.append(Configuration(**merged))
     return out
 
 
@@ -129,14 +131,14 @@ def plan_from_args(args: argparse.Namespace) -> RunPlan:
     return replace(plan, configs=tuple(one_worker_if_continuous(c) for c in plan.configs))
 
 
-def one_worker_if_continuous(config: Config) -> Config:
+def one_worker_if_continuous(config: Configuration) -> Configuration:
     """`continuous` runs one worker a model (TorchServe 0.12's queue lock): the same cores as its threads."""
     if config.schedule != "continuous" or config.workers == 1:
         return config
     return replace(config, workers=1, threads=config.workers * config.threads)
 
 
-def peer_configs(configs: Sequence[Config], peer: str) -> list[Config]:
+def peer_configs(configs: Sequence[Configuration], peer: str) -> list[Configuration]:
     """The peer on each distinct load of the plan (its own single process, using every core)."""
     loads = [
         replace(

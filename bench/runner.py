@@ -17,13 +17,12 @@ from model_store import build as archive_build
 from tsctl import Client, TorchServe, group_cpu_seconds
 
 from . import capacity, load, models, peers, stats, traffic
+from .capacity import START_SHARE, STEP_REQUESTS, CapacitySettings
+from .configuration import Configuration
 from .workloads import DOCS_PER_REQUEST, RERANK, Workload, make_workload, rerank_requests
 
 WARMUP_S = 3.0
 MAX_REQUESTS = 20000  # per configuration: the load is bounded in count as well as time
-STEP_REQUESTS = 500  # a capacity step lasts long enough for this many arrivals (its p99 is the 5th worst)
-STEP_CAP = 3  # ... and at most this many times --step-s
-START_SHARE = 0.5  # the capacity search starts at this share of the closed-loop throughput (measured: 0.3-0.75)
 WORKLOAD_TEXTS = 2000  # texts drawn for a generated workload
 FIDELITY_TEXTS = 32  # texts of the run, spread over its lengths, each configuration's answers are checked on
 
@@ -49,26 +48,6 @@ class Target:
     counters: Callable[[], dict[str, float]]  # the handler's counters ({} for a peer)
     engine: str
     device: str
-
-
-@dataclass(frozen=True)
-class CapacitySettings:
-    """`--p99-ms` and how long the search may take per configuration."""
-
-    target_ms: float
-    max_steps: int = capacity.MAX_STEPS
-    step_s: float = capacity.STEP_S
-
-    @property
-    def max_step_s(self) -> float:
-        return STEP_CAP * self.step_s
-
-    def describe(self) -> str:
-        return (
-            f"{self.target_ms:g} ms (capacity: at most {self.max_steps} open-loop steps, each at least "
-            f"{self.step_s:g} s and long enough for {STEP_REQUESTS} arrivals, at most {self.max_step_s:g} s; "
-            f"the deciding rate measured {capacity.REPEATS} times)"
-        )
 
 
 def build_archives(
@@ -99,7 +78,7 @@ def build_archives(
         raise SystemExit(f"building the archives failed: {e}") from None
 
 
-def engine_of(config: stats.Config) -> str:
+def engine_of(config: Configuration) -> str:
     """The engine a configuration's workers run: its own, torch for a reduced dtype, else the shipped archives'."""
     reduced = config.dtype not in (None, "float32")
     return config.engine or ("torch" if reduced else archives.default_engine())
@@ -127,7 +106,7 @@ class Runner:
         self.gemm_per_core: dict[str, float] = {}  # GEMM FLOP/s of one thread per dtype, measured once per run
         self.references: dict[tuple[str | None, tuple[str, ...]], list[list[float]]] = {}  # float32, batch of one
 
-    def count_sent(self, config: stats.Config, result: load.LoadResult) -> None:
+    def count_sent(self, config: Configuration, result: load.LoadResult) -> None:
         """Token counts of what was sent, for the report's histogram: each text (each pair of a rerank request)."""
         bodies = self.bodies(config)
         sent = self.sent.setdefault(config.workload_label, [])
@@ -136,23 +115,25 @@ class Runner:
         else:
             sent.extend(bodies.tokens[s.body_index] for s in result.samples)
 
-    def bound(self, config: stats.Config) -> float:
-        """The padding-free bound of this workload and worker layout (real tokens/s), measured once per run."""
+    def bound(self, config: Configuration) -> float:
+        """The exact-length grouping rate of this workload and worker layout (real tokens/s), measured once per run."""
         engine = config.engine or archives.default_engine()
         key = (config.workload_label, config.workers, config.threads, engine, config.model)
         if key not in self.bounds:
-            from bench.bound import padding_free_bound
+            from bench.exact_length import exact_length_rate
 
             w = self.bodies(config).workload
-            print(f"padding-free bound: {w.label}, {config.workers} processes x {config.threads} thread, {engine} ...")
+            print(
+                f"exact-length grouping: {w.label}, {config.workers} processes x {config.threads} thread, {engine} ..."
+            )
             folder = str(models.model_dir(config.model))
-            b = padding_free_bound(w.texts[:800], folder, config.workers, config.threads, engine=engine)
+            b = exact_length_rate(w.texts[:800], folder, config.workers, config.threads, engine=engine)
             self.bounds[key] = {"workload": config.workload_label, "model": models.label(config.model), **b}
             print(f"  {b['tokens_per_s']:.0f} real tokens/s")
             (self.out / "bound.json").write_text(json.dumps(list(self.bounds.values()), indent=1))
         return self.bounds[key]["tokens_per_s"]
 
-    def roofline(self, config: stats.Config) -> float:
+    def roofline(self, config: Configuration) -> float:
         """The GEMM roofline of this configuration's dtype, model, texts and cores (real tokens/s)."""
         from bench.roofline import gemm_flops_per_core, roofline_tokens_per_s
 
@@ -166,7 +147,7 @@ class Runner:
         mean = sum(lengths) / max(1, len(lengths))
         return roofline_tokens_per_s(models.model_dir(config.model), mean, cores, self.gemm_per_core[dtype])
 
-    def fidelity(self, config: stats.Config, target: Target) -> float | None:
+    def fidelity(self, config: Configuration, target: Target) -> float | None:
         """The lowest cosine of the configuration's answers against our float32 batch-of-one reference (torch), on
         `FIDELITY_TEXTS` of the run's texts spread over their lengths; None for the rerank workload (scores)."""
         if config.workload == RERANK:
@@ -187,7 +168,7 @@ class Runner:
         answers = [a["embedding"] for a in json.loads(reply.body)]
         return min(peers.cosine(a, b) for a, b in zip(answers, self.references[key], strict=True))
 
-    def bodies(self, config: stats.Config) -> Bodies:
+    def bodies(self, config: Configuration) -> Bodies:
         """The texts of a configuration's workload (the user's file for `file:`), their bodies and token counts."""
         key = (config.workload, config.short_frac if config.workload == "mixed" else 0.0, config.model)
         if key not in self._bodies:
@@ -215,7 +196,7 @@ class Runner:
         pairs = [[len(e.ids) for e in tokenizer.encode_pairs([(q, d) for d in docs])] for q, docs in requests]
         return Bodies(w, bodies, [sum(p) for p in pairs], pairs)
 
-    def archive(self, config: stats.Config) -> str:
+    def archive(self, config: Configuration) -> str:
         name = archives.name(
             config.strategy,
             config.threads,
@@ -245,7 +226,7 @@ class Runner:
         pid = self.server.pid() if self.server else None
         return group_cpu_seconds(os.getpgid(pid)) if pid else None
 
-    def run_load(self, config: stats.Config, target: Target, duration: float, label: str) -> load.LoadResult:
+    def run_load(self, config: Configuration, target: Target, duration: float, label: str) -> load.LoadResult:
         bar = load.Progress(label, duration, self.progress)
         if config.mode == "open":
             rate = config.rate or 1.0
@@ -257,7 +238,7 @@ class Runner:
             coro = load.closed_loop(target.url, target.bodies, target.headers, clients, duration, MAX_REQUESTS, bar)
         return asyncio.run(coro)
 
-    def torchserve_target(self, config: stats.Config, model: str) -> Target:
+    def torchserve_target(self, config: Configuration, model: str) -> Target:
         """The load target of a model registered on our TorchServe."""
         route = f"/1.0/{cohere_rerank.PATH}" if config.workload == RERANK else ""
         return Target(
@@ -270,7 +251,7 @@ class Runner:
             device=self.device(model),
         )
 
-    def measure(self, config: stats.Config, bound_tps: float | None = None) -> stats.Summary:
+    def measure(self, config: Configuration, bound_tps: float | None = None) -> stats.Summary:
         """Register the configuration, measure it, unregister it."""
         model = (
             f"bench-{config.strategy}-bs{config.batch_size}-d{config.max_batch_delay}-{config.workers}x{config.threads}"
@@ -288,7 +269,7 @@ class Runner:
         finally:
             self.client.unregister(model)
 
-    def measure_target(self, config: stats.Config, target: Target, bound_tps: float | None) -> stats.Summary:
+    def measure_target(self, config: Configuration, target: Target, bound_tps: float | None) -> stats.Summary:
         """Warm up, load, read the figures; then the capacity search when a p99 target was given."""
         tokens = self.bodies(config).tokens
         clients = min(config.concurrency, 2 * config.batch_size * config.workers)
@@ -316,7 +297,7 @@ class Runner:
             summary = replace(summary, capacity=self.search_capacity(config, target, start))
         return summary
 
-    def search_capacity(self, config: stats.Config, target: Target, start: float) -> capacity.Capacity:
+    def search_capacity(self, config: Configuration, target: Target, start: float) -> capacity.Capacity:
         """The highest open-loop rate within the p99 target (each step's requests are reported)."""
         settings = self.capacity_settings
         assert settings is not None
@@ -338,7 +319,7 @@ class Runner:
         return capacity.search(step, max(start, capacity.MIN_RATE), settings.target_ms, settings.max_steps)
 
     def measure_peer(
-        self, spec: peers.PeerSpec, configs: Sequence[stats.Config], record: Callable[[stats.Summary], None]
+        self, spec: peers.PeerSpec, configs: Sequence[Configuration], record: Callable[[stats.Summary], None]
     ) -> None:
         """Start the peer once per batch size, spot-check its answers, measure it on each configuration's load."""
         python = peers.venv(spec, progress=self.progress)

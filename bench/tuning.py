@@ -19,7 +19,9 @@ from model_store.archives import ROOT
 from tsctl import Endpoints, ServerError, read_properties
 from tsctl.process import DEFAULT_PROPERTIES
 
-from . import models, stats, tune
+from . import models, stats
+from . import tune_search as tune
+from .configuration import Configuration
 from .run_plan import RunPlan
 from .runner import WARMUP_S, Runner
 
@@ -49,7 +51,7 @@ def run_tune(
 ) -> tune.TuneResult:
     """Rank candidates offline, measure what fits the budget (delays around the best), recommend, re-measure.
     `min_cosine`: the fidelity floor that lets bfloat16 compete (where the CPU multiplies it natively)."""
-    from bench.bound import calibrated_cost
+    from bench.calibration import calibrated_cost
     from bucketing import precision
 
     space, settings = plan.tune or {}, runner.capacity_settings
@@ -85,7 +87,7 @@ def run_tune(
     )
     measured_count = 0
 
-    def measure(config: stats.Config) -> stats.Summary:
+    def measure(config: Configuration) -> stats.Summary:
         nonlocal measured_count
         used = (time.monotonic() - t0) / 60
         print(f"\n[tune {measured_count + 1}] {config.name} on {config.workload_label} ({used:.1f} min used)")
@@ -130,7 +132,7 @@ def run_tune(
 def recommend(
     runner: Runner,
     measured: list[stats.Summary],
-    skipped: list[tuple[stats.Config, str]],
+    skipped: list[tuple[Configuration, str]],
     ranked: list[tune.Candidate],
     record: Callable[[stats.Summary], None],
     t0: float,
