@@ -6,7 +6,7 @@ import argparse
 import itertools
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +27,16 @@ AXES = {"engines": ("engine", ENGINES), "schedules": ("schedule", SCHEDULES), "d
 
 @dataclass(frozen=True)
 class RunPlan:
-    """What a run does: configurations, and whether to add the bound and the offline sweep."""
+    """What a run does: its kind (`kinds.KINDS`) with the kind's options, configurations, and whether to add
+    exact-length grouping and the offline sweep."""
 
     name: str
     description: str
     configs: tuple[Configuration, ...]
     bound: bool
     sweep: dict[str, list[Any]] | None
-    tune: dict[str, Any] | None = None  # the tune suite's search space (`--suite tune`)
+    kind: str = "matrix"
+    options: dict[str, Any] = field(default_factory=dict)  # the kind's own settings (tune: its search space)
 
 
 def expand(
@@ -77,9 +79,8 @@ def load_suite(name: str, path: Path = SUITES) -> RunPlan:
         raise SystemExit(f"--suite: no suite {name!r} in {path.name}; suites: {', '.join(named)}")
     s = named[name]
     configs = expand(s.get("defaults", {}), s.get("configs", []), s.get("matrix", {}))
-    return RunPlan(
-        name, s.get("description", ""), tuple(configs), bool(s.get("bound", False)), s.get("sweep"), s.get("tune")
-    )
+    description, bound, sweep = s.get("description", ""), bool(s.get("bound", False)), s.get("sweep")
+    return RunPlan(name, description, tuple(configs), bound, sweep, s.get("kind", "matrix"), s.get("options", {}))
 
 
 def csv_list(text: str | None, cast: type) -> list[Any] | None:
@@ -119,7 +120,8 @@ def plan_from_args(args: argparse.Namespace) -> RunPlan:
         plan = RunPlan("custom", "configurations from flags", configs, args.bound, base.sweep if args.suite else None)
     else:
         configs = tuple(replace(c, **overrides) for c in base.configs)
-        plan = RunPlan(base.name, base.description, configs, base.bound or args.bound, base.sweep, base.tune)
+        bound = base.bound or args.bound
+        plan = RunPlan(base.name, base.description, configs, bound, base.sweep, base.kind, base.options)
     for flag, (key, allowed) in AXES.items():
         values = csv_list(getattr(args, flag, None), str)
         if not values:

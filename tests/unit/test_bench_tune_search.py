@@ -175,7 +175,7 @@ def test_explore_measures_heads_first_then_delays_of_the_best_within_the_budget(
 
 
 def test_deploy_commands_register_what_the_build_writes():
-    from bench.tuning import deploy_commands
+    from bench.kinds.tune import deploy_commands
 
     query, build, register = deploy_commands("bench/results/x/tuned.yaml", "http://127.0.0.1:8081", "m")
     assert build.endswith("--config bench/results/x/tuned.yaml --name m")
