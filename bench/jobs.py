@@ -71,7 +71,7 @@ class Resolver:
     ) -> None:
         self.out, self.seed, self.texts, self.docs_per_request = out, seed, texts, docs_per_request
         self._loads: dict[tuple[str, float, str | None], Bodies] = {}
-        self._references: dict[tuple[str | None, tuple[str, ...]], list[list[float]]] = {}
+        self._references: dict[tuple[Path, tuple[str, ...]], list[list[float]]] = {}
         self._gemm_per_core: dict[str, float] = {}  # GEMM FLOP/s of one thread per dtype
         self._exact: dict[tuple[Any, ...], dict[str, Any]] = {}
 
@@ -82,14 +82,14 @@ class Resolver:
 
     def job(self, config: Configuration, *, exact: bool = False, check: bool = True) -> Job:
         """The job of `config`: `exact` adds the exact-length grouping rate; `check` the references (embeddings)."""
-        load = self.load(config)
+        load, folder = self.load(config), models.model_dir(config.model)
         picks: tuple[str, ...] = ()
         references = None
         if check and config.workload != RERANK:
             picks = tuple(load.spread(FIDELITY_TEXTS))
-            references = self.references(config.model, picks)
-        exact_tps = self.exact_length(config, load) if exact else None
-        return Job(config, load, picks, references, self.roofline(config, load), exact_tps)
+            references = self.references(folder, picks)
+        exact_tps = self.exact_length(config, load, folder) if exact else None
+        return Job(config, load, picks, references, self.roofline(config, load, folder), exact_tps)
 
     def load(self, config: Configuration) -> Bodies:
         """The texts of a configuration's workload (the user's file for `file:`), their bodies and token counts."""
@@ -121,14 +121,14 @@ class Resolver:
         pairs = [[len(e.ids) for e in tokenizer.encode_pairs([(q, d) for d in docs])] for q, docs in requests]
         return Bodies(w, bodies, [sum(p) for p in pairs], pairs)
 
-    def references(self, model: str | None, picks: tuple[str, ...]) -> list[list[float]]:
-        """Our float32 batch-of-one answers to `picks` (torch engine, in process)."""
-        key = (model, picks)
+    def references(self, folder: Path, picks: tuple[str, ...]) -> list[list[float]]:
+        """Our float32 batch-of-one answers to `picks` from the model in `folder` (torch engine, in process)."""
+        key = (folder, picks)
         if key not in self._references:
-            self._references[key] = peers.reference_embeddings(picks, models.model_dir(model))
+            self._references[key] = peers.reference_embeddings(picks, folder)
         return self._references[key]
 
-    def roofline(self, config: Configuration, load: Bodies) -> float:
+    def roofline(self, config: Configuration, load: Bodies, folder: Path) -> float:
         """The GEMM roofline of this configuration's dtype, model, texts and cores (real tokens/s)."""
         from bench.roofline import gemm_flops_per_core, roofline_tokens_per_s
 
@@ -139,9 +139,9 @@ class Resolver:
         lengths = load.lengths
         cores = min(config.workers * config.threads, os.cpu_count() or 1)
         mean = sum(lengths) / max(1, len(lengths))
-        return roofline_tokens_per_s(models.model_dir(config.model), mean, cores, self._gemm_per_core[dtype])
+        return roofline_tokens_per_s(folder, mean, cores, self._gemm_per_core[dtype])
 
-    def exact_length(self, config: Configuration, load: Bodies) -> float:
+    def exact_length(self, config: Configuration, load: Bodies, folder: Path) -> float:
         """Exact-length grouping of this workload and worker layout in process (real tokens/s), once per run."""
         engine = config.engine or archives.default_engine()
         key = (config.workload_label, config.workers, config.threads, engine, config.model)
@@ -151,9 +151,8 @@ class Resolver:
             w = load.workload
             layout = f"{config.workers} processes x {config.threads} thread"
             print(f"exact-length grouping: {w.label}, {layout}, {engine} ...")
-            folder = str(models.model_dir(config.model))
             texts = w.texts[:EXACT_LENGTH_TEXTS]
-            rate = exact_length_rate(texts, folder, config.workers, config.threads, engine=engine)
+            rate = exact_length_rate(texts, str(folder), config.workers, config.threads, engine=engine)
             self._exact[key] = {"workload": config.workload_label, "model": models.label(config.model), **rate}
             print(f"  {rate['tokens_per_s']:.0f} real tokens/s")
             (self.out / "bound.json").write_text(json.dumps(self.exact_length_rates, indent=1))

@@ -70,7 +70,8 @@ def expand(
 
 
 def suites(path: Path = SUITES) -> dict[str, Any]:
-    return yaml.safe_load(path.read_text())
+    named: dict[str, Any] = yaml.safe_load(path.read_text())
+    return named
 
 
 def load_suite(name: str, path: Path = SUITES) -> RunPlan:

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol, Self
 
+from bucketing.config import STRATEGIES
 from bucketing.protocols import cohere_rerank
 from model_store import archives
 from model_store import build as archive_build
@@ -87,7 +88,7 @@ def build_archives(
 ) -> None:
     """Build the archives that are missing or older than their sources (the one staleness rule)."""
     spec = archive_build.ArchiveSpec(
-        strategies=tuple(strategies or archive_build.STRATEGIES),
+        strategies=tuple(strategies or STRATEGIES),
         threads=threads,
         engine=engine,
         model_dir=models.model_dir(model) if model is not None else None,

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from ..capacity import CapacitySettings
 from ..configuration import Configuration
-from ..jobs import Job
+from ..jobs import Bodies, Job
 from ..results import ReportInputs
 from ..run_plan import RunPlan
 from ..stats import Summary
@@ -22,6 +22,8 @@ class Resolves(Protocol):
 
     @property
     def exact_length_rates(self) -> list[dict[str, Any]]: ...
+
+    def load(self, config: Configuration) -> Bodies: ...
 
     def job(self, config: Configuration, *, exact: bool = False, check: bool = True) -> Job: ...
 

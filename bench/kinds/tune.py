@@ -92,7 +92,7 @@ def run_tune(ctx: RunContext) -> tune.TuneResult:
     schedules = space.get("schedules", ("batch",))
     ranked = tune.candidates(
         base,
-        ctx.resolver.job(base, check=False).load.tokens,
+        ctx.resolver.load(base).tokens,
         cost,
         settings.target_ms,
         os.cpu_count() or 1,

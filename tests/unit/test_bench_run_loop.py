@@ -93,9 +93,12 @@ class FakeResolver:
     def exact_length_rates(self) -> list[dict[str, Any]]:
         return []
 
+    def load(self, config: Configuration) -> Bodies:
+        return Bodies(Workload("longtail", TEXTS, (3, 6, 11), 0), [t.encode() for t in TEXTS], TOKENS)
+
     def job(self, config: Configuration, *, exact: bool = False, check: bool = True) -> Job:
         self.resolved.append(config.name)
-        load = Bodies(Workload("longtail", TEXTS, (3, 6, 11), 0), [t.encode() for t in TEXTS], TOKENS)
+        load = self.load(config)
         return Job(config, load, TEXTS if check else (), [[1.0]] * 3 if check else None, roofline_tps=1e6)
 
 
