@@ -18,6 +18,29 @@ MIN_RATE = 0.5  # req/s: below this a configuration is reported as having no cap
 MAX_STEPS = 6  # open-loop steps of one search, at most (`--capacity-steps`)
 STEP_S = 10.0  # seconds per step, at least (`--step-s`)
 REPEATS = 2  # the deciding rate is measured this many times: it holds only if every one passes
+STEP_REQUESTS = 500  # a step lasts long enough for this many arrivals (its p99 is the 5th worst)
+STEP_CAP = 3  # ... and at most this many times `step_s`
+START_SHARE = 0.5  # the search starts at this share of the closed-loop throughput (measured: 0.3-0.75)
+
+
+@dataclass(frozen=True)
+class CapacitySettings:
+    """`--p99-ms` and how long the search may take per configuration."""
+
+    target_ms: float
+    max_steps: int = MAX_STEPS
+    step_s: float = STEP_S
+
+    @property
+    def max_step_s(self) -> float:
+        return STEP_CAP * self.step_s
+
+    def describe(self) -> str:
+        return (
+            f"{self.target_ms:g} ms (capacity: at most {self.max_steps} open-loop steps, each at least "
+            f"{self.step_s:g} s and long enough for {STEP_REQUESTS} arrivals, at most {self.max_step_s:g} s; "
+            f"the deciding rate measured {REPEATS} times)"
+        )
 
 
 @dataclass(frozen=True)

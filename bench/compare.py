@@ -4,8 +4,9 @@ Each configuration is registered through the management API, warmed up, loaded t
 measured (client latencies, the handler's Prometheus counters, server CPU) and unregistered. Results go to
 bench/results/<timestamp>/ after every configuration: results.csv, results.json, then report.md and SVG plots.
 
-This module is the command line (parse, check, run); the run plan is `run_plan`, measuring one configuration is
-`runner`, the results and report inputs are `results`, and the tune suite is `tuning` over the pure `tune`.
+This module is the command line (parse, check, run); the run plan is `run_plan`, a run kind's loop is in `kinds/`
+(`matrix`, `tune`), each configuration becomes a job in `jobs`, a job is measured by `measure` on a target of
+`targets` (a TorchServe model) or `peers`, and the results and report inputs are `results`.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench import capacity, peers, report, traffic
+from bench.capacity import STEP_REQUESTS, CapacitySettings
+from bench.jobs import Resolver
+from bench.kinds import KINDS, RunContext
+from bench.measure import Measurer, send_http
 from bench.results import ReportInputs, ResultsWriter, run_header, run_offline
 from bench.run_plan import SUITES, RunPlan, peer_configs, plan_from_args, suites
-from bench.runner import STEP_REQUESTS, CapacitySettings, Runner, build_archives
 from bench.stats import Summary
-from bench.tuning import run_tune
+from bench.targets import TorchServeSite, build_archives
 from bench.workloads import BENCH_WORKLOADS, DOCS_PER_REQUEST, RERANK, Workload
 from bucketing import precision
 from model_store import archives
@@ -81,7 +85,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "CPU multiplies it natively)",
     )
     p.add_argument("--model-dir", type=Path, help="bench your own encoder folder (embedding) instead of MiniLM")
-    p.add_argument("--bound", action="store_true", help="also measure the padding-free bound")
+    p.add_argument(
+        "--bound",
+        action="store_true",
+        help="also measure exact-length grouping in process (a reference rate, not a bound)",
+    )
     p.add_argument("--offline", action="store_true", help="only the offline padded-token sweep (no server)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="results parent folder")
@@ -106,17 +114,15 @@ def user_texts(args: argparse.Namespace) -> Workload | None:
 
 
 def check_args(args: argparse.Namespace, plan: RunPlan) -> CapacitySettings | None:
-    """Flag combinations and ranges (one-line errors); the capacity settings when --p99-ms is given."""
-    if plan.tune and not args.p99_ms:
-        raise SystemExit("--suite tune needs --p99-ms: the p99 latency target (ms) to tune for")
-    if plan.tune and args.peer:
-        raise SystemExit("--peer: not with --suite tune (measure the peer next to the tuned settings in a second run)")
-    if any(c.workload == RERANK for c in plan.configs) and (args.peer or plan.tune or plan.bound):
+    """Flag combinations and ranges (one-line errors): the run kind's own first; the capacity settings when
+    --p99-ms is given (the kind's options supply the step defaults)."""
+    if plan.kind not in KINDS:
+        raise SystemExit(f"kind: got {plan.kind!r}; allowed: {' | '.join(KINDS)}")
+    KINDS[plan.kind].check(args, plan)
+    if any(c.workload == RERANK for c in plan.configs) and (args.peer or plan.bound):
         raise SystemExit("--workload rerank: not with --peer, --suite tune or --bound (they measure embeddings)")
     if args.docs_per_request < 1:
         raise SystemExit(f"--docs-per-request: got {args.docs_per_request}; allowed: 1 or more")
-    if args.min_cosine is not None and not (plan.tune and 0 < args.min_cosine <= 1):
-        raise SystemExit(f"--min-cosine: got {args.min_cosine:g}; allowed: with --suite tune, a floor in (0, 1]")
     reduced = sorted({c.dtype for c in plan.configs if c.dtype and c.dtype != "float32"})
     if reduced and not args.inference_url and precision.native_bf16(precision.cpu_info()) is None:
         raise SystemExit(
@@ -131,9 +137,11 @@ def check_args(args: argparse.Namespace, plan: RunPlan) -> CapacitySettings | No
         raise SystemExit("--capacity-steps and --step-s: allowed: 1 or more, and a positive number of seconds")
     if args.budget_min <= 0:
         raise SystemExit(f"--budget-min: got {args.budget_min:g}; allowed: a positive number of minutes")
-    tuned = plan.tune or {}
-    steps = args.capacity_steps if args.capacity_steps is not None else tuned.get("capacity_steps", capacity.MAX_STEPS)
-    return CapacitySettings(args.p99_ms, steps, args.step_s or tuned.get("step_s", capacity.STEP_S))
+    options = plan.options
+    steps = (
+        args.capacity_steps if args.capacity_steps is not None else options.get("capacity_steps", capacity.MAX_STEPS)
+    )
+    return CapacitySettings(args.p99_ms, steps, args.step_s or options.get("step_s", capacity.STEP_S))
 
 
 def open_target(args: argparse.Namespace, plan: RunPlan, stamp: str) -> tuple[Client, TorchServe | None]:
@@ -172,27 +180,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(report.offline_table(sweep_rows))
         ReportInputs("Offline padding comparison", header, offline_rows=sweep_rows).write(out)
         return 0
-    inputs = ReportInputs("Tuning" if plan.tune else "Batching comparison", header, offline_rows=sweep_rows)
+    inputs = ReportInputs(KINDS[plan.kind].TITLE, header, offline_rows=sweep_rows)
     with exit_on_signals():  # SIGTERM/SIGHUP stop our servers like Ctrl-C does
         client, server = open_target(args, plan, stamp)
+        site = TorchServeSite(client, server)
         progress = not args.no_progress and sys.stderr.isatty()
-        runner = Runner(client, server, out, args.seed, progress, texts, settings, args.docs_per_request)
-        return measure_all(runner, plan, out, inputs, args.peer, args.budget_min, args.min_cosine)
+        ctx = RunContext(
+            plan=plan,
+            resolver=Resolver(out, args.seed, texts, args.docs_per_request),
+            target=site.model,
+            measurer=Measurer(send_http(args.seed, progress), settings),
+            inputs=inputs,
+            record=lambda summary: None,  # set by measure_all
+            out=out,
+            t0=time.monotonic(),
+            settings=settings,
+            site=site,
+            peer=args.peer,
+            budget_min=args.budget_min,
+            min_cosine=args.min_cosine,
+            progress=progress,
+        )
+        return measure_all(ctx, server)
 
 
-def measure_all(
-    runner: Runner,
-    plan: RunPlan,
-    out: Path,
-    inputs: ReportInputs,
-    peer: str | None = None,
-    budget_min: float = 15.0,
-    min_cosine: float | None = None,
-) -> int:
-    """Measure every configuration, writing results after each; the servers we started are stopped however it ends."""
-    t0 = time.monotonic()
+def measure_all(ctx: RunContext, server: TorchServe | None = None) -> int:
+    """Run the plan's kind, writing results after each configuration; the server we started (`server`) is
+    stopped however it ends, and the report is written from what was measured."""
+    t0, out, inputs = ctx.t0, ctx.out, ctx.inputs
     writer = ResultsWriter(out)
-    server = runner.server
     interrupted = False
 
     def record(summary: Summary) -> None:
@@ -200,30 +216,19 @@ def measure_all(
         writer.add(summary)
         print(report.render_block(summary))
 
+    ctx.record = record
     try:
         if server:
             print(f"starting TorchServe on {server.endpoints.inference} (token auth on)")
             server.start()  # stops what it launched if interrupted
-        if plan.tune:
-            inputs.extra.append(report.tune_section(run_tune(runner, plan, budget_min, record, t0, out, min_cosine)))
-        else:
-            for i, config in enumerate(plan.configs, 1):
-                bound_tps = runner.bound(config) if plan.bound else None
-                print(f"\n[{i}/{len(plan.configs)}] {config.name} on {config.workload_label}")
-                record(runner.measure(config, bound_tps))
-            if peer:
-                try:
-                    runner.measure_peer(peers.PEERS[peer], peer_configs(plan.configs, peer), record)
-                except peers.PeerUnavailable as e:
-                    print(f"\npeer skipped: {e}", file=sys.stderr)
-                    inputs.header["peer"] = f"{peer} skipped: {e}"
+        KINDS[ctx.plan.kind].run(ctx)
     except (KeyboardInterrupt, SystemExit):
         interrupted = True
         print("\ninterrupted: results so far are kept", file=sys.stderr)
     finally:
         if server:
             server.stop()
-    inputs.sent, inputs.bounds = runner.sent, list(runner.bounds.values())
+    inputs.sent, inputs.bounds = ctx.measurer.sent, ctx.resolver.exact_length_rates
     cmps = inputs.write(out)
     print("\n" + "\n".join(report.render_comparison(c) for c in cmps) if cmps else "")
     print(f"\nreport: {out / 'report.md'}  ({time.monotonic() - t0:.0f} s)")

@@ -18,9 +18,14 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
 
 from model_store.archives import ROOT, SERVED
 from tsctl import free_ports, group_cpu_seconds
+
+if TYPE_CHECKING:
+    from .jobs import Job
 
 PEER_ROOT = ROOT / ".tmp" / "peers"
 REQUIREMENTS = Path(__file__).resolve().parent / "peer-requirements"
@@ -99,7 +104,12 @@ def venv(spec: PeerSpec, root: Path = PEER_ROOT, progress: bool = True) -> Path:
 
 
 class PeerServer:
-    """One running peer: its process group, URL and CPU use."""
+    """One running peer as a target (`targets.Target`): its process group, URL and CPU use; started on entry,
+    its whole group stopped on exit."""
+
+    engine = "torch"
+    device = "cpu"
+    SPOT_TEXTS = 8  # texts, spread over the load's lengths, its answers are checked on
 
     def __init__(self, spec: PeerSpec, python: Path, model_dir: Path, batch_size: int, logs: Path) -> None:
         self.spec, self.python, self.model_dir, self.batch_size = spec, python, model_dir, batch_size
@@ -107,10 +117,32 @@ class PeerServer:
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = logs / f"{spec.name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self._cosine: float | None = None
 
     @property
     def url(self) -> str:
         return f"{self.base}/embeddings"
+
+    def bodies(self, job: Job) -> list[bytes]:
+        return [self.spec.body(t) for t in job.load.workload.texts]
+
+    def headers(self) -> dict[str, str]:
+        return {}
+
+    def counters(self) -> dict[str, float]:
+        return {}
+
+    def fidelity(self, job: Job) -> float | None:
+        """The lowest cosine of its answers against our batch-of-one reference, spot-checked once per start on
+        `SPOT_TEXTS` of the first job's texts."""
+        if self._cosine is None:
+            texts, tokens = job.load.workload.texts, job.load.tokens
+            by_length = sorted(range(len(texts)), key=lambda i: tokens[i])
+            last, n = len(by_length) - 1, self.SPOT_TEXTS
+            picks = [texts[by_length[k * last // (n - 1)]] for k in range(n)]
+            self._cosine = spot_check(self, picks, self.model_dir)
+            print(f"  answers: lowest cosine {self._cosine:.6f} against our batch-of-one reference ({n} texts)")
+        return self._cosine
 
     def start(self, timeout: float = 300.0) -> PeerServer:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "INFINITY_ANONYMOUS_USAGE_STATS": "0"}
@@ -185,7 +217,7 @@ class PeerServer:
     def __enter__(self) -> PeerServer:
         return self.start()
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from .stats import Comparison, Config, Summary
-from .tune import TuneResult, separated
+from .configuration import Configuration
+from .stats import Comparison, Summary
+from .tune_search import TuneResult, separated
 
 
 def _num(value: float | None, fmt: str = ".1f") -> str:
@@ -15,7 +16,7 @@ def _num(value: float | None, fmt: str = ".1f") -> str:
     return format(value, fmt)
 
 
-def layout(c: Config) -> str:
+def layout(c: Configuration) -> str:
     """`2 workers x 1 thread`, or `1 process x 2 threads` for a peer."""
     unit = "process" if c.peer else "worker" if c.workers == 1 else "workers"
     return f"{c.workers} {unit} x {c.threads} thread{'s' if c.threads != 1 else ''}"

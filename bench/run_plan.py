@@ -6,7 +6,7 @@ import argparse
 import itertools
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,28 +16,32 @@ from bucketing.config import ENGINES, SCHEDULES, STRATEGIES
 from bucketing.precision import CPU_DTYPES
 
 from . import models, traffic
-from .stats import Config
+from .configuration import Configuration
 from .workloads import BENCH_WORKLOADS, RERANK
 
 SUITES = Path(__file__).resolve().parent / "suites.yaml"
-CONFIG_FIELDS = {f.name for f in fields(Config)}
+CONFIG_FIELDS = {f.name for f in fields(Configuration)}
 # Flags that make a configuration axis over a suite or a matrix: every configuration once per value.
 AXES = {"engines": ("engine", ENGINES), "schedules": ("schedule", SCHEDULES), "dtypes": ("dtype", CPU_DTYPES)}
 
 
 @dataclass(frozen=True)
 class RunPlan:
-    """What a run does: configurations, and whether to add the bound and the offline sweep."""
+    """What a run does: its kind (`kinds.KINDS`) with the kind's options, configurations, and whether to add
+    exact-length grouping and the offline sweep."""
 
     name: str
     description: str
-    configs: tuple[Config, ...]
+    configs: tuple[Configuration, ...]
     bound: bool
     sweep: dict[str, list[Any]] | None
-    tune: dict[str, Any] | None = None  # the tune suite's search space (`--suite tune`)
+    kind: str = "matrix"
+    options: dict[str, Any] = field(default_factory=dict)  # the kind's own settings (tune: its search space)
 
 
-def expand(defaults: dict[str, Any], configs: Sequence[dict[str, Any]], matrix: dict[str, list[Any]]) -> list[Config]:
+def expand(
+    defaults: dict[str, Any], configs: Sequence[dict[str, Any]], matrix: dict[str, list[Any]]
+) -> list[Configuration]:
     """Configurations from a list and/or every combination of a matrix, over defaults; unknown keys refused."""
     out = []
     items = [dict(c) for c in configs]
@@ -61,12 +65,13 @@ def expand(defaults: dict[str, Any], configs: Sequence[dict[str, Any]], matrix: 
             raise SystemExit(f"workload: got {merged.get('workload')!r}; allowed: {' | '.join(BENCH_WORKLOADS)}")
         if merged.get("mode", "closed") == "open" and not merged.get("rate"):
             raise SystemExit("an open-loop configuration needs a rate (req/s)")
-        out.append(Config(**merged))
+        out.append(Configuration(**merged))
     return out
 
 
 def suites(path: Path = SUITES) -> dict[str, Any]:
-    return yaml.safe_load(path.read_text())
+    named: dict[str, Any] = yaml.safe_load(path.read_text())
+    return named
 
 
 def load_suite(name: str, path: Path = SUITES) -> RunPlan:
@@ -75,9 +80,8 @@ def load_suite(name: str, path: Path = SUITES) -> RunPlan:
         raise SystemExit(f"--suite: no suite {name!r} in {path.name}; suites: {', '.join(named)}")
     s = named[name]
     configs = expand(s.get("defaults", {}), s.get("configs", []), s.get("matrix", {}))
-    return RunPlan(
-        name, s.get("description", ""), tuple(configs), bool(s.get("bound", False)), s.get("sweep"), s.get("tune")
-    )
+    description, bound, sweep = s.get("description", ""), bool(s.get("bound", False)), s.get("sweep")
+    return RunPlan(name, description, tuple(configs), bound, sweep, s.get("kind", "matrix"), s.get("options", {}))
 
 
 def csv_list(text: str | None, cast: type) -> list[Any] | None:
@@ -117,7 +121,8 @@ def plan_from_args(args: argparse.Namespace) -> RunPlan:
         plan = RunPlan("custom", "configurations from flags", configs, args.bound, base.sweep if args.suite else None)
     else:
         configs = tuple(replace(c, **overrides) for c in base.configs)
-        plan = RunPlan(base.name, base.description, configs, base.bound or args.bound, base.sweep, base.tune)
+        bound = base.bound or args.bound
+        plan = RunPlan(base.name, base.description, configs, bound, base.sweep, base.kind, base.options)
     for flag, (key, allowed) in AXES.items():
         values = csv_list(getattr(args, flag, None), str)
         if not values:
@@ -129,14 +134,14 @@ def plan_from_args(args: argparse.Namespace) -> RunPlan:
     return replace(plan, configs=tuple(one_worker_if_continuous(c) for c in plan.configs))
 
 
-def one_worker_if_continuous(config: Config) -> Config:
+def one_worker_if_continuous(config: Configuration) -> Configuration:
     """`continuous` runs one worker a model (TorchServe 0.12's queue lock): the same cores as its threads."""
     if config.schedule != "continuous" or config.workers == 1:
         return config
     return replace(config, workers=1, threads=config.workers * config.threads)
 
 
-def peer_configs(configs: Sequence[Config], peer: str) -> list[Config]:
+def peer_configs(configs: Sequence[Configuration], peer: str) -> list[Configuration]:
     """The peer on each distinct load of the plan (its own single process, using every core)."""
     loads = [
         replace(

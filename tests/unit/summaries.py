@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench import stats
+from bench.configuration import Configuration
 
 
 def summary(strategy, bs, rps_scale, p99, mode="closed", rate=None):
-    config = stats.Config(strategy, bs, mode=mode, rate=rate)
+    config = Configuration(strategy, bs, mode=mode, rate=rate)
     samples = [(10.0 * (i % 10 + 1) * p99 / 100, 200, 50) for i in range(int(100 * rps_scale))]
     samples += [(1.0, 503, 50)] * 2
     padded = round(5000 / (0.95 if strategy == "bucketed" else 0.4))

@@ -7,12 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from bench.stats import Config
+from bench.configuration import Configuration
 
 # --- --texts ---------------------------------------------------------------------------------------------------
 
 
-BASE = Config("bucketed", 16, duration=8)
+BASE = Configuration("bucketed", 16, duration=8)
 
 
 def test_peer_runs_once_per_distinct_load():

@@ -80,7 +80,7 @@ def test_comparisons_stay_within_one_model():
 
 def test_rows_carry_their_dtype_and_bfloat16_pairs_with_float32():
     from bench import report
-    from bench.runner import engine_of
+    from bench.targets import engine_of
 
     f32, bf16 = summary("bucketed", 16, 2.0, 100), summary("bucketed", 16, 5.0, 60)
     f32 = replace(f32, config=replace(f32.config, dtype="float32"), min_cosine=1.0)

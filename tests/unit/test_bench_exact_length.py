@@ -1,4 +1,4 @@
-"""The bound's worker processes end on every path: a worker that dies, one that hangs, an interrupt."""
+"""Exact-length grouping's worker processes end on every path: a worker that dies, one that hangs, an interrupt."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from bench.bound import BoundError, run_workers
+from bench.exact_length import ExactLengthError, run_workers
 
 
 def timed(index: int, barrier, out) -> None:
@@ -63,13 +63,13 @@ def test_results_come_back_one_per_worker(started):
 
 def test_a_worker_that_dies_is_an_error_and_its_siblings_are_ended(started):
     t = time.monotonic()
-    with pytest.raises(BoundError, match="bound worker 0 exited with 3 before its result"):
+    with pytest.raises(ExactLengthError, match="exact-length worker 0 exited with 3 before its result"):
         run_workers(dies_before_the_barrier, [(0,), (1,)], timeout=120)
     assert time.monotonic() - t < 60 and len(started) == 2 and alive(started) == []
 
 
 def test_workers_that_hang_are_ended_at_the_timeout(started):
-    with pytest.raises(BoundError, match="no result within 3 s"):
+    with pytest.raises(ExactLengthError, match="no result within 3 s"):
         run_workers(hangs, [(0,), (1,)], timeout=3)
     assert alive(started) == []
 

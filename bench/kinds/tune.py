@@ -1,28 +1,33 @@
-"""`--suite tune` on a server: calibrate the cost model, rank the candidates offline, measure what the budget
-allows (`tune.explore`), re-measure the top two, write the winner's model-config and the commands that deploy it,
-then build that archive and measure it again from the YAML."""
+"""`tune` (`--suite tune`) on a server: calibrate the cost model, rank the candidates offline, measure what the
+budget allows (`tune_search.explore`), re-measure the top two, write the winner's model-config and the commands that
+deploy it, then build that archive and measure it again from the YAML."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import time
 import urllib.parse
-from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
 import yaml
 
 from model_store import archives
 from model_store import build as archive_build
 from model_store.archives import ROOT
-from tsctl import Endpoints, ServerError, read_properties
-from tsctl.process import DEFAULT_PROPERTIES
+from tsctl import ServerError
 
-from . import models, stats, tune
-from .run_plan import RunPlan
-from .runner import WARMUP_S, Runner
+from .. import models, report, stats
+from .. import tune_search as tune
+from ..configuration import Configuration
+from ..measure import WARMUP_S
+from ..run_plan import RunPlan
+from ..targets import TorchServeModel, TorchServeSite
+from ..workloads import RERANK
+from .context import RunContext
 
+NAME = "tune"
+TITLE = "Tuning"
 TUNED_NAME = "minilm-tuned"
 START_S = 25.0  # a configuration's registration and worker start, before its first measurement
 
@@ -38,21 +43,38 @@ def deploy_commands(yaml_shown: str, management_url: str, name: str = TUNED_NAME
     return query, build, register
 
 
-def run_tune(
-    runner: Runner,
-    plan: RunPlan,
-    budget_min: float,
-    record: Callable[[stats.Summary], None],
-    t0: float,
-    out: Path,
-    min_cosine: float | None = None,
-) -> tune.TuneResult:
+def check(args: argparse.Namespace, plan: RunPlan) -> None:
+    """A p99 target is needed; a peer, the rerank workload and a floor outside (0, 1] are refused."""
+    if not args.p99_ms:
+        raise SystemExit("--suite tune needs --p99-ms: the p99 latency target (ms) to tune for")
+    if args.peer:
+        raise SystemExit("--peer: not with --suite tune (measure the peer next to the tuned settings in a second run)")
+    if any(c.workload == RERANK for c in plan.configs):
+        raise SystemExit("--workload rerank: not with --peer, --suite tune or --bound (they measure embeddings)")
+    if args.min_cosine is not None and not 0 < args.min_cosine <= 1:
+        raise SystemExit(f"--min-cosine: got {args.min_cosine:g}; allowed: with --suite tune, a floor in (0, 1]")
+
+
+def run(ctx: RunContext) -> None:
+    """Measure, recommend, re-measure; the tune section after the comparisons."""
+    ctx.inputs.extra.append(report.tune_section(run_tune(ctx)))
+
+
+def measure_config(ctx: RunContext, config: Configuration) -> stats.Summary:
+    """One candidate, resolved into its job and measured on its own model."""
+    job = ctx.resolver.job(config)
+    with ctx.target(job) as target:
+        return ctx.measurer.measure(job, target)
+
+
+def run_tune(ctx: RunContext) -> tune.TuneResult:
     """Rank candidates offline, measure what fits the budget (delays around the best), recommend, re-measure.
-    `min_cosine`: the fidelity floor that lets bfloat16 compete (where the CPU multiplies it natively)."""
-    from bench.bound import calibrated_cost
+    `ctx.min_cosine`: the fidelity floor that lets bfloat16 compete (where the CPU multiplies it natively)."""
+    from bench.calibration import calibrated_cost
     from bucketing import precision
 
-    space, settings = plan.tune or {}, runner.capacity_settings
+    plan, budget_min, min_cosine, t0, record = ctx.plan, ctx.budget_min, ctx.min_cosine, ctx.t0, ctx.record
+    space, settings = plan.options, ctx.settings
     assert settings is not None
     base = plan.configs[0]
     engine = base.engine or archives.default_engine()
@@ -70,7 +92,7 @@ def run_tune(
     schedules = space.get("schedules", ("batch",))
     ranked = tune.candidates(
         base,
-        runner.bodies(base).tokens,
+        ctx.resolver.load(base).tokens,
         cost,
         settings.target_ms,
         os.cpu_count() or 1,
@@ -85,12 +107,12 @@ def run_tune(
     )
     measured_count = 0
 
-    def measure(config: stats.Config) -> stats.Summary:
+    def measure(config: Configuration) -> stats.Summary:
         nonlocal measured_count
         used = (time.monotonic() - t0) / 60
         print(f"\n[tune {measured_count + 1}] {config.name} on {config.workload_label} ({used:.1f} min used)")
         try:
-            summary = runner.measure(config)
+            summary = measure_config(ctx, config)
         except ServerError as e:
             raise tune.MeasureFailed(str(e)) from e
         measured_count += 1
@@ -118,30 +140,26 @@ def run_tune(
             again = replace(top.config, label="again")
             print(f"\n[tune: the top two again] {again.name} on {again.workload_label}")
             try:
-                measured.append(runner.measure(again))
+                measured.append(measure_config(ctx, again))
                 record(measured[-1])
             except ServerError as e:
                 skipped.append((again, f"failed: {str(e)[:120]}"))
             budget_left -= time.monotonic() - started
     why = tune.dtype_choice(measured, min_cosine, considered)
-    return recommend(runner, measured, skipped, ranked, record, t0, out, budget_min * 60, min_cosine, why)
+    return recommend(ctx, measured, skipped, ranked, why)
 
 
 def recommend(
-    runner: Runner,
+    ctx: RunContext,
     measured: list[stats.Summary],
-    skipped: list[tuple[stats.Config, str]],
+    skipped: list[tuple[Configuration, str]],
     ranked: list[tune.Candidate],
-    record: Callable[[stats.Summary], None],
-    t0: float,
-    out: Path,
-    budget_s: float,
-    min_cosine: float | None = None,
     dtype_why: str = "",
 ) -> tune.TuneResult:
     """Write the winner's model-config YAML and the commands that deploy it; measure it again from that YAML."""
-    settings = runner.capacity_settings
-    assert settings is not None
+    settings, site, min_cosine, t0, out = ctx.settings, ctx.site, ctx.min_cosine, ctx.t0, ctx.out
+    assert settings is not None and site is not None
+    budget_s = ctx.budget_min * 60
     ranking = tune.rank(measured, min_cosine)
     if not ranking:
         raise SystemExit("tune: no measured configuration is eligible (see above)")
@@ -150,13 +168,7 @@ def recommend(
     yaml_path = out / "tuned-model-config.yaml"
     shown = yaml_path.relative_to(ROOT) if yaml_path.is_relative_to(ROOT) else yaml_path
     cap = winner.capacity.rate if winner.capacity else 0.0
-    # where the user applies it: the server given by URL, else the one `make serve` runs
-    mgmt = (
-        runner.client.endpoints.management
-        if not runner.server
-        else Endpoints.from_properties(read_properties(DEFAULT_PROPERTIES)).management
-    )
-    query, *commands = deploy_commands(str(shown), mgmt)
+    query, *commands = deploy_commands(str(shown), site.user_management_url)
     comment = (
         f"# Tuned by `bench/compare.py --suite tune` on {winner.config.workload_label}: "
         f"{tune.fmt_rate(cap)} at p99 <= {settings.target_ms:g} ms on this machine.\n"
@@ -177,25 +189,31 @@ def recommend(
         tuple(commands),
         min_cosine=min_cosine,
     )
-    if not runner.server:
+    store = site.store
+    if store is None:  # a server given by URL: the user deploys it there
         return replace(result, elapsed_s=time.monotonic() - t0)
     print(f"\nrecommended: {winner.config.name}; building {TUNED_NAME}.mar from {yaml_path.name} ...")
-    store = Path(runner.server.properties["model_store"])
     try:
         archive_build.from_config(yaml_path, TUNED_NAME, store)
     except archive_build.BuildError as e:
         raise SystemExit(f"building {TUNED_NAME}.mar from {yaml_path} failed: {e}") from None
-    runner.client.unregister(TUNED_NAME)
-    reply = runner.client.call("management", "POST", f"/models?{query}", timeout=300)  # as the curl line does
-    if reply.status != 200:
-        raise SystemExit(f"registering {TUNED_NAME} from its YAML failed: HTTP {reply.status} {reply.text[:200]}")
-    try:
-        described = runner.client.call("management", "GET", f"/models/{TUNED_NAME}").json()[0]
-        config = replace(winner.config, label="from YAML")
-        print(f"\n{config.name} on {config.workload_label}")
-        remeasured = runner.measure_target(config, runner.torchserve_target(config, TUNED_NAME), None)
-    finally:
-        runner.client.unregister(TUNED_NAME)
-    record(remeasured)
+    remeasured, described = remeasure_from_yaml(ctx, site, winner.config, query)
+    ctx.record(remeasured)
     applied = tuple(tune.describe_mismatches(described, cfg))
     return replace(result, remeasured=remeasured, applied=applied, elapsed_s=time.monotonic() - t0)
+
+
+def remeasure_from_yaml(
+    ctx: RunContext, site: TorchServeSite, winner: Configuration, query: str
+) -> tuple[stats.Summary, dict[str, object]]:
+    """Register the tuned archive as the curl line does, measure it (its describe answer beside), unregister it."""
+    site.client.unregister(TUNED_NAME)
+    reply = site.client.call("management", "POST", f"/models?{query}", timeout=300)  # as the curl line does
+    if reply.status != 200:
+        raise SystemExit(f"registering {TUNED_NAME} from its YAML failed: HTTP {reply.status} {reply.text[:200]}")
+    config = replace(winner, label="from YAML")
+    with TorchServeModel(site, config, TUNED_NAME, registered=True) as target:
+        described: dict[str, object] = site.client.call("management", "GET", f"/models/{TUNED_NAME}").json()[0]
+        print(f"\n{config.name} on {config.workload_label}")
+        job = ctx.resolver.job(config, check=False)
+        return ctx.measurer.measure(job, target), described

@@ -20,8 +20,9 @@ from bucketing.planner import CostModel
 from model_store import archives
 from model_store.archives import SERVED
 
+from .configuration import Configuration
 from .offline import strategy_passes
-from .stats import Config, Summary, percentile
+from .stats import Summary, percentile
 
 BATCH_SIZES = (1, 4, 8, 16, 32)
 DELAYS = (5, 10, 20, 50)
@@ -35,7 +36,7 @@ REDUCED = "bfloat16"  # the reduced-precision dtype the suite may consider (torc
 class Candidate:
     """One (strategy, batch size, workers x threads) at the default delay, with its offline estimates."""
 
-    config: Config
+    config: Configuration
     est_rps: float
     est_floor_ms: float  # a lower bound on p99: a request's own pass (p99 over the texts) plus the batch delay
     pruned: str = ""  # why it is not measured ("" when kept)
@@ -48,7 +49,7 @@ def layouts(cores: int) -> list[tuple[int, int]]:
 
 
 def estimate(
-    base: Config,
+    base: Configuration,
     lengths: Sequence[int],
     cost: CostModel,
     max_length: int = SERVED.max_length,
@@ -70,7 +71,7 @@ def estimate(
 
 
 def candidates(
-    base: Config,
+    base: Configuration,
     lengths: Sequence[int],
     cost: CostModel,
     target_ms: float,
@@ -121,17 +122,17 @@ def candidates(
     return sorted(pruned, key=lambda c: -c.est_rps)
 
 
-def first_round(ranked: Sequence[Candidate]) -> list[Config]:
+def first_round(ranked: Sequence[Candidate]) -> list[Configuration]:
     """The measuring order before delays: the best kept candidate of each strategy (and schedule and dtype), then
     the rest by estimate."""
     kept = [c for c in ranked if not c.pruned]
-    heads: list[Config] = []
+    heads: list[Configuration] = []
     for kind in dict.fromkeys((c.config.strategy, c.config.schedule, c.config.dtype) for c in kept):
         heads.append(next(c.config for c in kept if (c.config.strategy, c.config.schedule, c.config.dtype) == kind))
     return heads + [c.config for c in kept if c.config not in heads]
 
 
-def delay_variants(best: Config, delays: Sequence[int] = DELAYS) -> list[Config]:
+def delay_variants(best: Configuration, delays: Sequence[int] = DELAYS) -> list[Configuration]:
     """The best configuration at the other batch delays (none for batch size 1: it never waits)."""
     if best.batch_size == 1:
         return []
@@ -149,7 +150,7 @@ def faithful(s: Summary, min_cosine: float | None) -> bool:
 def rank(summaries: Sequence[Summary], min_cosine: float | None = None) -> list[Summary]:
     """Best first: capacity at the target, then closed-loop throughput (each configuration once: its lowest
     capacity when it was measured again); a reduced dtype below the `min_cosine` floor is left out."""
-    lowest: dict[Config, Summary] = {}
+    lowest: dict[Configuration, Summary] = {}
     for s in summaries:
         if not faithful(s, min_cosine):
             continue
@@ -189,13 +190,13 @@ class MeasureFailed(Exception):
 
 def explore(
     ranked: Sequence[Candidate],
-    measure: Callable[[Config], Summary],
+    measure: Callable[[Configuration], Summary],
     budget: Budget,
     default_cost_s: float,
     elapsed: Callable[[], float],
     delays: Sequence[int] = DELAYS,
     min_cosine: float | None = None,
-) -> tuple[list[Summary], list[tuple[Config, str]]]:
+) -> tuple[list[Summary], list[tuple[Configuration, str]]]:
     """Measure the kept candidates in `first_round` order while the budget holds; once the best strategies have
     been seen (or the queue runs dry), the best so far at the other delays goes first. Returns what was measured,
     in order, and what was skipped, with why."""
@@ -203,7 +204,7 @@ def explore(
     queue = first_round(ranked)
     delays_after = len({c.config.strategy for c in kept}) + 2
     measured: list[Summary] = []
-    skipped: list[tuple[Config, str]] = []
+    skipped: list[tuple[Configuration, str]] = []
     delays_done = False
     while queue or (not delays_done and measured):
         if not delays_done and measured and (len(measured) >= delays_after or not queue):
@@ -235,7 +236,7 @@ class TuneResult:
     elapsed_s: float
     candidates: tuple[Candidate, ...]
     measured: tuple[Summary, ...]  # in the order measured
-    skipped: tuple[tuple[Config, str], ...]  # measured-worthy but left out, with why
+    skipped: tuple[tuple[Configuration, str], ...]  # measured-worthy but left out, with why
     yaml_name: str = ""
     yaml_text: str = ""
     commands: tuple[str, ...] = ()
@@ -282,7 +283,7 @@ def dtype_choice(measured: Sequence[Summary], min_cosine: float | None, consider
     return f"dtype {winner.config.dtype or 'float32'}: {best_reduced} against {best_float}"
 
 
-def model_config(winner: Config, template: dict[str, Any], min_cosine: float | None = None) -> dict[str, Any]:
+def model_config(winner: Configuration, template: dict[str, Any], min_cosine: float | None = None) -> dict[str, Any]:
     """The model-config YAML that deploys `winner`: the template with its TorchServe and handler settings (a reduced
     dtype with the user's fidelity floor, which its workers then check at start)."""
     cfg = dict(template)

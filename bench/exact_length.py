@@ -1,7 +1,8 @@
-"""The padding-free bound: the same texts through the model in process, grouped by exact token length.
+"""Exact-length grouping in process: the same texts through the model, grouped by exact token length, no padding.
 
 `workers` processes with `threads` torch threads each (as TorchServe's workers), started together; no padding,
-no HTTP, no JSON: the best real tokens/s this machine reaches with this model.
+no HTTP, no JSON. A reference rate (real tokens/s), not a bound: exact-length groups are small and pay more
+per-pass overhead, so a configuration can run faster (the limit is the GEMM roofline, `roofline`).
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from typing import Any
 
 from model_store.archives import SERVED
 
-START_TIMEOUT_S = 300.0  # a worker loads the model and warms up within this, or the bound stops
+START_TIMEOUT_S = 300.0  # a worker loads the model and warms up within this, or the measurement stops
 RUN_TIMEOUT_S = 600.0  # the timed passes of every worker end within this
 
 
-class BoundError(RuntimeError):
-    """The bound could not be measured (a worker died or hung); every worker process has been ended."""
+class ExactLengthError(RuntimeError):
+    """The rate could not be measured (a worker died or hung); every worker process has been ended."""
 
 
 def chunks_by_length(lengths: Sequence[int], max_batch_tokens: int) -> list[list[int]]:
@@ -47,7 +48,7 @@ def balance(chunks: list[list[int]], lengths: Sequence[int], workers: int) -> li
 
 
 def _worker(model_dir: str, threads: int, engine: str, rows: list[list[list[int]]], barrier: Any, out: Any) -> None:
-    """One bound worker: the handler's task on its share of exact-length chunks, timed after a common start."""
+    """One worker: the handler's task on its share of exact-length chunks, timed after a common start."""
     import torch
 
     from bucketing.config import HandlerConfig
@@ -65,7 +66,7 @@ def _worker(model_dir: str, threads: int, engine: str, rows: list[list[list[int]
     out.put(time.perf_counter() - start)
 
 
-def padding_free_bound(
+def exact_length_rate(
     texts: Sequence[str],
     model_dir: str,
     workers: int = 2,
@@ -81,10 +82,10 @@ def padding_free_bound(
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = engine_model_dir(Path(model_dir), engine, "embedding", Path(tmp))
-        return _bound(texts, str(folder), workers, threads, max_length, max_batch_tokens, engine)
+        return _rate(texts, str(folder), workers, threads, max_length, max_batch_tokens, engine)
 
 
-def _bound(
+def _rate(
     texts: Sequence[str],
     model_dir: str,
     workers: int,
@@ -116,7 +117,7 @@ def _bound(
 
 def run_workers(target: Callable[..., None], args: Sequence[tuple[Any, ...]], timeout: float) -> list[float]:
     """Run `target(*a, barrier, out)` in one spawned process per `a`, started together; each puts its seconds on
-    `out`. A worker that exits without a result, or no result within `timeout`, is a BoundError; on every path
+    `out`. A worker that exits without a result, or no result within `timeout`, is a ExactLengthError; on every path
     (Ctrl-C and SIGTERM included) every worker still alive is killed and reaped before this returns."""
     ctx = mp.get_context("spawn")
     barrier, out = ctx.Barrier(len(args)), ctx.Queue()
@@ -134,11 +135,11 @@ def run_workers(target: Callable[..., None], args: Sequence[tuple[Any, ...]], ti
                 pass
             dead = [(i, p.exitcode) for i, p in enumerate(procs) if p.exitcode not in (None, 0)]
             if dead:
-                raise BoundError(f"bound worker {dead[0][0]} exited with {dead[0][1]} before its result")
+                raise ExactLengthError(f"exact-length worker {dead[0][0]} exited with {dead[0][1]} before its result")
             if all(p.exitcode == 0 for p in procs) and out.empty():
-                raise BoundError("every bound worker exited, some without a result")
+                raise ExactLengthError("every exact-length worker exited, some without a result")
             if time.monotonic() > deadline:
-                raise BoundError(f"bound workers gave no result within {timeout:.0f} s")
+                raise ExactLengthError(f"exact-length workers gave no result within {timeout:.0f} s")
         return times
     finally:
         for p in procs:  # our own children: their pids cannot be reused before we reap them below
@@ -149,29 +150,3 @@ def run_workers(target: Callable[..., None], args: Sequence[tuple[Any, ...]], ti
                 p.join(timeout=10)
         out.close()
         out.cancel_join_thread()
-
-
-def calibrated_cost(model_dir: str, engine: str, max_length: int = SERVED.max_length, dtype: str | None = None) -> Any:
-    """The planner's cost model fitted to this machine: the handler's own calibration, one thread, in process (in
-    `dtype` where given: bfloat16 on the torch engine)."""
-    import tempfile
-
-    import numpy as np
-    import torch
-
-    from bucketing.calibrate import fit_cost, measure
-    from bucketing.config import HandlerConfig
-    from bucketing.planner import CostModel
-    from bucketing.tasks import load_task
-    from model_store.archives import engine_model_dir
-
-    torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = engine_model_dir(Path(model_dir), engine, "embedding", Path(tmp))
-        config = HandlerConfig(engine=engine, torch_threads=1, dtype=dtype or HandlerConfig.dtype)
-        task = load_task(config, str(folder))
-
-        def forward(rows: int, length: int) -> None:
-            task.forward(np.full((rows, length), 1000, dtype=np.int64), np.ones((rows, length), dtype=np.int64))
-
-        return fit_cost(measure(forward, max_length), CostModel())

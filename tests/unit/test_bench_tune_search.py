@@ -1,4 +1,4 @@
-"""bench.tune: candidates ranked and pruned offline, the measuring order under a budget (`explore` on a fake
+"""bench.tune_search: candidates ranked and pruned offline, the measuring order under a budget (`explore` on a fake
 measure), the winner's YAML and its report section."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from bench import capacity, report, stats, tune
-from bench.stats import Config
+from bench import capacity, report, stats
+from bench import tune_search as tune
+from bench.configuration import Configuration
 from bucketing.config import HandlerConfig
 from bucketing.planner import CostModel
 from tests.unit.summaries import GOLDEN
@@ -20,7 +21,7 @@ from tests.unit.summaries import GOLDEN
 LENGTHS = [10, 12, 200, 15, 30, 8, 120, 22] * 25
 
 
-BASE = Config("bucketed", 16, duration=8)
+BASE = Configuration("bucketed", 16, duration=8)
 
 
 def test_layouts_use_every_core():
@@ -64,9 +65,9 @@ def test_delay_variants():
     assert tune.delay_variants(replace(BASE, batch_size=1)) == []
 
 
-def summary_with_capacity(config: Config, rps: float, cap: float) -> stats.Summary:
+def summary_with_capacity(config: Configuration, rps: float, cap: float) -> stats.Summary:
     steps = (capacity.Step(cap, 300, 300, 80.0, 10.0), capacity.Step(cap * 1.3, 390, 390, 900.0, 10.0))
-    s = stats.summarize(config, [(50.0, 200, 10)] * int(rps * 10), 10.0, stats.BatchStats(batches=1), 0.1, 5.0)
+    s = stats.summarize(config, [(50.0, 200, 10)] * int(rps * 10), 10.0, stats.HandlerDelta(batches=1), 0.1, 5.0)
     return replace(s, capacity=capacity.Capacity(200.0, steps))
 
 
@@ -88,7 +89,7 @@ def test_budget_keeps_room_for_the_next_measurement():
 def test_model_config_yaml_is_what_the_handler_and_torchserve_read():
     from model_store import archives
 
-    winner = Config("dynamic", 8, max_batch_delay=20, workers=1, threads=2)
+    winner = Configuration("dynamic", 8, max_batch_delay=20, workers=1, threads=2)
     cfg = tune.model_config(winner, archives.model_config(winner.strategy))
     again = yaml.safe_load(yaml.safe_dump(cfg))
     assert (again["batchSize"], again["maxBatchDelay"], again["minWorkers"], again["maxWorkers"]) == (8, 20, 1, 1)
@@ -148,9 +149,9 @@ def test_explore_measures_heads_first_then_delays_of_the_best_within_the_budget(
     ranked = [tune.Candidate(c, 100.0 - i, 10.0) for i, c in enumerate(kept)]
     ranked.append(tune.Candidate(replace(BASE, batch_size=1), 1.0, 10.0, pruned="estimated too slow"))
     clock = [0.0]
-    seen: list[Config] = []
+    seen: list[Configuration] = []
 
-    def measure(config: Config) -> stats.Summary:
+    def measure(config: Configuration) -> stats.Summary:
         clock[0] += 100.0  # each measurement costs 100 s on the fake clock
         seen.append(config)
         if config.strategy == "static":
@@ -174,7 +175,7 @@ def test_explore_measures_heads_first_then_delays_of_the_best_within_the_budget(
 
 
 def test_deploy_commands_register_what_the_build_writes():
-    from bench.tuning import deploy_commands
+    from bench.kinds.tune import deploy_commands
 
     query, build, register = deploy_commands("bench/results/x/tuned.yaml", "http://127.0.0.1:8081", "m")
     assert build.endswith("--config bench/results/x/tuned.yaml --name m")

@@ -1,0 +1,34 @@
+"""The planner's cost model fitted to this machine in process (the handler's own calibration), for `--suite tune`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from model_store.archives import SERVED
+
+
+def calibrated_cost(model_dir: str, engine: str, max_length: int = SERVED.max_length, dtype: str | None = None) -> Any:
+    """The planner's cost model fitted to this machine: the handler's own calibration, one thread, in process (in
+    `dtype` where given: bfloat16 on the torch engine)."""
+    import tempfile
+
+    import numpy as np
+    import torch
+
+    from bucketing.calibrate import fit_cost, measure
+    from bucketing.config import HandlerConfig
+    from bucketing.planner import CostModel
+    from bucketing.tasks import load_task
+    from model_store.archives import engine_model_dir
+
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = engine_model_dir(Path(model_dir), engine, "embedding", Path(tmp))
+        config = HandlerConfig(engine=engine, torch_threads=1, dtype=dtype or HandlerConfig.dtype)
+        task = load_task(config, str(folder))
+
+        def forward(rows: int, length: int) -> None:
+            task.forward(np.full((rows, length), 1000, dtype=np.int64), np.ones((rows, length), dtype=np.int64))
+
+        return fit_cost(measure(forward, max_length), CostModel())

@@ -1,0 +1,14 @@
+"""Run kinds: what a run does with its plan. A new kind is a module here (NAME, TITLE, check, run) and a line in
+KINDS; a suite names its kind with `kind:` in suites.yaml (`matrix` when it names none)."""
+
+from __future__ import annotations
+
+from . import matrix, tune
+from .context import RunContext, RunKind
+
+KINDS: dict[str, RunKind] = {
+    matrix.NAME: matrix,  # every configuration of the plan (and a peer on the same loads)
+    tune.NAME: tune,  # candidates ranked offline, measured under a budget, the winner deployed from its YAML
+}
+
+__all__ = ["KINDS", "RunContext", "RunKind"]
