@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench import capacity, peers, report, traffic
+from bench import capacity, models, peers, report, traffic
 from bench.capacity import STEP_REQUESTS, CapacitySettings
 from bench.jobs import Resolver
 from bench.kinds import KINDS, RunContext
@@ -27,7 +27,7 @@ from bench.results import ReportInputs, ResultsWriter, run_header, run_offline
 from bench.run_plan import SUITES, RunPlan, peer_configs, plan_from_args, suites
 from bench.stats import Summary
 from bench.targets import TorchServeSite, build_archives
-from bench.workloads import BENCH_WORKLOADS, DOCS_PER_REQUEST, RERANK, Workload
+from bench.workloads import BENCH_WORKLOADS, DOCS_PER_REQUEST, NOT_EMBEDDINGS, Workload
 from bucketing import precision
 from model_store import archives
 from model_store.archives import ROOT
@@ -119,8 +119,17 @@ def check_args(args: argparse.Namespace, plan: RunPlan) -> CapacitySettings | No
     if plan.kind not in KINDS:
         raise SystemExit(f"kind: got {plan.kind!r}; allowed: {' | '.join(KINDS)}")
     KINDS[plan.kind].check(args, plan)
-    if any(c.workload == RERANK for c in plan.configs) and (args.peer or plan.bound):
-        raise SystemExit("--workload rerank: not with --peer, --suite tune or --bound (they measure embeddings)")
+    for c in plan.configs:
+        if c.workload in NOT_EMBEDDINGS and (args.peer or plan.bound):
+            raise SystemExit(
+                f"--workload {c.workload}: not with --peer, --suite tune or --bound (they measure embeddings)"
+            )
+        spec = models.served_as(c.workload)
+        for what, got, only in (("engine", c.engine, spec.engine), ("dtype", c.dtype, spec.dtype)):
+            if only is not None and got not in (None, only):
+                raise SystemExit(
+                    f"--workload {c.workload}: {what} {got} refused; its {spec.task} model runs on {only} only"
+                )
     if args.docs_per_request < 1:
         raise SystemExit(f"--docs-per-request: got {args.docs_per_request}; allowed: 1 or more")
     reduced = sorted({c.dtype for c in plan.configs if c.dtype and c.dtype != "float32"})
@@ -222,9 +231,10 @@ def measure_all(ctx: RunContext, server: TorchServe | None = None) -> int:
             print(f"starting TorchServe on {server.endpoints.inference} (token auth on)")
             server.start()  # stops what it launched if interrupted
         KINDS[ctx.plan.kind].run(ctx)
-    except (KeyboardInterrupt, SystemExit):
+    except (KeyboardInterrupt, SystemExit) as e:
         interrupted = True
-        print("\ninterrupted: results so far are kept", file=sys.stderr)
+        why = f"{e.code}\n" if isinstance(e, SystemExit) and isinstance(e.code, str) else ""  # its one line
+        print(f"\n{why}interrupted: results so far are kept", file=sys.stderr)
     finally:
         if server:
             server.stop()

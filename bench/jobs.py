@@ -17,7 +17,7 @@ from model_store import archives
 from . import models, peers, traffic
 from .configuration import Configuration
 from .load import Sample
-from .workloads import DOCS_PER_REQUEST, RERANK, Workload, make_workload, rerank_requests
+from .workloads import DOCS_PER_REQUEST, NOT_EMBEDDINGS, RERANK, TEXTS_OF, Workload, make_workload, rerank_requests
 
 WORKLOAD_TEXTS = 2000  # texts drawn for a generated workload
 FIDELITY_TEXTS = 32  # texts of the run, spread over its lengths, each configuration's answers are checked on
@@ -85,7 +85,7 @@ class Resolver:
         load, folder = self.load(config), models.model_dir(config.model)
         picks: tuple[str, ...] = ()
         references = None
-        if check and config.workload != RERANK:
+        if check and config.workload not in NOT_EMBEDDINGS:
             picks = tuple(load.spread(FIDELITY_TEXTS))
             references = self.references(folder, picks)
         exact_tps = self.exact_length(config, load, folder) if exact else None
@@ -107,7 +107,8 @@ class Resolver:
                 raise SystemExit(f"workload {config.workload}: give the file with --texts")
             w = self.texts
         else:
-            w = make_workload(config.workload, WORKLOAD_TEXTS, self.seed, short_frac=config.short_frac)
+            texts = TEXTS_OF.get(config.workload, config.workload)
+            w = make_workload(texts, WORKLOAD_TEXTS, self.seed, short_frac=config.short_frac)
         bodies = [json.dumps({"text": t}).encode() for t in w.texts]
         tokens = [len(e.ids) for e in tokenizer.encode(w.texts)]  # as served: cut at max_length
         return Bodies(w, bodies, tokens)
@@ -139,7 +140,7 @@ class Resolver:
         lengths = load.lengths
         cores = min(config.workers * config.threads, os.cpu_count() or 1)
         mean = sum(lengths) / max(1, len(lengths))
-        return roofline_tokens_per_s(folder, mean, cores, self._gemm_per_core[dtype])
+        return roofline_tokens_per_s(models.encoder_dir(folder), mean, cores, self._gemm_per_core[dtype])
 
     def exact_length(self, config: Configuration, load: Bodies, folder: Path) -> float:
         """Exact-length grouping of this workload and worker layout in process (real tokens/s), once per run."""

@@ -3,38 +3,80 @@
 `bert-base-random` is BERT-base's geometry (12 layers, hidden 768, 12 heads; 110 M parameters) with random
 weights and MiniLM's tokenizer: the answers mean nothing, the compute is real, to show how the gains move when
 the per-token cost dominates. `minilm-cross-encoder-random` is MiniLM's geometry (6 x 384) as a one-label
-sequence classifier (a cross-encoder, random weights, MiniLM's tokenizer), the rerank workload's model. Each is
-built once into `.tmp/models/` (a few seconds).
+sequence classifier (a cross-encoder, random weights, MiniLM's tokenizer), the rerank workload's model.
+`minilm-splade-random` is MiniLM's geometry as a masked LM (`BertForMaskedLM`: 6 x 384 and the MLM head over the
+real 30522-id vocabulary, random weights, MiniLM's tokenizer) saved as a sentence-transformers `SparseEncoder`
+folder (a `Transformer` with `transformer_task: fill-mask`, then `SpladePooling` max with activation `relu`, i.e.
+log(1 + relu(logits)) as SPLADE computes it), the sparse workload's model. Random weights make almost every
+vocabulary id active (about 25k non-zeros a text: answers that would measure JSON, not the model), so its
+`config_sentence_transformers.json` sets `max_active_dims` 256, within a trained SPLADE's 100-300 non-zeros.
+Each is built once into `.tmp/models/` (a few seconds).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from model_store.archives import PREFIX, ROOT, default_engine, max_length, minilm_dir
 
-GENERATED = {"bert-base-random", "minilm-cross-encoder-random"}
+from .workloads import RERANK, SPARSE
+
+BERT_BASE = "bert-base-random"
 CROSS_ENCODER = "minilm-cross-encoder-random"  # the rerank workload's default model
+SPLADE = "minilm-splade-random"  # the sparse workload's default model
+SPLADE_MAX_ACTIVE_DIMS = 256  # non-zeros kept per answer (a trained SPLADE has about 100-300)
+SPLADE_MLM = "0_Transformer"  # its masked LM's folder (our model_store checks a root-level one as a dense chain)
 CACHE = ROOT / ".tmp" / "models"
 MINILM = "all-MiniLM-L6-v2"
+
+
+@dataclass(frozen=True)
+class Served:
+    """How a workload's archives are built: the task, the model when none is given (None: MiniLM), and the engine
+    the task needs (None: any; the shipped archives' by default)."""
+
+    task: str = "embedding"
+    model: str | None = None
+    engine: str | None = None  # the one engine the task runs on (None: any)
+    dtype: str | None = None  # the one dtype it runs in (None: any)
+
+
+SERVED_AS = {  # workloads that are not plain embedding traffic to MiniLM
+    RERANK: Served("classification", CROSS_ENCODER),
+    SPARSE: Served("sparse", SPLADE, "torch", "float32"),  # the sparse head is served on torch in float32 only
+}
+
+
+def served_as(workload: str) -> Served:
+    """How `workload`'s archives are built."""
+    return SERVED_AS.get(workload, Served())
 
 
 def model_dir(model: str | None) -> Path:
     """The folder of a bench model: None is the bundled MiniLM, a generated name is built once, else a path."""
     if model is None:
         return minilm_dir()
-    if model == CROSS_ENCODER:
-        return minilm_cross_encoder_random(CACHE / model)
     if model in GENERATED:
-        return bert_base_random(CACHE / model)
+        return GENERATED[model](CACHE / model)
     folder = Path(model).expanduser()
-    if not (folder / "config.json").is_file():
+    if not (folder / "config.json").is_file() and not (folder / "modules.json").is_file():
         raise SystemExit(f"--model-dir {model}: no config.json there (a Hugging Face model folder)")
     return folder
+
+
+def encoder_dir(folder: Path) -> Path:
+    """The folder holding the model's transformer (config.json, tokenizer): the folder itself, or a
+    sentence-transformers folder's first module's when the folder has no config.json of its own."""
+    if (folder / "config.json").is_file() or not (folder / "modules.json").is_file():
+        return folder
+    first = json.loads((folder / "modules.json").read_text())[0]
+    return folder / str(first.get("path", ""))
 
 
 def prefix(model: str | None, engine: str | None, schedule: str | None = None, dtype: str | None = None) -> str:
@@ -65,7 +107,7 @@ def tokenizer(model: str | None, task: str = "embedding") -> Any:
 
     folder = model_dir(model)
     length = max_length() if model is None else archive_max_length(model) or check_model_dir(folder, task)
-    return Tokenizer(str(folder), length)
+    return Tokenizer(str(encoder_dir(folder)), length)
 
 
 def bert_base_random(target: Path) -> Path:
@@ -87,22 +129,69 @@ def minilm_cross_encoder_random(target: Path) -> Path:
     return _generated(target, make)
 
 
-def _generated(target: Path, make: Callable[[], Any]) -> Path:
-    """A model `make()` builds (seeded), saved with MiniLM's tokenizer into `target` once (atomically)."""
-    if (target / "config.json").exists():
+def minilm_splade_random(target: Path) -> Path:
+    """MiniLM's geometry as a masked LM with random weights (seeded), saved as a SparseEncoder folder (SPLADE max,
+    relu; max_active_dims 256; cut at the shipped max_length), built once. Its sentence-transformers files are
+    written here, so the bench needs no sentence-transformers to make it."""
+    from transformers import AutoConfig, BertForMaskedLM
+
+    def files(folder: Path) -> None:
+        splade = "sentence_transformers.sparse_encoder.modules.splade_pooling.SpladePooling"
+        transformer_type = "sentence_transformers.base.modules.transformer.Transformer"
+        modules = [
+            {"idx": 0, "name": "0", "path": SPLADE_MLM, "type": transformer_type},
+            {"idx": 1, "name": "1", "path": "1_SpladePooling", "type": splade},
+        ]
+        transformer = {
+            "transformer_task": "fill-mask",
+            "max_seq_length": max_length(),
+            "do_lower_case": False,
+            "modality_config": {"text": {"method": "forward", "method_output_name": "logits"}},
+            "module_output_name": "token_embeddings",
+        }
+        st = {"model_type": "SparseEncoder", "max_active_dims": SPLADE_MAX_ACTIVE_DIMS, "prompts": {}}
+        pooling = {"pooling_strategy": "max", "activation_function": "relu", "embedding_dimension": None}
+        (folder / "1_SpladePooling").mkdir()
+        for name, content in (
+            ("modules.json", modules),
+            (f"{SPLADE_MLM}/sentence_bert_config.json", transformer),
+            ("config_sentence_transformers.json", st),
+            ("1_SpladePooling/config.json", pooling),
+        ):
+            (folder / name).write_text(json.dumps(content, indent=2) + "\n")
+
+    return _generated(target, lambda: BertForMaskedLM(AutoConfig.from_pretrained(minilm_dir())), files, SPLADE_MLM)
+
+
+GENERATED: dict[str, Callable[[Path], Path]] = {  # each built once into CACHE / name
+    BERT_BASE: bert_base_random,
+    CROSS_ENCODER: minilm_cross_encoder_random,
+    SPLADE: minilm_splade_random,
+}
+
+
+def _generated(
+    target: Path, make: Callable[[], Any], files: Callable[[Path], None] | None = None, subdir: str = ""
+) -> Path:
+    """A model `make()` builds (seeded), saved with MiniLM's tokenizer into `target` (its `subdir`), and `files`
+    written into `target`, once (atomically)."""
+    if (target / subdir / "config.json").exists():
         return target
     import torch
 
     torch.manual_seed(0)
     tmp = target.with_name(target.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    make().eval().save_pretrained(tmp)
+    make().eval().save_pretrained(tmp / subdir)
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        shutil.copy(minilm_dir() / name, tmp / name)
+        shutil.copy(minilm_dir() / name, tmp / subdir / name)
+    if files is not None:
+        files(tmp)
     tmp.rename(target)
     return target
 
 
 def task(workload: str) -> str:
-    """The archive's task: classification for the rerank workload (text pairs), else embedding."""
-    return "classification" if workload == "rerank" else "embedding"
+    """The archive's task: classification for the rerank workload (text pairs), sparse for the sparse workload,
+    else embedding."""
+    return served_as(workload).task

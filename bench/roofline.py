@@ -2,7 +2,8 @@
 token (float32; bfloat16, which a CPU with AMX multiplies several times faster).
 
 An encoder's work is almost all matrix products: per token and layer, the attention projections (4 d x d) and
-the feed-forward (2 d x ff), two FLOPs a multiply-add, plus attention's scores and mix (4 x length x d). The
+the feed-forward (2 d x ff), two FLOPs a multiply-add, plus attention's scores and mix (4 x length x d); a masked
+LM (SPLADE) adds its head per token (d x d, then d x vocabulary). The
 roofline is `cores x GEMM FLOP/s per core / FLOPs per token`: no engine or schedule runs real tokens faster.
 """
 
@@ -19,7 +20,10 @@ def flops_per_token(model_dir: Path, mean_length: float) -> float:
     d = cfg.get("hidden_size") or cfg.get("dim")
     ff = cfg.get("intermediate_size") or cfg.get("hidden_dim") or 4 * d
     layers = cfg.get("num_hidden_layers") or cfg.get("n_layers")
-    return layers * (2 * (4 * d * d + 2 * d * ff) + 4 * mean_length * d)
+    encoder = layers * (2 * (4 * d * d + 2 * d * ff) + 4 * mean_length * d)
+    if any(str(a).endswith("ForMaskedLM") for a in cfg.get("architectures") or ()):  # SPLADE: the MLM head per token
+        return encoder + 2 * (d * d + d * cfg["vocab_size"])
+    return encoder
 
 
 def gemm_flops_per_core(

@@ -17,7 +17,7 @@ from bucketing.precision import CPU_DTYPES
 
 from . import models, traffic
 from .configuration import Configuration
-from .workloads import BENCH_WORKLOADS, RERANK
+from .workloads import BENCH_WORKLOADS
 
 SUITES = Path(__file__).resolve().parent / "suites.yaml"
 CONFIG_FIELDS = {f.name for f in fields(Configuration)}
@@ -98,7 +98,7 @@ def plan_from_args(args: argparse.Namespace) -> RunPlan:
         "short_frac": csv_list(args.short_fracs, float),
     }
     matrix: dict[str, list[Any]] = {k: v for k, v in flags.items() if v}
-    model = str(args.model_dir) if args.model_dir else models.CROSS_ENCODER if args.workload == RERANK else None
+    model = str(args.model_dir) if args.model_dir else None
     overrides = {
         k: v
         for k, v in {
@@ -131,7 +131,14 @@ def plan_from_args(args: argparse.Namespace) -> RunPlan:
         if bad:
             raise SystemExit(f"--{flag}: got {', '.join(bad)}; allowed: {' | '.join(allowed)}")
         plan = replace(plan, configs=tuple(replace(c, **{key: v}) for c in plan.configs for v in values))
-    return replace(plan, configs=tuple(one_worker_if_continuous(c) for c in plan.configs))
+    return replace(plan, configs=tuple(one_worker_if_continuous(served(c)) for c in plan.configs))
+
+
+def served(config: Configuration) -> Configuration:
+    """A configuration with its workload's model and engine where it names none (`models.SERVED_AS`: the rerank
+    workload's cross-encoder, the sparse workload's SPLADE on torch)."""
+    spec = models.served_as(config.workload)
+    return replace(config, model=config.model or spec.model, engine=config.engine or spec.engine)
 
 
 def one_worker_if_continuous(config: Configuration) -> Configuration:

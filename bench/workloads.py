@@ -41,7 +41,10 @@ MIN_TOKENS = 4
 
 WORKLOADS = ("short", "sentences", "passages", "mixed", "longtail")  # texts, one a request (`make_workload`)
 RERANK = "rerank"  # a request: one short query and `docs_per_request` long-tail documents (text pairs)
-BENCH_WORKLOADS = (*WORKLOADS, RERANK)  # what `bench/compare.py --workload` takes
+SPARSE = "sparse"  # a request: one long-tail text, to a SPLADE model (sparse answers)
+BENCH_WORKLOADS = (*WORKLOADS, RERANK, SPARSE)  # what `bench/compare.py --workload` takes
+NOT_EMBEDDINGS = (RERANK, SPARSE)  # answers are not dense embeddings: no peer, tune, exact-length or cosine check
+TEXTS_OF = {SPARSE: "longtail"}  # a workload that sends another's generated texts
 DOCS_PER_REQUEST = 20
 
 

@@ -23,7 +23,7 @@ from ..configuration import Configuration
 from ..measure import WARMUP_S
 from ..run_plan import RunPlan
 from ..targets import TorchServeModel, TorchServeSite
-from ..workloads import RERANK
+from ..workloads import NOT_EMBEDDINGS
 from .context import RunContext
 
 NAME = "tune"
@@ -44,13 +44,17 @@ def deploy_commands(yaml_shown: str, management_url: str, name: str = TUNED_NAME
 
 
 def check(args: argparse.Namespace, plan: RunPlan) -> None:
-    """A p99 target is needed; a peer, the rerank workload and a floor outside (0, 1] are refused."""
+    """A p99 target is needed; a peer, a workload whose answers are not embeddings (rerank, sparse) and a floor
+    outside (0, 1] are refused."""
     if not args.p99_ms:
         raise SystemExit("--suite tune needs --p99-ms: the p99 latency target (ms) to tune for")
     if args.peer:
         raise SystemExit("--peer: not with --suite tune (measure the peer next to the tuned settings in a second run)")
-    if any(c.workload == RERANK for c in plan.configs):
-        raise SystemExit("--workload rerank: not with --peer, --suite tune or --bound (they measure embeddings)")
+    for c in plan.configs:
+        if c.workload in NOT_EMBEDDINGS:
+            raise SystemExit(
+                f"--workload {c.workload}: not with --peer, --suite tune or --bound (they measure embeddings)"
+            )
     if args.min_cosine is not None and not 0 < args.min_cosine <= 1:
         raise SystemExit(f"--min-cosine: got {args.min_cosine:g}; allowed: with --suite tune, a floor in (0, 1]")
 

@@ -142,3 +142,42 @@ def test_bfloat16_on_a_cpu_without_it_is_refused_before_any_server_starts(monkey
         check_args(args, plan_from_args(args))
     monkeypatch.setattr(bucketing.precision, "cpu_info", lambda: "flags\t\t: fpu avx2 amx_bf16\n")
     assert check_args(args, plan_from_args(args)) is None
+
+
+def test_the_sparse_workload_picks_the_splade_model_on_torch():
+    from bench import compare, models
+
+    for argv in (["--workload", "sparse", "--strategies", "bucketed,dynamic"], ["--suite", "sparse"]):
+        args = compare.parse_args(argv)
+        plan = compare.plan_from_args(args)
+        compare.check_args(args, plan)
+        assert {(c.workload, c.model, c.engine) for c in plan.configs} == {("sparse", "minilm-splade-random", "torch")}
+        assert {models.task(c.workload) for c in plan.configs} == {"sparse"}
+    assert {c.strategy for c in compare.plan_from_args(compare.parse_args(["--suite", "sparse"])).configs} == {
+        "bucketed",
+        "dynamic",
+        "static",
+    }
+    own = compare.plan_from_args(compare.parse_args(["--workload", "sparse", "--model-dir", "/data/splade"]))
+    assert {(c.model, c.engine) for c in own.configs} == {("/data/splade", "torch")}  # a user's SPLADE: still torch
+    assert (models.task("longtail"), models.task("rerank")) == ("embedding", "classification")
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--bound"], "--workload sparse: not with --peer, --suite tune or --bound"),
+        (["--peer", "infinity"], "--workload sparse: not with --peer"),
+        (["--engines", "onnxruntime"], "--workload sparse: engine onnxruntime refused; its sparse model runs on torch"),
+        (["--dtypes", "bfloat16"], "--workload sparse: dtype bfloat16 refused; its sparse model runs on float32"),
+    ],
+)
+def test_the_sparse_workload_refuses_what_it_cannot_combine_with(extra, message):
+    from bench import compare
+
+    args = compare.parse_args(["--workload", "sparse", "--strategies", "bucketed", *extra])
+    with pytest.raises(SystemExit, match=message):
+        compare.check_args(args, compare.plan_from_args(args))
+    args = compare.parse_args(["--suite", "tune", "--p99-ms", "300", "--workload", "sparse"])
+    with pytest.raises(SystemExit, match="--workload sparse: not with"):
+        compare.check_args(args, compare.plan_from_args(args))

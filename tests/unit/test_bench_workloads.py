@@ -64,3 +64,10 @@ def test_rerank_requests_are_a_short_query_and_long_tail_documents():
     assert len(requests) == 5 and all(len(docs) == 20 for _, docs in requests)
     assert requests == rerank_requests(5, docs_per_request=20, seed=1)  # seeded
     assert max(len(q.split()) for q, _ in requests) < min(max(len(d.split()) for d in docs) for _, docs in requests)
+
+
+def test_the_sparse_workload_sends_the_long_tail_texts():
+    from bench.workloads import BENCH_WORKLOADS, NOT_EMBEDDINGS, TEXTS_OF
+
+    assert "sparse" in BENCH_WORKLOADS and TEXTS_OF["sparse"] == "longtail"
+    assert set(NOT_EMBEDDINGS) == {"rerank", "sparse"}  # no peer, tune, exact-length grouping or cosine check
