@@ -91,7 +91,7 @@ class Measurer:
             engine=target.engine,
             device=target.device,
         )
-        summary = replace(summary, roofline_tokens_per_s=job.roofline_tps)
+        summary = replace(summary, roofline_tokens_per_s=job.roofline_tps, worker_peak_rss_mb=target.peak_rss_mb())
         if self.settings:
             start = (config.rate or 1.0) if config.mode == "open" else START_SHARE * summary.rps
             summary = replace(summary, capacity=self._capacity(job, target, bodies, start, self.settings))

@@ -132,6 +132,9 @@ class PeerServer:
     def counters(self) -> dict[str, float]:
         return {}
 
+    def peak_rss_mb(self) -> float | None:
+        return None
+
     def fidelity(self, job: Job) -> float | None:
         """The lowest cosine of its answers against our batch-of-one reference, spot-checked once per start on
         `SPOT_TEXTS` of the first job's texts."""

@@ -52,6 +52,11 @@ def render_block(s: Summary) -> str:
             f"  CPU:         {server}load generator {s.client_cpu_cores:.2f} cores",
             *([capacity_line(s)] if s.capacity else []),
             *(
+                [f"  Memory:      worker peak RSS {s.worker_peak_rss_mb:.0f} MB (the largest of its workers)"]
+                if s.worker_peak_rss_mb is not None
+                else []
+            ),
+            *(
                 [f"  Answers:     cosine >= {s.min_cosine:.6f} against our float32 batch-of-one reference"]
                 if s.min_cosine is not None
                 else []
@@ -117,6 +122,7 @@ RESULT_COLUMNS = (
 )
 CAPACITY_COLUMNS = ("capacity_rps", "capacity_p99_ms")  # shown when the run searched capacity (--p99-ms)
 FIDELITY_COLUMNS = ("min_cosine",)  # shown when answers were checked against our float32 reference
+MEMORY_COLUMNS = ("worker_peak_rss_mb",)  # shown when the workers' peak RSS was read
 DTYPE_COLUMNS = ("dtype",)  # shown when a configuration ran other than float32
 GEMM_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
@@ -129,6 +135,8 @@ def results_table(summaries: Sequence[Summary]) -> str:
         columns[columns.index("engine") + 1 : columns.index("engine") + 1] = DTYPE_COLUMNS
     if any(s.min_cosine is not None for s in summaries):
         columns += FIDELITY_COLUMNS
+    if any(s.worker_peak_rss_mb is not None for s in summaries):
+        columns += MEMORY_COLUMNS
     return _table(columns, [[s.row()[k] for k in columns] for s in summaries])
 
 

@@ -72,6 +72,7 @@ class Summary:
     min_cosine: float | None = None  # its answers against our float32 batch-of-one reference (spot check)
     short_p50_ms: float = float("nan")  # p50 of the shortest quarter of requests (by tokens)
     roofline_tokens_per_s: float | None = None  # the fp32 GEMM roofline of this model and layout (bench.roofline)
+    worker_peak_rss_mb: float | None = None  # the largest peak RSS of its workers, after its load (None: not read)
 
     @property
     def roofline_fraction(self) -> float | None:
@@ -124,6 +125,7 @@ class Summary:
             "min_cosine": _round(self.min_cosine, 6),
             "short_p50_ms": round(self.short_p50_ms, 1),
             "roofline_fraction": _round(self.roofline_fraction, 3),
+            "worker_peak_rss_mb": _round(self.worker_peak_rss_mb, 0),
         }
 
     def as_json(self) -> dict[str, object]:

@@ -65,6 +65,10 @@ class Target(Protocol):
         """The handler's counters ({} where the server has none)."""
         ...
 
+    def peak_rss_mb(self) -> float | None:
+        """The largest peak RSS (MB) of the processes that run the model (None: not known)."""
+        ...
+
     def fidelity(self, job: Job) -> float | None:
         """The lowest cosine of this server's answers against our float32 reference (None: not checked)."""
         ...
@@ -155,6 +159,13 @@ class TorchServeSite:
         pid = self.server.pid() if self.server else None
         return group_cpu_seconds(os.getpgid(pid)) if pid else None
 
+    def workers_peak_rss_mb(self) -> float | None:
+        """The largest peak RSS of the workers alive on our server (the one model registered); None: not ours."""
+        from .memory import workers_peak_rss_mb
+
+        pid = self.server.pid() if self.server else None
+        return workers_peak_rss_mb(os.getpgid(pid)) if pid else None
+
     def model(self, job: Job) -> TorchServeModel:
         """The target of a job: its archive registered under its own name while entered."""
         return TorchServeModel(self, job.config, model_name(job.config))
@@ -197,6 +208,9 @@ class TorchServeModel:
 
     def counters(self) -> dict[str, float]:
         return stats.parse_prometheus(self.site.client.metrics(), self.name)
+
+    def peak_rss_mb(self) -> float | None:
+        return self.site.workers_peak_rss_mb()
 
     def fidelity(self, job: Job) -> float | None:
         """The lowest cosine of the model's answers to the job's picks against their references."""

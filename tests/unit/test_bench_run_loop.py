@@ -79,6 +79,9 @@ class FakeTarget:
     def counters(self) -> dict[str, float]:
         return {}
 
+    def peak_rss_mb(self) -> float | None:
+        return None
+
     def fidelity(self, job: Job) -> float | None:
         return 1.0 if job.references is not None else None
 
