@@ -99,6 +99,20 @@ def test_smoke_suite_on_its_own_server(tmp_path):
     assert processes_under(ROOT / ".tmp") == []
 
 
+def test_sparse_workload_on_its_own_server(tmp_path):
+    """`--workload sparse`: the generated SPLADE built and archived for torch, every answer a 200, and each
+    configuration's workers' peak RSS read."""
+    argv = ["--workload", "sparse", "--strategies", "bucketed,dynamic", "--batch-sizes", "4", "--workers", "1"]
+    argv += ["--duration", "2", "--concurrency", "4", "--no-progress", "--out", str(tmp_path)]
+    assert compare.main(argv) == 0
+    rows = list(csv.DictReader(open(only_run(tmp_path) / "results.csv")))
+    assert [r["config"] for r in rows] == [f"{s} bs4 1x1 torch [minilm-splade-random]" for s in ("bucketed", "dynamic")]
+    for r in rows:
+        assert r["workload"] == "sparse" and r["engine"] == "torch" and r["errors"] == "0" and float(r["rps"]) > 0
+        assert float(r["worker_peak_rss_mb"]) > 100  # a worker holds at least the model
+    assert processes_under(ROOT / ".tmp") == []
+
+
 def test_offline_mode(tmp_path, capsys):
     assert compare.main(["--offline", "--out", str(tmp_path)]) == 0
     run = only_run(tmp_path)
