@@ -23,7 +23,17 @@ import numpy as np
 import torch
 
 from .answers import Answer, Options
-from .chain import Chain, ChainError, _dense, _json, _mapping, _positive, _prompts, _transformer, module_path
+from .chain import (
+    Chain,
+    ChainError,
+    dense_layer,
+    json_file,
+    json_mapping,
+    module_path,
+    positive_int,
+    prompt_settings,
+    transformer_settings,
+)
 from .task import TaskHooks
 from .tokenizer import Encoded
 
@@ -119,14 +129,14 @@ def read_multivector(model_dir: Path | str) -> MultiVectorSpec:
             "(`MultiVectorEncoder(dir).save(new_dir)`)"
         )
     st_file = folder / "config_sentence_transformers.json"
-    st = _mapping(st_file) if st_file.is_file() else {}
+    st = json_mapping(st_file) if st_file.is_file() else {}
     legacy = [k for k in LEGACY_KEYS if k in st]
     if legacy:
         raise ChainError(
             f"{st_file}: a PyLate/Stanford-NLP save ({', '.join(legacy)}) is not served; resave it with "
             "`MultiVectorEncoder(dir).save(new_dir)` (sentence-transformers 6.2) and serve that"
         )
-    modules = _json(modules_file)
+    modules = json_file(modules_file)
     if not isinstance(modules, list) or not modules or not all(isinstance(m, Mapping) for m in modules):
         raise ChainError(f"{modules_file}: expected a list of modules")
     kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
@@ -152,16 +162,16 @@ def read_multivector(model_dir: Path | str) -> MultiVectorSpec:
     for kind, module in zip(kinds, modules):
         if kind in ("Dense", "Normalize"):
             path = module_path(folder, module)
-            cfg = _mapping(path / "config.json") if (path / "config.json").is_file() else {}
+            cfg = json_mapping(path / "config.json") if (path / "config.json").is_file() else {}
             name = cfg.get("module_input_name", TOKEN_OUTPUT if kind == "Normalize" else "sentence_embedding")
             if name != TOKEN_OUTPUT:
                 raise ChainError(f"module {kind} in {path}: it reads {name!r}, not {TOKEN_OUTPUT!r}; not served")
     transformer = module_path(folder, modules[0])
-    max_seq_length, lower = _transformer(transformer)
+    max_seq_length, lower = transformer_settings(transformer)
     settings = _transformer_settings(transformer)
     mask = _mask(module_path(folder, modules[kinds.index("MultiVectorMask")]))
-    prompts, default_prompt = _prompts(folder)
-    dense = tuple(_dense(folder, m) for k, m in zip(kinds, modules) if k == "Dense")
+    prompts, default_prompt = prompt_settings(folder)
+    dense = tuple(dense_layer(folder, m) for k, m in zip(kinds, modules) if k == "Dense")
     chain = Chain(
         "sentence-transformers",
         (),
@@ -180,7 +190,7 @@ def _transformer_settings(path: Path) -> tuple[int | None, int | None, Expansion
     cfg: Mapping[str, Any] = {}
     for name in ("sentence_bert_config.json",):
         if (path / name).is_file():
-            cfg = _mapping(path / name)
+            cfg = json_mapping(path / name)
     where = path / "sentence_bert_config.json"
     task = cfg.get("transformer_task", "feature-extraction")
     if task != "feature-extraction":
@@ -191,14 +201,14 @@ def _transformer_settings(path: Path) -> tuple[int | None, int | None, Expansion
     output = cfg.get("module_output_name", TOKEN_OUTPUT)
     if output != TOKEN_OUTPUT:
         raise ChainError(f"{where}: module_output_name {output!r} is not served (served: {TOKEN_OUTPUT})")
-    query_length = _positive(cfg.get("query_length"), f"{where}: query_length")
-    document_length = _positive(cfg.get("document_length"), f"{where}: document_length")
+    query_length = positive_int(cfg.get("query_length"), f"{where}: query_length")
+    document_length = positive_int(cfg.get("document_length"), f"{where}: document_length")
     raw = cfg.get("query_expansion")
     if raw is None:
         return query_length, document_length, None
     if not isinstance(raw, Mapping) or raw.get("strategy") not in EXPANSION_STRATEGIES:
         raise ChainError(f"{where}: query_expansion {raw!r:.80} is not served (strategy: fixed or min)")
-    length = _positive(raw.get("length"), f"{where}: query_expansion length")
+    length = positive_int(raw.get("length"), f"{where}: query_expansion length")
     token = raw.get("token")
     if length is None or not isinstance(raw.get("attend", False), bool) or not isinstance(token, (str, type(None))):
         raise ChainError(f"{where}: query_expansion {raw!r:.80} needs a length, a boolean attend, a token or null")
@@ -208,7 +218,7 @@ def _transformer_settings(path: Path) -> tuple[int | None, int | None, Expansion
 
 
 def _mask(path: Path) -> tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...] | None]:
-    cfg = _mapping(path / "config.json") if (path / "config.json").is_file() else {}
+    cfg = json_mapping(path / "config.json") if (path / "config.json").is_file() else {}
     words = cfg.get("skiplist_words") or []
     tasks = cfg.get("skiplist_tasks")
     tasks = ["document"] if tasks is None else [tasks] if isinstance(tasks, str) else tasks

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .chain import Chain, ChainError, _mapping, _transformer, module_path, read_prompts
+from .chain import Chain, ChainError, json_mapping, module_path, read_prompts, transformer_settings
 from .task import TaskHooks
 
 MLM_MODULES = ("MLMTransformer", "Transformer")  # a Transformer serves here only with transformer_task fill-mask
@@ -129,7 +129,7 @@ def read_sparse(model_dir: Path | str) -> SparseSpec:
     kinds = [kind(m) for m in modules]
     prompts = read_prompts(folder)
     st = (
-        _mapping(folder / "config_sentence_transformers.json")
+        json_mapping(folder / "config_sentence_transformers.json")
         if (folder / "config_sentence_transformers.json").is_file()
         else {}
     )
@@ -150,7 +150,7 @@ def read_sparse(model_dir: Path | str) -> SparseSpec:
             f"{folder}: a sparse model with {len(mlm)} MLM transformers is not served (served: exactly one, which "
             "routes of a Router may share); this model cannot be served exactly"
         )
-    max_seq_length, lower = _transformer(folder / next(iter(mlm)))
+    max_seq_length, lower = transformer_settings(folder / next(iter(mlm)))
     chain = Chain(
         "sentence-transformers",
         ("splade",),
@@ -200,7 +200,7 @@ def _route(folder: Path, modules: Sequence[tuple[str, str]]) -> Route:
         mlm, pooling = folder / modules[0][1], folder / modules[1][1]
         if names[0] == "Transformer":
             task = (
-                _mapping(mlm / "sentence_bert_config.json").get("transformer_task")
+                json_mapping(mlm / "sentence_bert_config.json").get("transformer_task")
                 if (mlm / "sentence_bert_config.json").is_file()
                 else None
             )
@@ -208,7 +208,7 @@ def _route(folder: Path, modules: Sequence[tuple[str, str]]) -> Route:
                 raise ChainError(
                     f"module Transformer in {mlm}: transformer_task {task!r} before SpladePooling; served: fill-mask"
                 )
-        cfg = _mapping(pooling / "config.json")
+        cfg = json_mapping(pooling / "config.json")
         strategy, activation = cfg.get("pooling_strategy", "max"), cfg.get("activation_function", "relu")
         if strategy not in SPLADE_POOLING or activation not in SPLADE_ACTIVATIONS:
             raise ChainError(
@@ -223,7 +223,7 @@ def _route(folder: Path, modules: Sequence[tuple[str, str]]) -> Route:
 
 
 def _router(folder: Path, path: Path) -> tuple[dict[str, Route], str | None, dict[tuple[str | None, Any], str]]:
-    cfg = _mapping(path / "router_config.json")
+    cfg = json_mapping(path / "router_config.json")
     types, structure = cfg.get("types") or {}, cfg.get("structure") or {}
     params = cfg.get("parameters") or {}
     if not isinstance(types, Mapping) or not isinstance(structure, Mapping) or not structure:
