@@ -279,6 +279,29 @@ class MultiVectorTask(TaskHooks):
     name = TASK
     labels = None
 
+    @staticmethod
+    def detects(folder: Path | str) -> bool:
+        return is_multivector(folder)
+
+    @staticmethod
+    def load(config: Any, model_dir: str, gpu_id: Any = None) -> MultiVectorTask:
+        """Its token head on the configured engine (float32: its kind refuses others)."""
+        from .engines import load_engine
+        from .tasks import normalizes
+
+        engine, info = load_engine(config, model_dir, gpu_id)
+        return MultiVectorTask(
+            engine, info, read_multivector(model_dir), normalizes(config.normalize, info.chain), model_dir
+        )
+
+    @staticmethod
+    def read_settings(folder: Path) -> Chain:
+        return read_multivector(folder).chain
+
+    @staticmethod
+    def load_head(model_dir: str, attention: str | None = None) -> tuple[Any, Any]:
+        return load_token_head(model_dir, attention)
+
     def __init__(self, engine: Any, info: Any, spec: MultiVectorSpec, normalize: bool, model_dir: str) -> None:
         self.engine = engine
         self.max_positions = info.max_positions

@@ -323,6 +323,28 @@ class SparseTask(TaskHooks):
     labels = None
     routed = True  # the pipeline passes each row's input_type to `forward`
 
+    @staticmethod
+    def detects(folder: Path | str) -> bool:
+        return is_sparse(folder)
+
+    @staticmethod
+    def load(config: Any, model_dir: str, gpu_id: Any = None) -> SparseTask:
+        return load_sparse_task(config, model_dir, gpu_id)
+
+    @staticmethod
+    def read_settings(folder: Path) -> Chain:
+        return read_sparse(folder).chain
+
+    @staticmethod
+    def encoder_folder(folder: Path) -> tuple[Path, int | None] | None:
+        """Its MLM transformer's folder, and the tokens its chain cuts at."""
+        spec = read_sparse(folder)
+        return folder / (spec.mlm or ""), spec.chain.max_seq_length
+
+    @staticmethod
+    def describe(folder: Path) -> dict[str, Any] | None:
+        return read_sparse(folder).describe()
+
     def __init__(
         self,
         spec: SparseSpec,
@@ -399,15 +421,14 @@ class SparseTask(TaskHooks):
 
 
 def load_sparse_task(config: Any, model_dir: str, gpu_id: Any = None) -> SparseTask:
-    """The sparse model on torch (float32), checked; EngineError in one line for what is not served."""
+    """The sparse model on torch (float32: its kind refuses others), checked; EngineError in one line for what is
+    not served."""
     import torch
     from transformers import AutoModelForMaskedLM
 
     from .engines import select_device
     from .head import EngineError, reduced_weights, usable_positions
 
-    if config.engine != "torch" or config.dtype != "float32":
-        raise EngineError(refused_engine(config.engine, config.dtype))
     try:
         spec = read_sparse(model_dir)
     except ChainError as e:
@@ -454,11 +475,3 @@ def specials(folder: str) -> tuple[int, int]:
         if full[start : start + len(bare)] == bare:
             return start, len(full) - start - len(bare)
     raise ChainError(f"{folder}: cannot locate a text's tokens among its special tokens")
-
-
-def refused_engine(engine: str, dtype: str) -> str:
-    """Why a sparse model is not served on this engine or dtype, in one line."""
-    return (
-        f"a sparse model is served on engine torch in float32 (got engine {engine}, dtype {dtype}): its SPLADE head "
-        "is checked against sentence-transformers there only; build it with --engine torch"
-    )
