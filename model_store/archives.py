@@ -210,7 +210,7 @@ def model_files(model_dir: Path) -> list[str]:
     """What an archive carries of a model folder: its top-level files (the bundled MiniLM: those the handler
     reads) but exported graphs, and the folders its sentence-transformers chain reads (`1_Pooling`, `2_Dense`)."""
     from bucketing.chain import ChainError, module_folders
-    from bucketing.sparse import sparse_folders
+    from bucketing.sparse_folder import sparse_folders
 
     bundled = model_dir.resolve() == minilm_dir().resolve()
     files = [p.name for p in sorted(model_dir.iterdir()) if p.is_file() and p.suffix != ".onnx"]
