@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from bucketing.config import STRATEGIES, TASKS, HandlerConfig
+from bucketing.kinds import DEFAULT, KINDS, detect
 
 ROOT = Path(__file__).resolve().parent.parent
 STORE = ROOT / "model_store"
@@ -110,8 +111,19 @@ def check_model_dir(model_dir: Path, task: str, dtype: str | None = None) -> int
     missing."""
     if task not in TASKS:
         raise ModelFolderError(f"--task {task!r}; allowed: {', '.join(TASKS)}")
-    if task == "sparse":
-        return check_sparse_dir(model_dir, dtype)
+    kind = KINDS[task]
+    refusal = kind.refused("torch", dtype or "float32", "--dtype")
+    if refusal is not None:
+        raise ModelFolderError(refusal)
+    from bucketing.chain import ChainError
+
+    try:
+        encoder = kind.implementation().encoder_folder(model_dir)
+    except ChainError as e:
+        raise ModelFolderError(str(e)) from None
+    if encoder is not None:  # its transformer in a folder of its own (a sparse model's MLM): checked as a model
+        longest = check_model_dir(encoder[0], DEFAULT, dtype)
+        return min(longest, encoder[1] or longest)
     if not (model_dir / "config.json").is_file():
         raise ModelFolderError(f"{model_dir}: no config.json (a Hugging Face model folder, as save_pretrained writes)")
     from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
@@ -156,45 +168,19 @@ def check_model_dir(model_dir: Path, task: str, dtype: str | None = None) -> int
 
 
 def detect_task(model_dir: Path) -> str:
-    """The task a folder is served as when --task is not given, as its own files name it: `multivector` for what
-    MultiVectorEncoder saved, `sparse` for what SparseEncoder loads, else embedding."""
-    from bucketing.multivector import TASK, is_multivector
-    from bucketing.sparse import is_sparse
-
-    return TASK if is_multivector(model_dir) else "sparse" if is_sparse(model_dir) else "embedding"
-
-
-def check_sparse_dir(model_dir: Path, dtype: str | None = None) -> int:
-    """A SparseEncoder folder: its sparse chain (ModelFolderError in one line for what is not served) and its MLM
-    transformer's folder checked as a model; the tokens per text sentence-transformers cuts it at."""
-    from bucketing.chain import ChainError
-    from bucketing.sparse import read_sparse, refused_engine
-
-    if (dtype or "float32") != "float32":
-        raise ModelFolderError(refused_engine("torch", dtype or "float32"))
-    try:
-        spec = read_sparse(model_dir)
-    except ChainError as e:
-        raise ModelFolderError(str(e)) from None
-    longest = check_model_dir(model_dir / (spec.mlm or ""), "embedding", dtype)
-    return min(longest, spec.chain.max_seq_length or longest)
+    """The task a folder is served as when --task is not given, as its own files name it (the kinds that detect,
+    in kinds.py: `multivector` for what MultiVectorEncoder saved, `sparse` for what SparseEncoder loads), else
+    embedding."""
+    return detect(model_dir).name
 
 
 def read_model_chain(model_dir: Path, task: str = "embedding") -> Any:
-    """The folder's sentence-transformers module chain (`bucketing.chain.Chain`; a classifier's: a CrossEncoder's
-    prompts alone, as its worker reads them), or ModelFolderError in one line."""
-    from bucketing.chain import ChainError, read_chain, read_prompts
-    from bucketing.multivector import TASK, is_multivector, read_multivector
-    from bucketing.sparse import read_sparse
+    """The folder's sentence-transformers settings as its kind reads them (`bucketing.chain.Chain`; a classifier's:
+    a CrossEncoder's prompts alone, as its worker reads them), or ModelFolderError in one line."""
+    from bucketing.chain import ChainError
 
     try:
-        if task == TASK:
-            return read_multivector(model_dir).chain
-        if task == "embedding" and is_multivector(model_dir):
-            raise ChainError(f"{model_dir}: a MultiVectorEncoder folder; build it with --task {TASK}")
-        if task == "sparse":
-            return read_sparse(model_dir).chain
-        return read_chain(model_dir) if task == "embedding" else read_prompts(model_dir)
+        return KINDS[task].implementation().read_settings(model_dir)
     except ChainError as e:
         raise ModelFolderError(str(e)) from None
 
@@ -224,7 +210,7 @@ def model_files(model_dir: Path) -> list[str]:
     """What an archive carries of a model folder: its top-level files (the bundled MiniLM: those the handler
     reads) but exported graphs, and the folders its sentence-transformers chain reads (`1_Pooling`, `2_Dense`)."""
     from bucketing.chain import ChainError, module_folders
-    from bucketing.sparse import sparse_folders
+    from bucketing.sparse_folder import sparse_folders
 
     bundled = model_dir.resolve() == minilm_dir().resolve()
     files = [p.name for p in sorted(model_dir.iterdir()) if p.is_file() and p.suffix != ".onnx"]

@@ -31,7 +31,7 @@ import yaml
 
 from bucketing.config import DTYPES, ENGINES, MAX_LENGTH_CAP, SCHEDULES, TASKS
 from bucketing.config import STRATEGIES as STRATEGIES  # re-exported: the bench builds these by default
-from bucketing.sparse import read_sparse, refused_engine
+from bucketing.kinds import KINDS
 from model_store import archives
 
 
@@ -194,14 +194,14 @@ class ArchiveSpec:
         if unknown:
             raise BuildError(f"--strategies: unknown {', '.join(unknown)}; allowed: {', '.join(STRATEGIES)}")
         task = self.task or (archives.detect_task(self.folder) if self.model_dir is not None else "embedding")
+        kind = KINDS[task]
         reduced = self.dtype not in (None, "float32")
-        if reduced and task == "multivector":
-            raise BuildError(f"--dtype {self.dtype}: a multi-vector model is served in float32 only")
+        engine = self.engine or (kind.engines[0] if kind.engines else "torch" if reduced else archives.default_engine())
+        refusal = kind.refused(engine, self.dtype or "float32", "--dtype")
+        if refusal is not None:
+            raise BuildError(refusal)
         if reduced and self.engine not in (None, "torch"):
             raise BuildError(f"--dtype {self.dtype} runs on the torch engine; got --engine {self.engine}")
-        if task == "sparse" and self.engine not in (None, "torch"):
-            raise BuildError(refused_engine(self.engine or "torch", self.dtype or "float32"))
-        engine = self.engine or ("torch" if reduced or task == "sparse" else archives.default_engine())
         overrides: dict[str, Any] = {"engine": engine, "schedule": self.schedule, "dtype": self.dtype}
         try:
             if self.model_dir is not None or self.max_length is not None:
@@ -221,12 +221,10 @@ class ArchiveSpec:
             archives.name(s, self.threads, self.prefix): archives.model_config(s, self.threads, **overrides)
             for s in self.strategies
         }
-        if task == "sparse":
+        described = kind.implementation().describe(self.folder)
+        if described is not None:  # what was read, for a person reading the model-config (the worker reads the folder)
             for cfg in configs.values():
-                cfg["model_chain"] = read_sparse(self.folder).describe()
-        if task == "embedding":  # what was read, for a person reading the model-config (the worker reads the folder)
-            for cfg in configs.values():
-                cfg["model_chain"] = chain.describe()
+                cfg["model_chain"] = described
         return configs
 
 

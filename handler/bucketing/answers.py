@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from .kinds import KINDS
+
 ACTIVATIONS = ("softmax", "sigmoid", "identity")  # how a classifier's logits become its scores
 
 
@@ -91,8 +93,7 @@ class Options:
 
 def answer_fields(task: str, labels: int = 2) -> tuple[str, ...]:
     """The fields of an answer of this task (and number of labels), in order (what `Answer.fields` gives)."""
-    head = ("embedding",) if task in ("embedding", "sparse") else ("score",) if labels == 1 else ("label", "scores")
-    head = ("embeddings",) if task == "multivector" else head
+    head = KINDS[task].head or (("score",) if labels == 1 else ("label", "scores"))
     return (*head, "tokens", "truncated")
 
 

@@ -94,10 +94,10 @@ def read_chain(model_dir: Path | str) -> Chain:
     """The folder's module chain (a plain Hugging Face folder: the default Chain); ChainError if not servable."""
     folder = Path(model_dir)
     modules_file = folder / "modules.json"
-    prompts, default_prompt = _prompts(folder)
+    prompts, default_prompt = prompt_settings(folder)
     if not modules_file.is_file():
         return Chain(prompts=prompts, default_prompt_name=default_prompt)
-    modules = _json(modules_file)
+    modules = json_file(modules_file)
     if not isinstance(modules, list) or not modules or not all(isinstance(m, Mapping) for m in modules):
         raise ChainError(f"{modules_file}: expected a list of modules")
     kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
@@ -114,9 +114,9 @@ def read_chain(model_dir: Path | str) -> Chain:
         raise ChainError(f"{modules_file}: a Pooling module must follow the Transformer, got {', '.join(kinds)}")
     if "Normalize" in kinds and kinds.index("Normalize") != len(kinds) - 1:
         raise ChainError(f"{modules_file}: Normalize must be the last module, got {', '.join(kinds)}")
-    max_seq_length, lower = _transformer(module_path(folder, modules[0]))
+    max_seq_length, lower = transformer_settings(module_path(folder, modules[0]))
     pooling, include_prompt = _pooling(module_path(folder, modules[1]))
-    dense = tuple(_dense(folder, m) for k, m in zip(kinds, modules) if k == "Dense")
+    dense = tuple(dense_layer(folder, m) for k, m in zip(kinds, modules) if k == "Dense")
     return Chain(
         "sentence-transformers",
         pooling,
@@ -136,7 +136,7 @@ def module_folders(model_dir: Path | str) -> list[str]:
     modules_file = folder / "modules.json"
     if not modules_file.is_file():
         return []
-    modules = _json(modules_file)
+    modules = json_file(modules_file)
     if not isinstance(modules, list) or not all(isinstance(m, Mapping) for m in modules):
         raise ChainError(f"{modules_file}: expected a list of modules")
     return [str(m["path"]) for m in modules if module_path(folder, m) != folder]
@@ -159,7 +159,7 @@ def sentence_transformers_limit(max_seq_length: int | None, tokenizer_limit: int
     return min(max_seq_length or tokenizer_limit or positions, positions)
 
 
-def _json(path: Path) -> Any:
+def json_file(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
@@ -169,15 +169,15 @@ def _json(path: Path) -> Any:
 def read_prompts(model_dir: Path | str) -> Chain:
     """A classifier's settings: no module chain, the prompts a CrossEncoder saves (config_sentence_transformers.json),
     which it puts before each pair's first text."""
-    prompts, default_prompt = _prompts(Path(model_dir))
+    prompts, default_prompt = prompt_settings(Path(model_dir))
     return Chain(prompts=prompts, default_prompt_name=default_prompt)
 
 
-def _prompts(folder: Path) -> tuple[dict[str, str], str | None]:
+def prompt_settings(folder: Path) -> tuple[dict[str, str], str | None]:
     path = folder / "config_sentence_transformers.json"
     if not path.is_file():
         return {}, None
-    cfg = _mapping(path)
+    cfg = json_mapping(path)
     prompts = cfg.get("prompts") or {}
     if not isinstance(prompts, Mapping) or not all(isinstance(v, str) for v in prompts.values()):
         raise ChainError(f"{path}: prompts must map names to texts")
@@ -187,22 +187,22 @@ def _prompts(folder: Path) -> tuple[dict[str, str], str | None]:
     return {str(k): v for k, v in prompts.items()}, default
 
 
-def _transformer(path: Path) -> tuple[int | None, bool]:
+def transformer_settings(path: Path) -> tuple[int | None, bool]:
     """`sentence_bert_config.json`'s max_seq_length (a `model_max_length` of its tokenizer arguments wins, as in
     sentence-transformers; absent in newer folders: the tokenizer's) and do_lower_case."""
     for name in ("sentence_bert_config.json", "sentence_roberta_config.json", "sentence_distilbert_config.json"):
         if (path / name).is_file():
-            cfg = _mapping(path / name)
+            cfg = json_mapping(path / name)
             kwargs = cfg.get("processor_kwargs") or cfg.get("tokenizer_args") or {}
             if isinstance(kwargs, Mapping) and kwargs.get("model_max_length") is not None:
-                length = _positive(kwargs["model_max_length"], f"{path / name}: tokenizer model_max_length")
+                length = positive_int(kwargs["model_max_length"], f"{path / name}: tokenizer model_max_length")
             else:
-                length = _positive(cfg.get("max_seq_length"), f"{path / name}: max_seq_length")
+                length = positive_int(cfg.get("max_seq_length"), f"{path / name}: max_seq_length")
             return length, bool(cfg.get("do_lower_case", False))
     return None, False
 
 
-def _positive(value: Any, what: str) -> int | None:
+def positive_int(value: Any, what: str) -> int | None:
     """A positive integer setting (None when not set); ChainError in one line otherwise."""
     if value is None:
         return None
@@ -211,15 +211,15 @@ def _positive(value: Any, what: str) -> int | None:
     raise ChainError(f"{what} must be a positive integer, got {value!r:.40}")
 
 
-def _mapping(path: Path) -> Mapping[str, Any]:
-    cfg = _json(path)
+def json_mapping(path: Path) -> Mapping[str, Any]:
+    cfg = json_file(path)
     if not isinstance(cfg, Mapping):
         raise ChainError(f"{path}: expected a JSON object, got {type(cfg).__name__}")
     return cfg
 
 
 def _pooling(path: Path) -> tuple[tuple[str, ...], bool]:
-    cfg = _mapping(path / "config.json")
+    cfg = json_mapping(path / "config.json")
     mode = cfg.get("pooling_mode")
     if mode is None:
         modes = tuple(m for key, m in LEGACY_POOLING.items() if cfg.get(key)) or ("mean",)
@@ -235,9 +235,9 @@ def _pooling(path: Path) -> tuple[tuple[str, ...], bool]:
     return modes, bool(cfg.get("include_prompt", True))
 
 
-def _dense(folder: Path, module: Mapping[str, Any]) -> DenseLayer:
+def dense_layer(folder: Path, module: Mapping[str, Any]) -> DenseLayer:
     path = module_path(folder, module)
-    cfg = _mapping(path / "config.json")
+    cfg = json_mapping(path / "config.json")
     activation = str(cfg.get("activation_function") or "torch.nn.modules.linear.Identity")
     if not activation.startswith(ACTIVATION_PREFIX):
         raise ChainError(f"module Dense in {path}: activation {activation!r} is not a torch.nn class; not served")
@@ -245,7 +245,8 @@ def _dense(folder: Path, module: Mapping[str, Any]) -> DenseLayer:
     if not weights:
         raise ChainError(f"module Dense in {path}: no weights ({' or '.join(DENSE_WEIGHTS)})")
     sizes = [
-        _positive(cfg.get(key), f"module Dense in {path}: config.json {key}") for key in ("in_features", "out_features")
+        positive_int(cfg.get(key), f"module Dense in {path}: config.json {key}")
+        for key in ("in_features", "out_features")
     ]
     if sizes[0] is None or sizes[1] is None:
         raise ChainError(f"module Dense in {path}: config.json must give in_features and out_features")

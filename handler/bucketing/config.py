@@ -12,10 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .kinds import KINDS
+
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-TASKS = ("embedding", "classification", "sparse", "multivector")
+TASKS = tuple(KINDS)  # the model kinds, one declaration each in kinds.py
 STRATEGIES = ("bucketed", "dynamic", "static")
 OVERFLOW = ("truncate", "reject")
 ENGINES = ("torch", "onnxruntime")

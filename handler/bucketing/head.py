@@ -147,14 +147,17 @@ def load_head(task: str, model_dir: str, attention: str | None = None) -> tuple[
     the attention implementation to load it with; None: transformers' default, SDPA)."""
     from transformers import AutoModel, AutoModelForSequenceClassification
 
-    from .multivector import TASK, is_multivector, load_token_head
+    from .kinds import KINDS, refused_folder
 
-    if task == TASK:
-        return load_token_head(model_dir, attention)
-    if task == "embedding" and is_multivector(model_dir):
+    kind = KINDS[task]
+    if kind.own_head:
+        own: tuple[Head, ModelInfo] = kind.implementation().load_head(model_dir, attention)
+        return own
+    other = refused_folder(kind, model_dir)
+    if other is not None:
         raise EngineError(
-            f"{model_dir}: a MultiVectorEncoder folder (one vector per token); serve it with handler.task "
-            f"{TASK} (`model_store.build --task {TASK}`, or let the build detect it)"
+            f"{model_dir}: a {other.saved_as} folder ({other.note}); serve it with handler.task "
+            f"{other.name} (`model_store.build --task {other.name}`, or let the build detect it)"
         )
     auto = AutoModelForSequenceClassification if task == "classification" else AutoModel
     extra = {"attn_implementation": attention} if attention else {}

@@ -22,6 +22,7 @@ from . import protocols
 from .answers import Answer, Options
 from .chain import Chain, sentence_transformers_limit
 from .config import ConfigError, HandlerConfig
+from .kinds import KINDS
 from .metrics import BatchStats
 from .planner import CostModel, Plan, plan_bucketed, plan_dynamic, plan_static, round_up
 from .protocols import Incoming, Reply, tei
@@ -166,10 +167,11 @@ class Pipeline:
                 f"{self.model_limit} tokens (max_seq_length), where this handler tokenizes its texts; not served"
             )
         largest = protocols.largest_answer(self.limits, self.task.labels)
-        if largest > config.max_response_bytes and self.task.name == "multivector":
+        kind = KINDS[self.task.name]
+        if largest > config.max_response_bytes and kind.answer_bound == "one_text":
             raise ConfigError(
                 f"handler.max_response_bytes: got {config.max_response_bytes}; allowed: at least {largest}, the "
-                f"answer to one text of max_length {config.max_length} tokens of this multi-vector model"
+                f"answer to one text of max_length {config.max_length} tokens of this {kind.title} model"
             )
         if largest > config.max_response_bytes:
             per_text = largest // config.max_texts_per_request

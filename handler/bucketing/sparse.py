@@ -1,13 +1,9 @@
-"""Sparse encoders (sentence-transformers' `SparseEncoder`): what a folder computes, read from its files, and the
-task that runs it exactly as `SparseEncoder(dir).encode()`, `encode_query()` and `encode_document()` do.
+"""Sparse encoders (sentence-transformers' `SparseEncoder`): the task that runs one exactly as
+`SparseEncoder(dir).encode()`, `encode_query()` and `encode_document()` do (the folder is read in `sparse_folder`).
 
-Served: SPLADE (`MLMTransformer`, or `Transformer` with `transformer_task: fill-mask`, then `SpladePooling` with its
-pooling strategy, max or sum, and activation, relu or log1p_relu), and a `Router` whose routes are each SPLADE or a
-`SparseStaticEmbedding` (inference-free: a weight per vocabulary id of the text's tokens, no special tokens), one
-route chosen per request by its `input_type` as `encode_query` (`"query"`), `encode_document` (`"document"`) and
-`encode()` (none) choose it. A `SparseAutoEncoder` (CSR over a dense model), or anything else, stops the build and
-the worker with one line. The answer is the vocabulary-size vector, cut to the model's `max_active_dims` (or the
-request's) by torch's top-k of absolute values as sentence-transformers cuts it (`answers.keep_top`).
+One route is chosen per request by its `input_type` as `encode_query` (`"query"`), `encode_document` (`"document"`)
+and `encode()` (none) choose it. The answer is the vocabulary-size vector, cut to the model's `max_active_dims` (or
+the request's) by torch's top-k of absolute values as sentence-transformers cuts it (`answers.keep_top`).
 
 Memory: the MLM head's logits are rows x padded length x vocabulary floats; a pass is run in row groups of at
 most `handler.max_batch_tokens` tokens (`SparseEngine`), so no pass holds more than max_batch_tokens x vocabulary
@@ -16,268 +12,22 @@ logits in any strategy, and the worker's ready line says that bound in bytes.
 
 from __future__ import annotations
 
-import ast
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .chain import Chain, ChainError, _mapping, _transformer, module_path, read_prompts
+from .chain import Chain, ChainError
+from .sparse_folder import (
+    Route,
+    SparseSpec,
+    is_sparse,
+    read_sparse,
+    static_weights,
+    tokenizer_file,
+)
 from .task import TaskHooks
-
-MLM_MODULES = ("MLMTransformer", "Transformer")  # a Transformer serves here only with transformer_task fill-mask
-SPARSE_MODULES = ("MLMTransformer", "SpladePooling", "SparseStaticEmbedding", "SparseAutoEncoder")
-SPLADE_POOLING = ("max", "sum")
-SPLADE_ACTIVATIONS = ("relu", "log1p_relu")
-INPUT_TYPES = ("query", "document")  # a request's `input_type`: encode_query / encode_document
-DOCUMENT_PROMPTS = ("document", "passage", "corpus")  # encode_document's prompt, the first the model has
-MODALITY = "text"  # what sentence-transformers infers for a batch of strings, for a Router's route mappings
-
-
-@dataclass(frozen=True)
-class Route:
-    """One way to a sparse vector: SPLADE over an MLM transformer's logits, or a static weight per token id."""
-
-    kind: str  # "splade" or "static"
-    folder: str  # the MLM transformer's or the SparseStaticEmbedding's folder, relative to the model folder
-    pooling: str = "max"  # splade: max or sum over the tokens
-    activation: str = "relu"  # splade: relu (log1p(relu(x))) or log1p_relu (log1p(log1p(relu(x))))
-    pooling_folder: str = ""  # splade: the SpladePooling module's folder
-
-
-@dataclass(frozen=True)
-class SparseSpec:
-    """A SparseEncoder folder as read: its routes by name, how a request's input_type picks one, and its settings."""
-
-    routes: Mapping[str, Route]
-    default_route: str | None = None
-    mappings: Mapping[tuple[str | None, Any], str] = field(default_factory=dict)  # a Router's (task, modality)
-    max_active_dims: int | None = None
-    chain: Chain = Chain()  # prompts, default prompt, the MLM transformer's max_seq_length and lower casing
-
-    @property
-    def mlm(self) -> str | None:
-        """The one MLM transformer's folder (relative), if a route runs one."""
-        return next((r.folder for r in self.routes.values() if r.kind == "splade"), None)
-
-    def route(self, input_type: str | None) -> str:
-        """The route `encode(task=input_type)` takes, as sentence-transformers' Router resolves it for text."""
-        if len(self.routes) == 1 and not self.mappings and self.default_route is None:
-            return next(iter(self.routes))
-        for key in ((input_type, MODALITY), (input_type, None), (None, MODALITY), (None, None)):
-            if key in self.mappings:
-                return self.mappings[key]
-        if input_type and input_type in self.routes:
-            return input_type
-        if MODALITY in self.routes:
-            return MODALITY
-        if input_type is not None or self.default_route is None:
-            raise ChainError(f"no route for input_type {input_type!r}; routes: {', '.join(self.routes)}")
-        return self.default_route
-
-    def describe(self) -> dict[str, Any]:
-        """What was read, as plain data (the archive's model-config and the ready line)."""
-        return {
-            "routes": {
-                name: (f"splade {r.pooling} {r.activation}" if r.kind == "splade" else "static")
-                + f" ({r.folder or '.'})"
-                for name, r in self.routes.items()
-            },
-            "default_route": self.default_route,
-            "max_active_dims": self.max_active_dims,
-            "prompts": dict(self.chain.prompts),
-            "default_prompt_name": self.chain.default_prompt_name,
-            "max_seq_length": self.chain.max_seq_length,
-        }
-
-
-def kind(module: Mapping[str, Any]) -> str:
-    return str(module.get("type", "")).rsplit(".", 1)[-1]
-
-
-def is_sparse(model_dir: Path | str) -> bool:
-    """Whether sentence-transformers loads this folder as a SparseEncoder (its saved model_type, or a sparse
-    module in modules.json or a Router's config)."""
-    folder = Path(model_dir)
-    st = folder / "config_sentence_transformers.json"
-    try:
-        if st.is_file() and json.loads(st.read_text(encoding="utf-8")).get("model_type") == "SparseEncoder":
-            return True
-        modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, AttributeError):
-        return False
-    kinds = [kind(m) for m in modules if isinstance(m, Mapping)]
-    if any(k in SPARSE_MODULES for k in kinds):
-        return True
-    if "Router" in kinds:
-        router = next(m for m in modules if isinstance(m, Mapping) and kind(m) == "Router")
-        try:
-            types = json.loads((module_path(folder, router) / "router_config.json").read_text(encoding="utf-8"))
-            return any(str(t).rsplit(".", 1)[-1] in SPARSE_MODULES for t in types.get("types", {}).values())
-        except (OSError, ValueError, AttributeError, ChainError):
-            return False
-    return False
-
-
-def read_sparse(model_dir: Path | str) -> SparseSpec:
-    """The folder's sparse chain; ChainError in one line for one this handler cannot serve exactly."""
-    folder = Path(model_dir)
-    modules = _list(folder / "modules.json")
-    kinds = [kind(m) for m in modules]
-    prompts = read_prompts(folder)
-    st = (
-        _mapping(folder / "config_sentence_transformers.json")
-        if (folder / "config_sentence_transformers.json").is_file()
-        else {}
-    )
-    max_active = st.get("max_active_dims")
-    if max_active is not None and (isinstance(max_active, bool) or not isinstance(max_active, int) or max_active < 1):
-        raise ChainError(f"{folder / 'config_sentence_transformers.json'}: max_active_dims must be a positive integer")
-    if kinds == ["Router"]:
-        routes, default, mappings = _router(folder, module_path(folder, modules[0]))
-    else:
-        routes, default, mappings = (
-            {"": _route(folder, [(k, str(m.get("path", ""))) for k, m in zip(kinds, modules)])},
-            None,
-            {},
-        )
-    mlm = {r.folder for r in routes.values() if r.kind == "splade"}
-    if len(mlm) != 1:
-        raise ChainError(
-            f"{folder}: a sparse model with {len(mlm)} MLM transformers is not served (served: exactly one, which "
-            "routes of a Router may share); this model cannot be served exactly"
-        )
-    max_seq_length, lower = _transformer(folder / next(iter(mlm)))
-    chain = Chain(
-        "sentence-transformers",
-        ("splade",),
-        True,
-        (),
-        False,
-        prompts.prompts,
-        prompts.default_prompt_name,
-        max_seq_length,
-        lower,
-    )
-    spec = SparseSpec(routes, default, mappings, max_active, chain)
-    for input_type in (None, *INPUT_TYPES):
-        try:
-            spec.route(input_type)
-        except ChainError:
-            if input_type is None:
-                raise ChainError(f"{folder}: its Router has no default route; encode() cannot choose one") from None
-    return spec
-
-
-def _list(path: Path) -> list[Mapping[str, Any]]:
-    try:
-        modules = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise ChainError(f"{path}: not readable JSON ({type(e).__name__})") from None
-    if not isinstance(modules, list) or not modules or not all(isinstance(m, Mapping) for m in modules):
-        raise ChainError(f"{path}: expected a list of modules")
-    return modules
-
-
-def _route(folder: Path, modules: Sequence[tuple[str, str]]) -> Route:
-    """One route's modules: [MLM transformer, SpladePooling] or [SparseStaticEmbedding]."""
-    names = [k for k, _ in modules]
-    for name, path in modules:
-        if name == "SparseAutoEncoder":
-            raise ChainError(
-                f"module SparseAutoEncoder in {folder / path}: CSR (a sparse autoencoder over a dense model) is not "
-                "served by this handler; this model cannot be served exactly"
-            )
-    if names == ["SparseStaticEmbedding"]:
-        path = modules[0][1]
-        if not (folder / path / "model.safetensors").is_file():
-            raise ChainError(f"module SparseStaticEmbedding in {folder / path}: no model.safetensors; not served")
-        return Route("static", path)
-    if len(names) == 2 and names[0] in MLM_MODULES and names[1] == "SpladePooling":
-        mlm, pooling = folder / modules[0][1], folder / modules[1][1]
-        if names[0] == "Transformer":
-            task = (
-                _mapping(mlm / "sentence_bert_config.json").get("transformer_task")
-                if (mlm / "sentence_bert_config.json").is_file()
-                else None
-            )
-            if task != "fill-mask":
-                raise ChainError(
-                    f"module Transformer in {mlm}: transformer_task {task!r} before SpladePooling; served: fill-mask"
-                )
-        cfg = _mapping(pooling / "config.json")
-        strategy, activation = cfg.get("pooling_strategy", "max"), cfg.get("activation_function", "relu")
-        if strategy not in SPLADE_POOLING or activation not in SPLADE_ACTIVATIONS:
-            raise ChainError(
-                f"module SpladePooling in {pooling}: pooling_strategy {strategy!r} / activation_function "
-                f"{activation!r} not served (served: {', '.join(SPLADE_POOLING)} / {', '.join(SPLADE_ACTIVATIONS)})"
-            )
-        return Route("splade", modules[0][1], str(strategy), str(activation), modules[1][1])
-    raise ChainError(
-        f"{folder}: sparse module chain {', '.join(names)} is not served (served: MLMTransformer + SpladePooling, "
-        "SparseStaticEmbedding, or a Router of those); this model cannot be served exactly"
-    )
-
-
-def _router(folder: Path, path: Path) -> tuple[dict[str, Route], str | None, dict[tuple[str | None, Any], str]]:
-    cfg = _mapping(path / "router_config.json")
-    types, structure = cfg.get("types") or {}, cfg.get("structure") or {}
-    params = cfg.get("parameters") or {}
-    if not isinstance(types, Mapping) or not isinstance(structure, Mapping) or not structure:
-        raise ChainError(f"{path / 'router_config.json'}: expected its types and structure")
-    rel = path.relative_to(folder)
-    routes = {}
-    for name, ids in structure.items():
-        for module_id in ids:
-            if ".." in Path(str(module_id)).parts or Path(str(module_id)).is_absolute():
-                raise ChainError(
-                    f"{path / 'router_config.json'}: module {module_id!r} leaves the model folder; refused"
-                )
-        routes[str(name)] = _route(folder, [(str(types.get(i, "")).rsplit(".", 1)[-1], str(rel / str(i))) for i in ids])
-    default = params.get("default_route")
-    if default is None and params.get("allow_empty_key", True):
-        default = next(iter(routes))
-    mappings: dict[tuple[str | None, Any], str] = {}
-    for key, target in (params.get("route_mappings") or {}).items():
-        try:
-            parsed = ast.literal_eval(key)
-        except (ValueError, SyntaxError):
-            raise ChainError(
-                f"{path / 'router_config.json'}: route mapping {key!r} is not a (task, modality) pair"
-            ) from None
-        task, modality = parsed
-        modality = tuple(sorted(modality)) if isinstance(modality, tuple) else modality
-        mappings[(task, modality)] = str(target)
-    return routes, default, mappings
-
-
-def sparse_folders(model_dir: Path | str) -> list[str]:
-    """The folders (relative) a sparse Router's routes read, for the archive to carry (none for another model)."""
-    folder = Path(model_dir)
-    if not is_sparse(folder):
-        return []
-    spec = read_sparse(folder)
-    return sorted({f for r in spec.routes.values() for f in (r.folder, r.pooling_folder) if f})
-
-
-def static_weights(model_dir: str, route: Route) -> np.ndarray:
-    """A SparseStaticEmbedding's weight per vocabulary id, float32."""
-    from safetensors.numpy import load_file
-
-    weights = load_file(str(Path(model_dir) / route.folder / "model.safetensors"))
-    if set(weights) != {"weight"} or weights["weight"].ndim != 1:
-        raise ChainError(f"module SparseStaticEmbedding in {Path(model_dir) / route.folder}: expected one 1-D weight")
-    return weights["weight"].astype(np.float32)
-
-
-def tokenizer_file(model_dir: str, folder: str) -> bytes:
-    path = Path(model_dir) / folder / "tokenizer.json"
-    if not path.is_file():
-        raise ChainError(f"{path.parent}: no tokenizer.json (a fast tokenizer is required)")
-    return path.read_bytes()
 
 
 def bytes_per_pass(max_batch_tokens: int, vocab_size: int) -> int:
@@ -322,6 +72,28 @@ class SparseTask(TaskHooks):
     name = "sparse"
     labels = None
     routed = True  # the pipeline passes each row's input_type to `forward`
+
+    @staticmethod
+    def detects(folder: Path | str) -> bool:
+        return is_sparse(folder)
+
+    @staticmethod
+    def load(config: Any, model_dir: str, gpu_id: Any = None) -> SparseTask:
+        return load_sparse_task(config, model_dir, gpu_id)
+
+    @staticmethod
+    def read_settings(folder: Path) -> Chain:
+        return read_sparse(folder).chain
+
+    @staticmethod
+    def encoder_folder(folder: Path) -> tuple[Path, int | None] | None:
+        """Its MLM transformer's folder, and the tokens its chain cuts at."""
+        spec = read_sparse(folder)
+        return folder / (spec.mlm or ""), spec.chain.max_seq_length
+
+    @staticmethod
+    def describe(folder: Path) -> dict[str, Any] | None:
+        return read_sparse(folder).describe()
 
     def __init__(
         self,
@@ -399,15 +171,14 @@ class SparseTask(TaskHooks):
 
 
 def load_sparse_task(config: Any, model_dir: str, gpu_id: Any = None) -> SparseTask:
-    """The sparse model on torch (float32), checked; EngineError in one line for what is not served."""
+    """The sparse model on torch (float32: its kind refuses others), checked; EngineError in one line for what is
+    not served."""
     import torch
     from transformers import AutoModelForMaskedLM
 
     from .engines import select_device
     from .head import EngineError, reduced_weights, usable_positions
 
-    if config.engine != "torch" or config.dtype != "float32":
-        raise EngineError(refused_engine(config.engine, config.dtype))
     try:
         spec = read_sparse(model_dir)
     except ChainError as e:
@@ -454,11 +225,3 @@ def specials(folder: str) -> tuple[int, int]:
         if full[start : start + len(bare)] == bare:
             return start, len(full) - start - len(bare)
     raise ChainError(f"{folder}: cannot locate a text's tokens among its special tokens")
-
-
-def refused_engine(engine: str, dtype: str) -> str:
-    """Why a sparse model is not served on this engine or dtype, in one line."""
-    return (
-        f"a sparse model is served on engine torch in float32 (got engine {engine}, dtype {dtype}): its SPLADE head "
-        "is checked against sentence-transformers there only; build it with --engine torch"
-    )

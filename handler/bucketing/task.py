@@ -4,6 +4,7 @@ a model kind (embedding, classification, sparse, multi-vector) is a task class; 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -78,6 +79,22 @@ class TaskHooks:
 
     def input_lengths(self) -> dict[str, int]:
         return {}
+
+    @staticmethod
+    def detects(folder: Path | str) -> bool:
+        """Whether a folder is of this kind by its own files (kinds.detect asks the kinds that detect)."""
+        return False
+
+    @staticmethod
+    def encoder_folder(folder: Path) -> tuple[Path, int | None] | None:
+        """Where its transformer lives when not in the folder itself (checked at build as an embedding model), and
+        the tokens its chain cuts texts at; None: the folder itself."""
+        return None
+
+    @staticmethod
+    def describe(folder: Path) -> dict[str, Any] | None:
+        """What the build records of its chain in the model-config (for a person reading it); None: nothing."""
+        return None
 
     def cut(self, input_type: str | None, ceiling: int) -> int:
         return ceiling

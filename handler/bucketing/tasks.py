@@ -4,15 +4,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from .answers import Answer
-from .chain import Chain
+from .chain import Chain, ChainError, read_chain, read_prompts
 from .config import HandlerConfig
 from .engines import Engine, load_engine
 from .head import EngineError, ModelInfo
-from .multivector import TASK, MultiVectorTask, read_multivector
+from .kinds import KINDS, refused_folder
 from .task import Task, TaskHooks
 from .tokenizer import Encoded
 
@@ -54,6 +56,23 @@ class EmbeddingTask(TaskHooks):
     def answer(self, output: np.ndarray, encoded: Encoded) -> Answer:
         return Answer(output, len(encoded.ids), encoded.truncated, normalize=self.normalize)
 
+    @staticmethod
+    def load(config: Any, model_dir: str, gpu_id: Any = None) -> EmbeddingTask:
+        engine, info = load_engine(config, model_dir, gpu_id)
+        return EmbeddingTask(engine, info, normalizes(config.normalize, info.chain))
+
+    @staticmethod
+    def read_settings(folder: Path) -> Chain:
+        """The folder's module chain; ChainError for a folder of a kind with a head of its own."""
+        other = refused_folder(KINDS["embedding"], folder)
+        if other is not None:
+            raise ChainError(f"{folder}: a {other.saved_as} folder; build it with --task {other.name}")
+        return read_chain(folder)
+
+    @staticmethod
+    def describe(folder: Path) -> dict[str, Any] | None:
+        return read_chain(folder).describe()
+
 
 class ClassificationTask(TaskHooks):
     """Sequence classification: the logits, answered as scores by the model's activation (softmax over labels;
@@ -84,23 +103,23 @@ class ClassificationTask(TaskHooks):
     def answer(self, output: np.ndarray, encoded: Encoded) -> Answer:
         return Answer(output, len(encoded.ids), encoded.truncated, self.labels, self.activation)
 
+    @staticmethod
+    def load(config: Any, model_dir: str, gpu_id: Any = None) -> ClassificationTask:
+        return ClassificationTask(*load_engine(config, model_dir, gpu_id))
+
+    @staticmethod
+    def read_settings(folder: Path) -> Chain:
+        """A CrossEncoder's prompts (no module chain follows a classifier)."""
+        return read_prompts(folder)
+
 
 def load_task(config: HandlerConfig, model_dir: str, gpu_id: int | None = None) -> Task:
-    """The configured task on the configured engine, on the worker's GPU when it has one."""
-    if config.task == "sparse":
-        from .sparse import load_sparse_task
-
-        return load_sparse_task(config, model_dir, gpu_id)
-    if config.task == TASK and config.dtype != "float32":
-        raise EngineError(f"handler.dtype {config.dtype}: a multi-vector model is served in float32 only")
-    engine, info = load_engine(config, model_dir, gpu_id)
-    if config.task == TASK:
-        return MultiVectorTask(
-            engine, info, read_multivector(model_dir), normalizes(config.normalize, info.chain), model_dir
-        )
-    if config.task == "classification":
-        return ClassificationTask(engine, info)
-    return EmbeddingTask(engine, info, normalizes(config.normalize, info.chain))
+    """The configured task (its kind's) on the configured engine, on the worker's GPU when it has one."""
+    kind = KINDS[config.task]
+    refusal = kind.refused(config.engine, config.dtype, "handler.dtype")
+    if refusal is not None:
+        raise EngineError(refusal)
+    return kind.implementation().load(config, model_dir, gpu_id)
 
 
 def normalizes(setting: str, chain: Chain) -> bool:

@@ -14,15 +14,8 @@ from hypothesis import strategies as st
 
 from bucketing.answers import Options, answer_fields
 from bucketing.chain import Chain, ChainError
-from bucketing.multivector import (
-    Expansion,
-    Keep,
-    MultiVectorAnswer,
-    MultiVectorSpec,
-    is_multivector,
-    read_multivector,
-    recut,
-)
+from bucketing.multivector import Keep, MultiVectorAnswer, recut
+from bucketing.multivector_folder import Expansion, MultiVectorSpec, is_multivector, read_multivector
 from bucketing.protocols import parse
 from bucketing.protocols.base import Limits, Meta, RequestError
 from bucketing.tokenizer import Encoded

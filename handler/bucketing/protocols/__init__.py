@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Any
 
 from ..answers import Answer
+from ..kinds import KINDS, Kind
 from . import (
     cohere_rerank,
     kserve_v1,
@@ -60,8 +61,6 @@ Parser = Callable[[Any, Limits], Any]
 
 ROUTES: dict[str, tuple[ModuleType, Parser]] = {path: (w, parser) for w in WIRES for path, parser in w.ROUTES.items()}
 SERVED = "; ".join(w.SERVED for w in WIRES)
-# What serves a multi-vector model (one vector per token); any other wire format refuses it in one line.
-MULTIVECTOR_WIRES = (native, tei_embed_all, tei_tokenize, tei_decode, tei_info)
 
 
 @dataclass(frozen=True)
@@ -126,19 +125,20 @@ def parse(row: Any, meta: Meta, limits: Limits) -> Incoming:
             _nearest(path), RequestError(404, "NotFound", f"no endpoint {quote(path, 60)} here; served: {SERVED}")
         )
     wire, parser = ROUTES[path]
+    kind = KINDS[limits.task]
     try:
         header_length = meta.header(kserve_v2.HEADER_LENGTH)
         if not path and header_length is not None and isinstance(row, dict):
-            if limits.task == "multivector":
-                return Incoming(kserve_v2, multivector_refused(kserve_v2))
+            if not kind.serves(kserve_v2):
+                return Incoming(kserve_v2, refused_wire(kind, kserve_v2))
             return _binary_request(row, header_length, limits)
         body = decode(row, content_type)
         if isinstance(body, RequestError):
             return Incoming(wire, body)
         if not path:
             wire, parser = _by_body(body)
-        if limits.task == "multivector" and wire not in MULTIVECTOR_WIRES:
-            return Incoming(wire, multivector_refused(wire))
+        if not kind.serves(wire):
+            return Incoming(wire, refused_wire(kind, wire))
         return Incoming(wire, parser(body, limits))
     except RecursionError:
         return Incoming(wire, RequestError(400, "InvalidJSON", "the body nests too deeply"))
@@ -147,14 +147,9 @@ def parse(row: Any, meta: Meta, limits: Limits) -> Incoming:
         return Incoming(wire, error)
 
 
-def multivector_refused(wire: ModuleType) -> RequestError:
-    """A wire format that answers one vector per input, asked of a multi-vector model."""
-    return RequestError(
-        400,
-        "InvalidRequest",
-        f"this is a multi-vector model (one vector per token), which {wire.NAME} cannot answer; served at "
-        'POST /predictions/NAME (`{"texts": [...], "input_type": "query" | "document"}`) and .../embed_all (TEI)',
-    )
+def refused_wire(kind: Kind, wire: ModuleType) -> RequestError:
+    """A wire format that does not answer this model's kind (its `wires`), asked of it."""
+    return RequestError(400, "InvalidRequest", kind.wire_refusal.format(wire=wire.NAME))
 
 
 def _binary_request(row: dict[str, Any], header_length: str, limits: Limits) -> Incoming:
@@ -190,9 +185,10 @@ ANSWER_OVERHEAD = 200  # field names, token count, OpenAI's per-embedding object
 
 def largest_answer(limits: Limits, labels: Sequence[str] | None = None) -> int:
     """An upper bound on the bytes of one answer to a request of max_texts inputs, in any wire format."""
-    if limits.task == "multivector":  # one vector per token: checked per request (a 413), so one text must fit
+    bound = KINDS[limits.task].answer_bound
+    if bound == "one_text":  # one vector per token: checked per request (a 413), so one text must fit
         return limits.max_length * (limits.dimensions * FLOAT_CHARS + 2) + 2 * ANSWER_OVERHEAD
-    if limits.task == "sparse":  # unbounded but by the vocabulary: each answer is checked when made (a 413)
+    if bound == "checked":  # unbounded but by the vocabulary: each answer is checked when made (a 413)
         per_input = 0
     elif labels is None:
         per_input = limits.dimensions * FLOAT_CHARS

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..answers import Answer, Options
+from ..kinds import KINDS
 
 BODY_KEYS = ("body", "data")
 QUOTE_CHARS = 100  # at most this much of anything a client sent is quoted back in an error message
@@ -153,9 +154,10 @@ def read_sparse_options(
         return bad(
             "InvalidRequest", f'"input_type" must be "query" or "document", got {quote(input_type, 40)}', "input_type"
         )
+    kind = KINDS[limits.task]
     max_active = body.get("max_active_dims") if "max_active_dims" in fields else None
     if max_active is not None:
-        if limits.task != "sparse":
+        if "max_active_dims" not in kind.options:
             return bad(
                 "InvalidRequest",
                 f'"max_active_dims" is for sparse models; this is an {limits.task} model',
@@ -167,7 +169,7 @@ def read_sparse_options(
                 f'"max_active_dims" must be a positive integer, got {quote(max_active, 40)}',
                 "max_active_dims",
             )
-    if limits.task == "sparse" and (normalize is not None or dimensions is not None):
+    if not kind.normalized and (normalize is not None or dimensions is not None):
         which = "normalize" if normalize is not None else "dimensions"
         return bad(
             "InvalidRequest",

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..answers import Answer, Options
+from ..kinds import KINDS
 from .base import (
     Input,
     Limits,
@@ -101,7 +102,7 @@ def parse_models(body: Any, limits: Limits) -> ModelsRequest:
 
 def parse(body: Any, limits: Limits) -> EmbeddingsRequest | RequestError:
     """An embeddings request, or the client's mistake with the parameter at fault."""
-    if limits.task not in ("embedding", "sparse"):
+    if KINDS[limits.task].head != ("embedding",):  # one vector per input: what OpenAI's answer holds
         return RequestError(
             404,
             "NotFound",
@@ -160,7 +161,7 @@ def _options(body: Mapping[str, Any], limits: Limits) -> dict[str, Any] | Reques
             "encoding_format",
         )
     fields = ("prompt_name", "prompt", "normalize", "dimensions", "truncate", "truncation_direction", "input_type")
-    options = read_options(body, limits, (*fields, "max_active_dims") if limits.task == "sparse" else fields)
+    options = read_options(body, limits, (*fields, *KINDS[limits.task].options))
     if isinstance(options, RequestError):
         return options
     if limits.task == "sparse" and encoding != "float":

@@ -1,0 +1,138 @@
+"""Model kinds, one declaration each: what differs between an embedding, a classifier, a sparse and a multi-vector
+model is read from its `Kind` here, never tested by name elsewhere.
+
+A kind declares its name (`handler.task`, `--task`), the task class that serves it (`module:Class` in `bucketing`,
+imported when first used: this module stays light, `config` reads its names), the engines and dtypes it serves (and
+its refusal line for others), its answer's fields, how large an answer can be (for the start-up size check), the
+wire formats that answer it and a request's options of its own. The task class says the rest, as static methods
+(`task.TaskHooks` holds the defaults): `load` (the task on its engine), `read_settings` (its sentence-transformers
+settings, at build), `detects` (whether a folder is of this kind), `encoder_folder` (where its transformer lives, to
+check at build), `describe` (what the build records of its chain). Adding a kind is its module and one entry below.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from .chain import Chain
+    from .task import Task
+
+DEFAULT = "embedding"  # what a folder is served as when no kind detects it
+ANSWER_BOUNDS = ("texts", "one_text", "checked")
+
+
+class Implementation(Protocol):
+    """What the registry reads of a kind's task class (static methods; `task.TaskHooks` has the defaults)."""
+
+    def load(self, config: Any, model_dir: str, gpu_id: Any = None) -> Task: ...
+
+    def read_settings(self, folder: Path) -> Chain: ...
+
+    def detects(self, folder: Path | str) -> bool: ...
+
+    def encoder_folder(self, folder: Path) -> tuple[Path, int | None] | None: ...
+
+    def describe(self, folder: Path) -> dict[str, Any] | None: ...
+
+    def load_head(self, model_dir: str, attention: str | None = None) -> tuple[Any, Any]:
+        """A kind with `own_head`: its head and the model's facts (as head.load_head gives them)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One model kind, as the handler, the wire formats and the build read it."""
+
+    name: str
+    task: str  # its task class, `module:Class` in bucketing
+    title: str  # how a line names it: "a {title} model"
+    head: tuple[str, ...] | None = ("embedding",)  # its answer's leading fields; None: a classifier's, by labels
+    detects: int = 0  # over 0: a folder is detected as this kind by its task's `detects` (higher: asked first)
+    saved_as: str = ""  # the sentence-transformers class that saves such a folder
+    note: str = ""  # what its answer is, when said in a line
+    own_head: bool = False  # its task's `load_head` builds its head (a folder of it is refused as the default kind)
+    engines: tuple[str, ...] | None = None  # the engines it serves on (the first is its default); None: all
+    dtypes: tuple[str, ...] | None = None  # the dtypes it serves in; None: all
+    refusal: str = ""  # the line for another engine or dtype: {engine}, {dtype}, {setting} (the flag or key)
+    wires: tuple[str, ...] | None = None  # the wire formats (their NAME) that answer it; None: all
+    wire_refusal: str = ""  # the line from any other wire format: {wire}
+    answer_bound: str = "texts"  # the start-up bound: per text; "one_text": one text must fit; "checked": per answer
+    options: tuple[str, ...] = ()  # a request's options of its own
+    normalized: bool = True  # a request may normalise its answer or cut it to `dimensions`
+
+    def implementation(self) -> Implementation:
+        """Its task class, imported now."""
+        module, _, name = self.task.partition(":")
+        loaded: ModuleType = importlib.import_module(f"{__name__.rpartition('.')[0]}.{module}")
+        return cast("Implementation", getattr(loaded, name))
+
+    def refused(self, engine: str, dtype: str, setting: str) -> str | None:
+        """Why it is not served on this engine in this dtype (`setting`: the flag or key naming the dtype); None
+        when it is."""
+        if (self.engines is None or engine in self.engines) and (self.dtypes is None or dtype in self.dtypes):
+            return None
+        return self.refusal.format(engine=engine, dtype=dtype, setting=setting)
+
+    def serves(self, wire: ModuleType) -> bool:
+        """Whether this wire format answers this kind."""
+        return self.wires is None or wire.NAME in self.wires
+
+
+KINDS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        Kind("embedding", "tasks:EmbeddingTask", "embedding"),
+        Kind("classification", "tasks:ClassificationTask", "classification", head=None),
+        Kind(
+            "sparse",
+            "sparse:SparseTask",
+            "sparse",
+            detects=1,
+            saved_as="SparseEncoder",
+            engines=("torch",),
+            dtypes=("float32",),
+            refusal="a sparse model is served on engine torch in float32 (got engine {engine}, dtype {dtype}): its "
+            "SPLADE head is checked against sentence-transformers there only; build it with --engine torch",
+            answer_bound="checked",
+            options=("max_active_dims",),
+            normalized=False,
+        ),
+        Kind(
+            "multivector",
+            "multivector:MultiVectorTask",
+            "multi-vector",
+            head=("embeddings",),
+            detects=2,
+            saved_as="MultiVectorEncoder",
+            note="one vector per token",
+            own_head=True,
+            dtypes=("float32",),
+            refusal="{setting} {dtype}: a multi-vector model is served in float32 only",
+            wires=("native", "tei-embed-all", "tei-tokenize", "tei-decode", "tei-info"),
+            wire_refusal="this is a multi-vector model (one vector per token), which {wire} cannot answer; served at "
+            'POST /predictions/NAME (`{{"texts": [...], "input_type": "query" | "document"}}`) and .../embed_all (TEI)',
+            answer_bound="one_text",
+        ),
+    )
+}
+
+
+def detect(folder: Path | str) -> Kind:
+    """The kind a folder is served as when none is given, as its own files say; else the default."""
+    for kind in sorted((k for k in KINDS.values() if k.detects), key=lambda k: -k.detects):
+        if kind.implementation().detects(folder):
+            return kind
+    return KINDS[DEFAULT]
+
+
+def refused_folder(kind: Kind, folder: Path | str) -> Kind | None:
+    """The kind with a head of its own that this folder is, when it is asked as the default kind; else None."""
+    if kind.name != DEFAULT:
+        return None
+    return next((k for k in KINDS.values() if k.own_head and k.implementation().detects(folder)), None)

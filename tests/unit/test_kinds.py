@@ -1,0 +1,47 @@
+"""The model-kind registry: every kind resolves to its task class, names only wire formats that exist, and refuses
+in its own line what it does not serve."""
+
+from __future__ import annotations
+
+import pytest
+
+from bucketing import protocols
+from bucketing.config import DTYPES, ENGINES, TASKS
+from bucketing.kinds import ANSWER_BOUNDS, DEFAULT, KINDS
+
+
+def test_the_configs_tasks_are_the_registrys_kinds():
+    assert TASKS == tuple(KINDS) == ("embedding", "classification", "sparse", "multivector")
+    assert DEFAULT in KINDS
+
+
+@pytest.mark.parametrize("name", list(KINDS))
+def test_each_kind_resolves_to_its_task_class(name):
+    kind = KINDS[name]
+    task = kind.implementation()
+    assert task.name == name  # type: ignore[attr-defined]
+    assert callable(task.load) and callable(task.read_settings) and callable(task.detects)
+    assert kind.answer_bound in ANSWER_BOUNDS
+    assert (kind.engines or ENGINES)[0] in ENGINES and set(kind.dtypes or DTYPES) <= set(DTYPES)
+    assert not kind.own_head or callable(task.load_head)
+
+
+@pytest.mark.parametrize("name", list(KINDS))
+def test_a_kinds_wires_are_wire_formats(name):
+    served = KINDS[name].wires
+    names = {w.NAME for w in protocols.WIRES}
+    assert served is None or set(served) <= names
+    assert sum(KINDS[name].serves(w) for w in protocols.WIRES) == len(served or names)
+
+
+def test_refusals_are_the_kinds_own_lines():
+    assert KINDS["embedding"].refused("onnxruntime", "float16", "--dtype") is None
+    assert KINDS["sparse"].refused("torch", "float32", "--dtype") is None
+    assert KINDS["sparse"].refused("onnxruntime", "float32", "--dtype") == (
+        "a sparse model is served on engine torch in float32 (got engine onnxruntime, dtype float32): its SPLADE "
+        "head is checked against sentence-transformers there only; build it with --engine torch"
+    )
+    assert (
+        KINDS["multivector"].refused("torch", "bfloat16", "handler.dtype")
+        == "handler.dtype bfloat16: a multi-vector model is served in float32 only"
+    )
