@@ -104,11 +104,11 @@ class ModelFolderError(ValueError):
     """A model folder the handler cannot serve; the message names what is missing."""
 
 
-def check_model_dir(model_dir: Path, task: str, dtype: str | None = None) -> int:
+def check_model_dir(model_dir: Path, task: str, dtype: str | None = None, chained: bool = True) -> int:
     """Whether the handler can serve this folder (config.json, a known architecture for the task, a fast
     tokenizer, weights saved in float32 unless `dtype` (handler.dtype) is reduced); returns the tokens per text
     sentence-transformers cuts it at (`sentence_transformers_limit`). Raises ModelFolderError naming what is
-    missing."""
+    missing. `chained` False: the transformer of a chain its kind has read (its folder may be the chain's own)."""
     if task not in TASKS:
         raise ModelFolderError(f"--task {task!r}; allowed: {', '.join(TASKS)}")
     kind = KINDS[task]
@@ -122,7 +122,7 @@ def check_model_dir(model_dir: Path, task: str, dtype: str | None = None) -> int
     except ChainError as e:
         raise ModelFolderError(str(e)) from None
     if encoder is not None:  # its transformer in a folder of its own (a sparse model's MLM): checked as a model
-        longest = check_model_dir(encoder[0], DEFAULT, dtype)
+        longest = check_model_dir(encoder[0], DEFAULT, dtype, chained=False)
         return min(longest, encoder[1] or longest)
     if not (model_dir / "config.json").is_file():
         raise ModelFolderError(f"{model_dir}: no config.json (a Hugging Face model folder, as save_pretrained writes)")
@@ -148,7 +148,7 @@ def check_model_dir(model_dir: Path, task: str, dtype: str | None = None) -> int
             activation(config, model_dir)
         except (ValueError, EngineError) as e:
             raise ModelFolderError(f"{model_dir}: {e}") from None
-    chain = read_model_chain(model_dir, task) if task != "classification" else None
+    chain = read_model_chain(model_dir, task) if task != "classification" and chained else None
     from bucketing.tokenizer import Tokenizer
 
     try:

@@ -279,3 +279,18 @@ def test_build_detects_a_sparse_folder_and_refuses_what_is_not_served(folders, t
     assert "\n" not in str(raised.value)
     with pytest.raises(EngineError, match="SparseAutoEncoder"):
         make_handler(csr, task="sparse", max_length=MAX_LENGTH)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_folder_sparse_encoder_saved_builds_at_its_own_limit(folders, variant):
+    """A SPLADE folder saved by SparseEncoder keeps its transformer at the folder's root (modules.json path ""):
+    checked as a model without reading the root's sparse chain as a dense one."""
+    from model_store import archives
+    from model_store.build import ArchiveSpec
+
+    folder = folders[variant]
+    assert archives.detect_task(folder) == "sparse"
+    (cfg,) = ArchiveSpec(strategies=("bucketed",), model_dir=folder).configs().values()
+    assert cfg["handler"]["task"] == "sparse"
+    reference = sentence_transformers.SparseEncoder(str(folder), device="cpu")
+    assert archives.check_model_dir(folder, "sparse") == reference.max_seq_length

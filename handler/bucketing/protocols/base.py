@@ -94,7 +94,6 @@ OPTION_FIELDS = (
 INPUT_TYPES = ("query", "document")  # sentence-transformers' encode_query / encode_document (absent: encode())
 DOCUMENT_PROMPTS = ("document", "passage", "corpus")  # encode_document's prompt: the first of these the model has
 DIRECTIONS = ("right", "left")
-INPUT_TYPES = ("query", "document")  # encode_query / encode_document (absent: encode())
 
 
 def read_options(
