@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from .base import Limits, RequestError, check_text, json_type
+from ..answers import Options
+from .base import Input, Limits, RequestError, check_text, json_type, read_options
 
 VERSION = "0.2.0"  # this package's version, answered as /info's `version`
 STATUS = {"Validation": 422, "Tokenizer": 422, "Backend": 424, "Overloaded": 429, "Unhealthy": 503, "Empty": 400}
@@ -104,6 +105,36 @@ def texts(value: Any, limits: Limits, field: str = "inputs") -> tuple[tuple[str,
         if error:
             return own_error(error)
     return tuple(value), False
+
+
+@dataclass(frozen=True)
+class TeiInputs:
+    """A TEI request's inputs (one, or a list) and options; each route's request adds its own `render`."""
+
+    inputs: tuple[Input, ...]
+    options: Options = Options()
+    single: bool = False
+
+    def where(self, index: int) -> str:
+        return "`inputs`" if self.single else f"inputs[{index}]"
+
+
+Request = TypeVar("Request", bound=TeiInputs)
+
+
+def parse_texts(kind: type[Request], body: Any, limits: Limits, fields: Sequence[str]) -> Request | RequestError:
+    """A body that must be an object holding `inputs` (a string or a list of strings) and options among `fields`,
+    read into `kind`; or TEI's error."""
+    request = with_inputs(body)
+    if isinstance(request, RequestError):
+        return request
+    parsed = texts(request["inputs"], limits)
+    if isinstance(parsed, RequestError):
+        return parsed
+    options = read_options(direction(request), limits, fields)
+    if isinstance(options, RequestError):
+        return own_error(options)
+    return kind(parsed[0], options, parsed[1])
 
 
 def direction(body: Mapping[str, Any]) -> Mapping[str, Any]:

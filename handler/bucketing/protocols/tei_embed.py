@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..answers import Answer, Options
+from ..answers import Answer
 from . import tei
-from .base import Limits, RequestError, check_count, read_options
+from .base import Limits, RequestError, check_count
 from .tei import error_body as error_body
 from .tei import own_error as own_error
 
@@ -27,14 +27,7 @@ FIELDS = ("normalize", "truncate", "truncation_direction", "prompt_name", "dimen
 
 
 @dataclass(frozen=True)
-class EmbedRequest:
-    inputs: tuple[str, ...]
-    options: Options = Options()
-    single: bool = False
-
-    def where(self, index: int) -> str:
-        return "`inputs`" if self.single else f"inputs[{index}]"
-
+class EmbedRequest(tei.TeiInputs):
     def render(self, answers: Sequence[Answer], model_name: str = "") -> Any:
         check_count(self, answers)
         return [a.vector(self.options.dimensions, self.options.normalize).tolist() for a in answers]
@@ -50,16 +43,7 @@ def parse(body: Any, limits: Limits) -> EmbedRequest | RequestError:
             f"Model is not an embedding model: this is a {limits.task} model, served at /predict "
             "(TEI's classification route)"
         )
-    request = tei.with_inputs(body)
-    if isinstance(request, RequestError):
-        return request
-    parsed = tei.texts(request["inputs"], limits)
-    if isinstance(parsed, RequestError):
-        return parsed
-    options = read_options(tei.direction(request), limits, FIELDS)
-    if isinstance(options, RequestError):
-        return own_error(options)
-    return EmbedRequest(parsed[0], options, parsed[1])
+    return tei.parse_texts(EmbedRequest, body, limits, FIELDS)
 
 
 ROUTES = {PATH: parse}

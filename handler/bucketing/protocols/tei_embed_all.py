@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..answers import Answer, Options
+from ..answers import Answer
 from . import tei
-from .base import Limits, RequestError, check_count, read_options
+from .base import Limits, RequestError, check_count
 from .tei import error_body as error_body
 from .tei import own_error as own_error
 
@@ -26,14 +26,7 @@ FIELDS = ("truncate", "truncation_direction", "prompt_name", "input_type")
 
 
 @dataclass(frozen=True)
-class EmbedAllRequest:
-    inputs: tuple[str, ...]
-    options: Options = Options()
-    single: bool = False
-
-    def where(self, index: int) -> str:
-        return "`inputs`" if self.single else f"inputs[{index}]"
-
+class EmbedAllRequest(tei.TeiInputs):
     def render(self, answers: Sequence[Answer], model_name: str = "") -> Any:
         check_count(self, answers)
         return [a.vectors(self.options).tolist() for a in answers]  # type: ignore[attr-defined]
@@ -45,16 +38,7 @@ def parse(body: Any, limits: Limits) -> EmbedAllRequest | RequestError:
             f"/embed_all (token embeddings) is served for multi-vector models; this is a {limits.task} model "
             "answered with one vector per input: use /embed"
         )
-    request = tei.with_inputs(body)
-    if isinstance(request, RequestError):
-        return request
-    parsed = tei.texts(request["inputs"], limits)
-    if isinstance(parsed, RequestError):
-        return parsed
-    options = read_options(tei.direction(request), limits, FIELDS)
-    if isinstance(options, RequestError):
-        return own_error(options)
-    return EmbedAllRequest(parsed[0], options, parsed[1])
+    return tei.parse_texts(EmbedAllRequest, body, limits, FIELDS)
 
 
 ROUTES = {PATH: parse}

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..answers import Answer, Options
+from ..answers import Answer
 from . import tei
-from .base import DOCUMENT_PROMPTS, Limits, RequestError, check_count, read_options
+from .base import DOCUMENT_PROMPTS, Limits, RequestError, check_count
 from .tei import error_body as error_body
 from .tei import own_error as own_error
 
@@ -27,14 +27,7 @@ FIELDS = ("truncate", "truncation_direction", "prompt_name")
 
 
 @dataclass(frozen=True)
-class EmbedSparseRequest:
-    inputs: tuple[str, ...]
-    options: Options = Options()
-    single: bool = False
-
-    def where(self, index: int) -> str:
-        return "`inputs`" if self.single else f"inputs[{index}]"
-
+class EmbedSparseRequest(tei.TeiInputs):
     def render(self, answers: Sequence[Answer], model_name: str = "") -> Any:
         check_count(self, answers)
         out = []
@@ -55,16 +48,11 @@ def parse(body: Any, limits: Limits) -> EmbedSparseRequest | RequestError:
             f"Model is not an embedding model with SPLADE pooling: this is a dense {limits.task} model; use "
             f"{'/embed' if limits.task == 'embedding' else '/predict'}"
         )
-    request = tei.with_inputs(body)
-    if isinstance(request, RequestError):
-        return request
-    parsed = tei.texts(request["inputs"], limits)
+    parsed = tei.parse_texts(EmbedSparseRequest, body, limits, FIELDS)
     if isinstance(parsed, RequestError):
         return parsed
-    options = read_options(tei.direction(request), limits, FIELDS)
-    if isinstance(options, RequestError):
-        return own_error(options)
-    return EmbedSparseRequest(parsed[0], replace(options, input_type=input_type(request.get("prompt_name"))), parsed[1])
+    kind = input_type(body.get("prompt_name"))  # an object: parse_texts read it
+    return replace(parsed, options=replace(parsed.options, input_type=kind))
 
 
 ROUTES = {PATH: parse}

@@ -26,14 +26,7 @@ SHAPE = "a string, a pair [string, string] or a batch of strings and pairs [[str
 
 
 @dataclass(frozen=True)
-class PredictRequest:
-    inputs: tuple[Input, ...]
-    options: Options = Options()
-    single: bool = False
-
-    def where(self, index: int) -> str:
-        return "`inputs`" if self.single else f"inputs[{index}]"
-
+class PredictRequest(tei.TeiInputs):
     def render(self, answers: Sequence[Answer], model_name: str = "") -> Any:
         check_count(self, answers)
         ranked = [predictions(a, self.options) for a in answers]
