@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any
@@ -100,6 +100,14 @@ def read_chain(model_dir: Path | str) -> Chain:
     modules = json_file(modules_file)
     if not isinstance(modules, list) or not modules or not all(isinstance(m, Mapping) for m in modules):
         raise ChainError(f"{modules_file}: expected a list of modules")
+    return chain_of(folder, modules, prompts, default_prompt)
+
+
+def chain_of(
+    folder: Path, modules: Sequence[Mapping[str, Any]], prompts: Mapping[str, str], default_prompt: str | None
+) -> Chain:
+    """The dense chain these modules (of the folder's modules.json) compute; ChainError if not servable."""
+    modules_file = folder / "modules.json"
     kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
     for kind, module in zip(kinds, modules):
         if kind not in SERVED_MODULES:

@@ -5,9 +5,16 @@ One route is chosen per request by its `input_type` as `encode_query` (`"query"`
 and `encode()` (none) choose it. The answer is the vocabulary-size vector, cut to the model's `max_active_dims` (or
 the request's) by torch's top-k of absolute values as sentence-transformers cuts it (`answers.keep_top`).
 
+CSR (a `SparseAutoEncoder` over a dense chain): the pooled embedding as the embedding kind computes it (`head.Head`:
+the same pooling and Dense layers; then Normalize if the chain has it), then the autoencoder's encoder as
+sentence-transformers runs it at inference (its layer norm if `normalize`, minus `pre_bias`, the linear layer with
+`latent_bias`), kept as relu of its latents; the answer's cut (`answers.keep_top`, k = max_active_dims, which the
+folder's k defaults) then keeps exactly the positive values among the top k, as its top-k then relu does.
+
 Memory: the MLM head's logits are rows x padded length x vocabulary floats; a pass is run in row groups of at
 most `handler.max_batch_tokens` tokens (`SparseEngine`), so no pass holds more than max_batch_tokens x vocabulary
-logits in any strategy, and the worker's ready line says that bound in bytes.
+logits in any strategy, and the worker's ready line says that bound in bytes. A CSR pass holds no vocabulary
+logits: rows x hidden_dim latents (4 bytes each) after the encoder's own activations.
 """
 
 from __future__ import annotations
@@ -65,6 +72,40 @@ class SparseEngine:
         return np.concatenate(out, axis=0)
 
 
+class CsrEngine:
+    """CSR: the dense chain's pooled embedding (`Head`), Normalize if the chain has it, then the SparseAutoEncoder's
+    encoder, in sentence-transformers' order of operations; relu of the latents (the cut is the answer's)."""
+
+    name = "torch"
+    fidelity = None
+
+    def __init__(self, head: Any, weights: Mapping[str, Any], route: Route, device: str) -> None:
+        self.head = head.to(device).eval()
+        self.normalize = bool(route.dense is not None and route.dense.normalize)
+        self.layer_norm = route.layer_norm
+        self.pre_bias = weights["pre_bias"].to(device)
+        self.encoder = weights["encoder"].to(device)
+        self.latent_bias = weights["latent_bias"].to(device)
+        self.device = device
+
+    def __call__(self, ids: np.ndarray, mask: np.ndarray, route: Route) -> np.ndarray:
+        import torch
+        import torch.nn.functional as F
+
+        with torch.inference_mode():
+            i = torch.from_numpy(ids).to(self.device)
+            m = torch.from_numpy(mask).to(self.device)
+            x = self.head(i, m)
+            if self.normalize:
+                x = F.normalize(x, p=2, dim=-1)
+            if self.layer_norm:  # SparseAutoEncoder.LN, eps 1e-5
+                x = x - x.mean(dim=-1, keepdim=True)
+                x = x / (x.std(dim=-1, keepdim=True) + 1e-5)
+            x = x - self.pre_bias
+            latents = F.linear(x, self.encoder, self.latent_bias)
+            return np.ascontiguousarray(F.relu(latents).cpu().numpy())
+
+
 class SparseTask(TaskHooks):
     """A SparseEncoder: each row's route (its request's input_type), its vocabulary-size vector, and one answer
     per text (the non-zero ids and values, cut to max_active_dims)."""
@@ -98,7 +139,7 @@ class SparseTask(TaskHooks):
     def __init__(
         self,
         spec: SparseSpec,
-        engine: SparseEngine,
+        engine: SparseEngine | CsrEngine,
         vocab_size: int,
         max_positions: int,
         specials: tuple[int, int],
@@ -113,11 +154,17 @@ class SparseTask(TaskHooks):
         self.specials = specials  # special tokens before and after a text's own (a static route leaves them out)
         self.weights = dict(weights)
         self.tokenizer_dir = str(Path(model_dir) / (spec.mlm or ""))
-        per_pass = bytes_per_pass(engine.group_tokens, vocab_size) / 2**20
-        self.ready_note = (
-            f", sparse model {spec.describe()}, MLM logits per pass at most {engine.group_tokens} tokens x "
-            f"{vocab_size} ids x 4 bytes = {per_pass:.0f} MiB (handler.max_batch_tokens, in every strategy)"
-        )
+        if isinstance(engine, CsrEngine):
+            self.ready_note = (
+                f", sparse model {spec.describe()}, CSR: no vocabulary logits; a pass holds rows x {vocab_size} "
+                f"latents x 4 bytes ({vocab_size * 4} bytes a row) after the dense encoder's own activations"
+            )
+        else:
+            per_pass = bytes_per_pass(engine.group_tokens, vocab_size) / 2**20
+            self.ready_note = (
+                f", sparse model {spec.describe()}, MLM logits per pass at most {engine.group_tokens} tokens x "
+                f"{vocab_size} ids x 4 bytes = {per_pass:.0f} MiB (handler.max_batch_tokens, in every strategy)"
+            )
 
     @property
     def settings(self) -> Chain:
@@ -138,7 +185,7 @@ class SparseTask(TaskHooks):
         for name in dict.fromkeys(names):
             rows = [r for r, n in enumerate(names) if n == name]
             route = self.spec.routes[name]
-            if route.kind == "splade":  # beside another route's rows: padded only to its own longest
+            if route.kind in ("splade", "csr"):  # beside another route's rows: padded only to its own longest
                 width = ids.shape[1] if len(rows) == len(names) else int(mask[rows].sum(axis=1).max())
                 out[rows] = self.engine(ids[rows, :width], mask[rows, :width], route)
                 continue
@@ -184,6 +231,9 @@ def load_sparse_task(config: Any, model_dir: str, gpu_id: Any = None) -> SparseT
     except ChainError as e:
         raise EngineError(f"{model_dir}: {e}") from None
     folder = str(Path(model_dir) / (spec.mlm or ""))
+    csr = next((r for r in spec.routes.values() if r.kind == "csr"), None)
+    if csr is not None:
+        return load_csr_task(spec, csr, model_dir, folder, gpu_id)
     model = AutoModelForMaskedLM.from_pretrained(folder).eval()
     saved = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
     if saved != torch.float32:
@@ -212,6 +262,41 @@ def load_sparse_task(config: Any, model_dir: str, gpu_id: Any = None) -> SparseT
     device = select_device(gpu_id, torch.cuda.is_available())
     engine = SparseEngine(model, device, config.max_batch_tokens)
     return SparseTask(spec, engine, vocab, usable_positions(model.config), specials(folder), weights, model_dir)
+
+
+def load_csr_task(spec: SparseSpec, route: Route, model_dir: str, folder: str, gpu_id: Any) -> SparseTask:
+    """CSR on torch float32: the dense chain's Head, then the SparseAutoEncoder's weights, checked."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModel
+
+    from .engines import select_device
+    from .head import EngineError, Head, dense_layers, reduced_weights, usable_positions
+
+    model = AutoModel.from_pretrained(folder).eval()
+    saved = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    if saved != torch.float32:
+        raise EngineError(reduced_weights(model_dir, str(saved).removeprefix("torch.")))
+    assert route.dense is not None
+    head = Head(model, pooled=True, chain=route.dense, dense=dense_layers(model_dir, route.dense))
+    where = Path(model_dir) / route.pooling_folder
+    state = load_file(str(where / "model.safetensors"))
+    encoder = state.get("encoder.weight", state.get("decoder.linear.weight"))
+    width = route.dense.dimensions(int(model.config.hidden_size))
+    shapes = {
+        "pre_bias": [width],
+        "encoder": [route.hidden_dim, width],
+        "latent_bias": [route.hidden_dim],
+    }
+    held = {"pre_bias": state.get("pre_bias"), "encoder": encoder, "latent_bias": state.get("latent_bias")}
+    found = {name: (list(t.shape) if t is not None else None) for name, t in held.items()}
+    if found != shapes or any(t is not None and t.dtype != torch.float32 for t in held.values()):
+        raise EngineError(
+            f"{model_dir}: module SparseAutoEncoder in {where}: expected float32 {shapes} for its config, holds {found}"
+        )
+    device = select_device(gpu_id, torch.cuda.is_available())
+    engine = CsrEngine(head, held, route, device)
+    return SparseTask(spec, engine, route.hidden_dim, usable_positions(model.config), specials(folder), {}, model_dir)
 
 
 def specials(folder: str) -> tuple[int, int]:

@@ -5,8 +5,9 @@ routes read (static weights, tokenizer). `sparse.py` runs it.
 Served: SPLADE (`MLMTransformer`, or `Transformer` with `transformer_task: fill-mask`, then `SpladePooling` with its
 pooling strategy, max or sum, and activation, relu or log1p_relu), and a `Router` whose routes are each SPLADE or a
 `SparseStaticEmbedding` (inference-free: a weight per vocabulary id of the text's tokens, no special tokens), one
-route chosen per request by its `input_type`. A `SparseAutoEncoder` (CSR over a dense model), or anything else,
-stops the build and the worker with one line.
+route chosen per request by its `input_type`; and CSR: a dense chain (Transformer, Pooling, Dense..., Normalize) then
+a `SparseAutoEncoder` (its top-k over the encoder's latents), as the folder's one route. Anything else stops the
+build and the worker with one line.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .chain import Chain, ChainError, json_mapping, module_path, read_prompts, transformer_settings
+from .chain import Chain, ChainError, chain_of, json_mapping, module_path, read_prompts, transformer_settings
 
 MLM_MODULES = ("MLMTransformer", "Transformer")  # a Transformer serves here only with transformer_task fill-mask
 SPARSE_MODULES = ("MLMTransformer", "SpladePooling", "SparseStaticEmbedding", "SparseAutoEncoder")
@@ -35,11 +36,15 @@ MODALITY = "text"  # what sentence-transformers infers for a batch of strings, f
 class Route:
     """One way to a sparse vector: SPLADE over an MLM transformer's logits, or a static weight per token id."""
 
-    kind: str  # "splade" or "static"
-    folder: str  # the MLM transformer's or the SparseStaticEmbedding's folder, relative to the model folder
+    kind: str  # "splade", "static" or "csr"
+    folder: str  # the MLM transformer's, the SparseStaticEmbedding's or (csr) the Transformer's folder (relative)
     pooling: str = "max"  # splade: max or sum over the tokens
     activation: str = "relu"  # splade: relu (log1p(relu(x))) or log1p_relu (log1p(log1p(relu(x))))
-    pooling_folder: str = ""  # splade: the SpladePooling module's folder
+    pooling_folder: str = ""  # splade: the SpladePooling module's folder; csr: the SparseAutoEncoder's
+    dense: Chain | None = None  # csr: the dense chain before the SparseAutoEncoder (pooling, Dense, Normalize)
+    k: int = 0  # csr: the SparseAutoEncoder's k (its top-k, and encode()'s max_active_dims unless saved)
+    hidden_dim: int = 0  # csr: its latents (the answer's dimensions)
+    layer_norm: bool = False  # csr: its `normalize` (a layer norm of the input before the encoder)
 
 
 @dataclass(frozen=True)
@@ -54,8 +59,8 @@ class SparseSpec:
 
     @property
     def mlm(self) -> str | None:
-        """The one MLM transformer's folder (relative), if a route runs one."""
-        return next((r.folder for r in self.routes.values() if r.kind == "splade"), None)
+        """The one transformer's folder (relative; MLM, or csr's dense one), if a route runs one."""
+        return next((r.folder for r in self.routes.values() if r.kind in ("splade", "csr")), None)
 
     def route(self, input_type: str | None) -> str:
         """The route `encode(task=input_type)` takes, as sentence-transformers' Router resolves it for text."""
@@ -75,17 +80,26 @@ class SparseSpec:
     def describe(self) -> dict[str, Any]:
         """What was read, as plain data (the archive's model-config and the ready line)."""
         return {
-            "routes": {
-                name: (f"splade {r.pooling} {r.activation}" if r.kind == "splade" else "static")
-                + f" ({r.folder or '.'})"
-                for name, r in self.routes.items()
-            },
+            "routes": {name: _describe(r) + f" ({r.folder or '.'})" for name, r in self.routes.items()},
             "default_route": self.default_route,
             "max_active_dims": self.max_active_dims,
             "prompts": dict(self.chain.prompts),
             "default_prompt_name": self.chain.default_prompt_name,
             "max_seq_length": self.chain.max_seq_length,
         }
+
+
+def _describe(route: Route) -> str:
+    if route.kind == "splade":
+        return f"splade {route.pooling} {route.activation}"
+    if route.kind == "csr" and route.dense is not None:
+        d = route.dense.describe()
+        return (
+            f"csr: pooling {'+'.join(d['pooling'])}, dense {d['dense']}, normalize {d['normalize']}, "
+            f"SparseAutoEncoder top-{route.k} of {route.hidden_dim} (layer norm {route.layer_norm}, "
+            f"{route.pooling_folder})"
+        )
+    return "static"
 
 
 def kind(module: Mapping[str, Any]) -> str:
@@ -138,7 +152,12 @@ def read_sparse(model_dir: Path | str) -> SparseSpec:
             None,
             {},
         )
-    mlm = {r.folder for r in routes.values() if r.kind == "splade"}
+    csr = [r for r in routes.values() if r.kind == "csr"]
+    if csr and len(routes) > 1:
+        raise ChainError(f"{folder}: a Router with a SparseAutoEncoder route is not served (served: CSR alone)")
+    if csr and max_active is None:
+        max_active = csr[0].k  # as SparseEncoder sets it from its SparseAutoEncoder
+    mlm = {r.folder for r in routes.values() if r.kind in ("splade", "csr")}
     if len(mlm) != 1:
         raise ChainError(
             f"{folder}: a sparse model with {len(mlm)} MLM transformers is not served (served: exactly one, which "
@@ -147,7 +166,7 @@ def read_sparse(model_dir: Path | str) -> SparseSpec:
     max_seq_length, lower = transformer_settings(folder / next(iter(mlm)))
     chain = Chain(
         "sentence-transformers",
-        ("splade",),
+        ("csr",) if csr else ("splade",),
         True,
         (),
         False,
@@ -179,12 +198,8 @@ def _list(path: Path) -> list[Mapping[str, Any]]:
 def _route(folder: Path, modules: Sequence[tuple[str, str]]) -> Route:
     """One route's modules: [MLM transformer, SpladePooling] or [SparseStaticEmbedding]."""
     names = [k for k, _ in modules]
-    for name, path in modules:
-        if name == "SparseAutoEncoder":
-            raise ChainError(
-                f"module SparseAutoEncoder in {folder / path}: CSR (a sparse autoencoder over a dense model) is not "
-                "served by this handler; this model cannot be served exactly"
-            )
+    if "SparseAutoEncoder" in names:
+        return _csr(folder, modules)
     if names == ["SparseStaticEmbedding"]:
         path = modules[0][1]
         if not (folder / path / "model.safetensors").is_file():
@@ -213,6 +228,44 @@ def _route(folder: Path, modules: Sequence[tuple[str, str]]) -> Route:
     raise ChainError(
         f"{folder}: sparse module chain {', '.join(names)} is not served (served: MLMTransformer + SpladePooling, "
         "SparseStaticEmbedding, or a Router of those); this model cannot be served exactly"
+    )
+
+
+def _csr(folder: Path, modules: Sequence[tuple[str, str]]) -> Route:
+    """CSR: a dense chain (Transformer, Pooling, Dense..., Normalize) then one SparseAutoEncoder, last."""
+    names = [k for k, _ in modules]
+    where = folder / modules[-1][1]
+    if names.count("SparseAutoEncoder") != 1 or names[-1] != "SparseAutoEncoder" or len(names) < 3:
+        raise ChainError(
+            f"{folder}: sparse module chain {', '.join(names)} is not served (served for CSR: Transformer, Pooling, "
+            "Dense..., Normalize, then one SparseAutoEncoder); this model cannot be served exactly"
+        )
+    prompts = read_prompts(folder)
+    dense = chain_of(
+        folder, [{"type": k, "path": p} for k, p in modules[:-1]], prompts.prompts, prompts.default_prompt_name
+    )
+    if not dense.include_prompt:
+        raise ChainError(
+            f"module Pooling in {folder / modules[1][1]}: include_prompt false before a SparseAutoEncoder is not "
+            "served (served: include_prompt true); this model cannot be served exactly"
+        )
+    cfg = json_mapping(where / "config.json")
+    k, hidden, input_dim = cfg.get("k", 8), cfg.get("hidden_dim", 512), cfg.get("input_dim")
+    for name, value in (("k", k), ("hidden_dim", hidden), ("input_dim", input_dim)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ChainError(f"module SparseAutoEncoder in {where}: {name} must be a positive integer")
+    if k > hidden:
+        raise ChainError(f"module SparseAutoEncoder in {where}: k {k} over hidden_dim {hidden}")
+    if not (where / "model.safetensors").is_file():
+        raise ChainError(f"module SparseAutoEncoder in {where}: no model.safetensors; not served")
+    return Route(
+        "csr",
+        modules[0][1],
+        pooling_folder=modules[-1][1],
+        dense=dense,
+        k=k,
+        hidden_dim=hidden,
+        layer_norm=bool(cfg.get("normalize", False)),
     )
 
 

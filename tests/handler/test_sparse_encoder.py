@@ -245,20 +245,92 @@ def test_a_pass_holds_at_most_max_batch_tokens_of_logits(folders):
     assert status == 200 and len(seen) > 1 and max(seen) <= 128
 
 
-def build_csr(target):
-    """A SparseAutoEncoder (CSR) over a tiny dense model, saved by sentence-transformers itself."""
+def build_csr(target, dense=False, normalize=False, layer_norm=False, k=8, include_prompt=True, **settings):
+    """A SparseAutoEncoder (CSR) over a tiny dense model (Transformer, Pooling, a Dense and Normalize if asked),
+    saved by sentence-transformers itself, its biases random (not its zero init)."""
+    import torch
     from sentence_transformers.base.modules import Transformer
-    from sentence_transformers.sentence_transformer.modules import Pooling
+    from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling
     from sentence_transformers.sparse_encoder.modules import SparseAutoEncoder
 
     from tests.models import build_tiny
 
+    torch.manual_seed(11)
     body = build_tiny(target.parent / f"{target.name}-body", "bert")
     transformer = Transformer(str(body))
     width = transformer.get_embedding_dimension()
-    modules = [transformer, Pooling(width), SparseAutoEncoder(input_dim=width, hidden_dim=4 * width, k=8)]
-    sentence_transformers.SparseEncoder(modules=modules, device="cpu").save(str(target))
+    modules: list[Any] = [transformer, Pooling(width, include_prompt=include_prompt)]
+    if dense:
+        modules.append(Dense(width, width // 2, activation_function=torch.nn.Tanh()))
+        width //= 2
+    if normalize:
+        modules.append(Normalize())
+    sae = SparseAutoEncoder(input_dim=width, hidden_dim=4 * width, k=k, normalize=layer_norm)
+    with torch.no_grad():
+        sae.pre_bias.normal_(0, 0.1)
+        sae.latent_bias.normal_(0, 0.1)
+    modules.append(sae)
+    sentence_transformers.SparseEncoder(modules=modules, device="cpu", **settings).save(str(target))
     return target
+
+
+CSR_VARIANTS: dict[str, dict[str, Any]] = {
+    "csr": {},
+    "csr-dense-normalized": {"dense": True, "normalize": True, "layer_norm": True, "k": 12, "prompts": PROMPTS},
+    "csr-saved-max-active": {"dense": True, "max_active_dims": 5, "prompts": PROMPTS, "default_prompt_name": "query"},
+}
+
+
+@pytest.fixture(scope="module")
+def csr_folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("csr")
+    return {name: build_csr(root / name, **spec) for name, spec in CSR_VARIANTS.items()}
+
+
+@pytest.mark.parametrize("strategy", ["bucketed", "dynamic", "static"])
+@pytest.mark.parametrize("input_type", [None, "query"])
+@pytest.mark.parametrize("variant", list(CSR_VARIANTS))
+def test_csr_answers_equal_sparse_encoder(csr_folders, variant, input_type, strategy):
+    """CSR: the dense chain's pooled embedding, then the SparseAutoEncoder's top-k, as encode() answers it."""
+    handler, context = make_handler(csr_folders[variant], task="sparse", strategy=strategy, max_length=MAX_LENGTH)
+    texts = mixed_texts(9, seed=6) + ["short", "x"]
+    options = {"input_type": input_type} if input_type else {}
+    rows = [{"texts": texts[:4], **options}, {"texts": texts[4:], **options}, {"text": texts[2], **options}]
+    answers = serve_at(handler, context, rows, ["", "", ""])
+    assert [s for s, _ in answers] == [200, 200, 200], answers
+    got = [e["embedding"] for e in answers[0][1] + answers[1][1]] + [answers[2][1]["embedding"]]
+    expected = reference(csr_folders[variant], texts + [texts[2]], input_type)
+    assert mismatches(got, expected) == 0
+    k = CSR_VARIANTS[variant].get("max_active_dims", CSR_VARIANTS[variant].get("k", 8))
+    assert all(0 < len(a["indices"]) <= k for a in got)
+
+
+@pytest.mark.parametrize("max_active_dims", [3, 20])
+def test_csr_request_max_active_dims_is_encode_top_k(csr_folders, max_active_dims):
+    """A request's max_active_dims is the autoencoder's top-k, as encode(max_active_dims=...) runs it (over the
+    folder's k as well as under it)."""
+    handler, context = make_handler(csr_folders["csr-dense-normalized"], task="sparse", max_length=MAX_LENGTH)
+    texts = mixed_texts(7, seed=9)
+    ((status, body),) = serve_at(handler, context, [{"texts": texts, "max_active_dims": max_active_dims}], [""])
+    assert status == 200
+    got = [a["embedding"] for a in body]
+    expected = reference(csr_folders["csr-dense-normalized"], texts, max_active_dims=max_active_dims)
+    assert mismatches(got, expected) == 0
+    assert max(len(a["indices"]) for a in got) > 12 if max_active_dims == 20 else True
+
+
+def test_build_detects_a_csr_folder(csr_folders):
+    from model_store import archives
+    from model_store.build import ArchiveSpec, BuildError
+
+    folder = csr_folders["csr-dense-normalized"]
+    assert archives.detect_task(folder) == "sparse"
+    (cfg,) = ArchiveSpec(strategies=("bucketed",), model_dir=folder).configs().values()
+    assert cfg["handler"]["task"] == "sparse" and cfg["handler"]["engine"] == "torch"
+    assert "csr" in next(iter(cfg["model_chain"]["routes"].values()))
+    assert cfg["model_chain"]["max_active_dims"] == 12
+    with pytest.raises(BuildError, match="engine torch in float32"):
+        ArchiveSpec(strategies=("bucketed",), model_dir=folder, engine="onnxruntime").configs()
 
 
 def test_build_detects_a_sparse_folder_and_refuses_what_is_not_served(folders, tmp_path):
@@ -273,11 +345,11 @@ def test_build_detects_a_sparse_folder_and_refuses_what_is_not_served(folders, t
     assert {"query_0_SparseStaticEmbedding", "document_0_MLMTransformer", "document_1_SpladePooling"} <= set(carried)
     with pytest.raises(BuildError, match="engine torch in float32"):
         ArchiveSpec(strategies=("bucketed",), model_dir=folders["router"], engine="onnxruntime").configs()
-    csr = build_csr(tmp_path / "csr")
-    with pytest.raises(BuildError, match="SparseAutoEncoder") as raised:
+    csr = build_csr(tmp_path / "csr", include_prompt=False, prompts=PROMPTS)
+    with pytest.raises(BuildError, match="include_prompt false before a SparseAutoEncoder") as raised:
         ArchiveSpec(strategies=("bucketed",), model_dir=csr).configs()
     assert "\n" not in str(raised.value)
-    with pytest.raises(EngineError, match="SparseAutoEncoder"):
+    with pytest.raises(EngineError, match="include_prompt false before a SparseAutoEncoder"):
         make_handler(csr, task="sparse", max_length=MAX_LENGTH)
 
 

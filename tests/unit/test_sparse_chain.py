@@ -80,9 +80,10 @@ def test_a_router_resolves_routes_as_sentence_transformers_does(tmp_path):
     "modules, words",
     [
         (
-            [{"path": "", "type": "x.Transformer"}, {"path": "1", "type": "x.Pooling"}, {"path": "2", "type": CSR}],
-            "SparseAutoEncoder",
+            [{"path": "", "type": "x.Transformer"}, {"path": "1", "type": CSR}, {"path": "2", "type": "x.Pooling"}],
+            "served for CSR: Transformer, Pooling, Dense..., Normalize, then one SparseAutoEncoder",
         ),
+        ([{"path": "", "type": CSR}], "served for CSR"),
         ([{"path": "", "type": MLM}, {"path": "1", "type": "x.Pooling"}], "not served"),
         ([{"path": "", "type": MLM}], "not served"),
     ],
