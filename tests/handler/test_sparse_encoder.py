@@ -317,6 +317,8 @@ def test_csr_request_max_active_dims_is_encode_top_k(csr_folders, max_active_dim
     expected = reference(csr_folders["csr-dense-normalized"], texts, max_active_dims=max_active_dims)
     assert mismatches(got, expected) == 0
     assert max(len(a["indices"]) for a in got) > 12 if max_active_dims == 20 else True
+    task = cast(Any, handler.task)
+    assert f"CSR: no vocabulary logits; a pass holds rows x {task.dimensions} latents" in task.ready_note
 
 
 def test_build_detects_a_csr_folder(csr_folders):
