@@ -134,6 +134,7 @@ def test_input_type_picks_the_prompt_encode_query_and_encode_document_pick(body,
         ({"input_type": 1}, SPARSE, "input_type"),
         ({"max_active_dims": 0}, SPARSE, "max_active_dims"),
         ({"max_active_dims": True}, SPARSE, "max_active_dims"),
+        ({"max_active_dims": 101}, SPARSE, "max_active_dims"),  # over the output size: CSR's top-k raises there
         ({"max_active_dims": 4}, Limits(8, 64, 100), "max_active_dims"),
         ({"normalize": False}, SPARSE, "normalize"),
         ({"dimensions": 4}, SPARSE, "dimensions"),

@@ -168,6 +168,12 @@ def read_sparse_options(
                 f'"max_active_dims" must be a positive integer, got {quote(max_active, 40)}',
                 "max_active_dims",
             )
+        if max_active > limits.dimensions:  # a CSR model's top-k over its latents cannot take more
+            return bad(
+                "InvalidRequest",
+                f'"max_active_dims" must be at most {limits.dimensions}, the model\'s output size; got {max_active}',
+                "max_active_dims",
+            )
     if not kind.normalized and (normalize is not None or dimensions is not None):
         which = "normalize" if normalize is not None else "dimensions"
         return bad(
