@@ -13,12 +13,12 @@ def calibrated_cost(model_dir: str, engine: str, max_length: int = SERVED.max_le
     `dtype` where given: bfloat16 on the torch engine)."""
     import tempfile
 
-    import numpy as np
     import torch
 
     from bucketing.calibrate import fit_cost, measure
     from bucketing.config import HandlerConfig
     from bucketing.planner import CostModel
+    from bucketing.task import Rows
     from bucketing.tasks import load_task
     from model_store.archives import engine_model_dir
 
@@ -29,6 +29,6 @@ def calibrated_cost(model_dir: str, engine: str, max_length: int = SERVED.max_le
         task = load_task(config, str(folder))
 
         def forward(rows: int, length: int) -> None:
-            task.forward(np.full((rows, length), 1000, dtype=np.int64), np.ones((rows, length), dtype=np.int64))
+            task.forward(Rows.plain(rows, length, 1000))
 
         return fit_cost(measure(forward, max_length), CostModel())

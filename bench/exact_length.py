@@ -52,17 +52,18 @@ def _worker(model_dir: str, threads: int, engine: str, rows: list[list[list[int]
     import torch
 
     from bucketing.config import HandlerConfig
+    from bucketing.task import Rows
     from bucketing.tasks import load_task
     from bucketing.tokenizer import collate
 
     torch.set_num_threads(threads)
     task = load_task(HandlerConfig(engine=engine, torch_threads=threads), model_dir)  # as the handler runs it
     for chunk in rows[:2]:
-        task.forward(*collate(chunk, len(chunk[0]), 0))
+        task.forward(Rows(*collate(chunk, len(chunk[0]), 0)))
     barrier.wait(timeout=START_TIMEOUT_S)  # a sibling that died breaks the barrier instead of hanging this one
     start = time.perf_counter()
     for chunk in rows:
-        task.forward(*collate(chunk, len(chunk[0]), 0))
+        task.forward(Rows(*collate(chunk, len(chunk[0]), 0)))
     out.put(time.perf_counter() - start)
 
 

@@ -236,6 +236,7 @@ def reference_embeddings(
 ) -> list[list[float]]:
     """Our handler's answer to each text served alone (torch engine, batch of one), in this process."""
     from bucketing.config import HandlerConfig
+    from bucketing.task import Rows
     from bucketing.tasks import load_task
     from bucketing.tokenizer import Tokenizer, collate
 
@@ -244,7 +245,7 @@ def reference_embeddings(
     out = []
     for encoded in tokenizer.encode(list(texts)):
         ids, mask = collate([encoded.ids], len(encoded.ids), 0)
-        out.append([float(x) for x in task.forward(ids, mask)[0]])
+        out.append([float(x) for x in task.forward(Rows(ids, mask))[0]])
     return out
 
 

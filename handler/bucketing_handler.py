@@ -8,7 +8,6 @@ import os
 from http import HTTPStatus
 from typing import Any
 
-import numpy as np
 import torch
 
 from bucketing.calibrate import fit_cost, measure
@@ -19,6 +18,7 @@ from bucketing.pipeline import Pipeline, make_planner
 from bucketing.planner import CostModel
 from bucketing.protocols import Reply
 from bucketing.protocols.base import Meta
+from bucketing.task import Rows
 from bucketing.tasks import load_task
 from bucketing.tokenizer import Tokenizer
 
@@ -64,7 +64,7 @@ class BucketingHandler:
         pad = self.tokenizer.pad_id + 1
 
         def forward(rows: int, length: int) -> None:
-            self.task.forward(np.full((rows, length), pad, dtype=np.int64), np.ones((rows, length), dtype=np.int64))
+            self.task.forward(Rows.plain(rows, length, pad))
 
         return fit_cost(measure(forward, self.config.max_length), configured)
 

@@ -22,7 +22,7 @@ from .chain import (
     ChainError,
 )
 from .multivector_folder import TASK, MultiVectorSpec, is_multivector, read_multivector
-from .task import TaskHooks
+from .task import Rows, TaskHooks
 from .tokenizer import Encoded
 
 
@@ -110,16 +110,9 @@ class MultiVectorTask(TaskHooks):
         """The folder's prompts (query/document and the default) live on its chain."""
         return self.chain
 
-    def forward(
-        self,
-        ids: np.ndarray,
-        mask: np.ndarray,
-        skip: Sequence[int] | None = None,
-        types: np.ndarray | None = None,
-        input_types: Sequence[str | None] | None = None,
-    ) -> np.ndarray:
+    def forward(self, rows: Rows) -> np.ndarray:
         """Token vectors [rows, padded length, dimensions] of a padded sub-batch."""
-        vectors: np.ndarray = self.engine(ids, mask)
+        vectors: np.ndarray = self.engine(rows.ids, rows.mask)
         return vectors
 
     def answer(self, output: np.ndarray, encoded: Encoded) -> Answer:

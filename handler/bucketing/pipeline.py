@@ -27,7 +27,7 @@ from .metrics import BatchStats
 from .planner import CostModel, Plan, plan_bucketed, plan_dynamic, plan_static, round_up
 from .protocols import Incoming, Reply, tei
 from .protocols.base import Limits, Meta, Pair, Request, RequestError
-from .task import Task
+from .task import Rows, Task
 from .tokenizer import Encoded, Tokenizer, collate
 
 logger = logging.getLogger(__name__)
@@ -79,8 +79,8 @@ def compute(items: Sequence[Item], plan_fn: Planner, task: Task, pad_id: int) ->
             types, _ = collate([e.type_ids or (0,) * len(e.ids) for e in encoded], sb.padded_len, 0)
         if any(e.attention for e in encoded):  # query expansion the encoder does not attend to
             mask, _ = collate([e.attention or (1,) * len(e.ids) for e in encoded], sb.padded_len, 0)
-        routes = [e.input_type for e in encoded] if task.routed else None
-        results.append(list(task.forward(ids, mask, [e.skip for e in encoded], types, routes)))
+        routes = tuple(e.input_type for e in encoded) if task.routed else ()
+        results.append(list(task.forward(Rows(ids, mask, tuple(e.skip for e in encoded), types, routes))))
     forward_ms = (time.perf_counter() - start) * 1000.0
     stats = BatchStats(
         batches=0,

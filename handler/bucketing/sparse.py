@@ -19,7 +19,7 @@ logits: rows x hidden_dim latents (4 bytes each) after the encoder's own activat
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from .sparse_folder import (
     static_weights,
     tokenizer_file,
 )
-from .task import TaskHooks
+from .task import Rows, TaskHooks
 
 
 def bytes_per_pass(max_batch_tokens: int, vocab_size: int) -> int:
@@ -171,29 +171,26 @@ class SparseTask(TaskHooks):
         """The folder's prompts (and max_seq_length) live on its chain."""
         return self.chain
 
-    def forward(
-        self,
-        ids: np.ndarray,
-        mask: np.ndarray,
-        skip: Sequence[int] | None = None,
-        types: np.ndarray | None = None,
-        input_types: Sequence[str | None] | None = None,
-    ) -> np.ndarray:
+    def forward(self, rows: Rows) -> np.ndarray:
         """The sparse vectors (dense, vocabulary-size, float32) of a padded sub-batch, each row by its route."""
-        names = [self.spec.route(t) for t in (input_types or [None] * ids.shape[0])]
+        ids, mask = rows.ids, rows.mask
+        names = [self.spec.route(t) for t in (rows.input_types or (None,) * ids.shape[0])]
         out = np.zeros((ids.shape[0], self.dimensions), dtype=np.float32)
         for name in dict.fromkeys(names):
-            rows = [r for r, n in enumerate(names) if n == name]
+            picked = [r for r, n in enumerate(names) if n == name]
             route = self.spec.routes[name]
             if route.kind in ("splade", "csr"):  # beside another route's rows: padded only to its own longest
-                width = ids.shape[1] if len(rows) == len(names) else int(mask[rows].sum(axis=1).max())
-                out[rows] = self.engine(ids[rows, :width], mask[rows, :width], route)
+                width = ids.shape[1] if len(picked) == len(names) else int(mask[picked].sum(axis=1).max())
+                out[picked] = self.engine(ids[picked, :width], mask[picked, :width], route)
                 continue
-            weight, (before, after) = self.weights[name], self.specials
-            for r in rows:
-                length = int(mask[r].sum())
-                own = np.unique(ids[r, before : length - after])
-                out[r, own] = weight[own]
+            # static: each row's own tokens (between its special tokens) get their id's weight, once per id
+            (before, after), weight = self.specials, self.weights[name]
+            ends = mask[picked].sum(axis=1, keepdims=True) - after
+            columns = np.arange(ids.shape[1])
+            row, column = np.nonzero((columns >= before) & (columns < ends))
+            which = np.asarray(picked)[row]
+            tokens = ids[which, column]
+            out[which, tokens] = weight[tokens]
         return out
 
     def refuse(self, encoded: Any, where: str, max_length: int) -> str | None:

@@ -3,7 +3,7 @@ a model kind (embedding, classification, sparse, multi-vector) is a task class; 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -12,6 +12,43 @@ import numpy as np
 from .answers import Answer, Options
 from .chain import Chain
 from .tokenizer import Encoded
+
+
+@dataclass(frozen=True)
+class Rows:
+    """One padded sub-batch, as every task's forward takes it (built once per pass by `pipeline.compute`)."""
+
+    ids: np.ndarray  # [rows, padded length] token ids
+    mask: np.ndarray  # the attention mask (a multi-vector query's unattended expansion is 0 here)
+    skips: tuple[int, ...] = ()  # per row: leading (prompt) tokens left out of pooling; () when none
+    types: np.ndarray | None = None  # token types of text pairs; None for single texts
+    input_types: tuple[str | None, ...] = ()  # per row: its request's input_type (a routed task's route); ()
+
+    @classmethod
+    def plain(cls, rows: int, length: int, token: int) -> Rows:
+        """`rows` rows of `length` copies of one token, all attended (to time a pass)."""
+        return cls(np.full((rows, length), token, dtype=np.int64), np.ones((rows, length), dtype=np.int64))
+
+    def pool_mask(self) -> np.ndarray | None:
+        """The mask pooling reads: the attention mask with each row's skipped leading tokens zeroed; None when no
+        row skips any (pooling reads the attention mask)."""
+        if not any(self.skips):
+            return None
+        pool = self.mask.copy()
+        for row, count in enumerate(self.skips):
+            pool[row, :count] = 0
+        return pool
+
+    def take(self, rows: list[int], width: int | None = None) -> Rows:
+        """These rows only, cut to `width` columns (all when None)."""
+        cut = slice(None, width)
+        return Rows(
+            self.ids[rows, cut],
+            self.mask[rows, cut],
+            tuple(self.skips[r] for r in rows) if self.skips else (),
+            self.types[rows, cut] if self.types is not None else None,
+            tuple(self.input_types[r] for r in rows) if self.input_types else (),
+        )
 
 
 class Task(Protocol):
@@ -41,14 +78,9 @@ class Task(Protocol):
         """The folder's sentence-transformers settings a request reads: its prompts (for embeddings, its chain)."""
         ...
 
-    def forward(
-        self,
-        ids: np.ndarray,
-        mask: np.ndarray,
-        skip: Sequence[int] | None = None,
-        types: np.ndarray | None = None,
-        input_types: Sequence[str | None] | None = None,
-    ) -> np.ndarray: ...
+    def forward(self, rows: Rows) -> np.ndarray:
+        """The task's output for each row of a padded sub-batch."""
+        ...
 
     def answer(self, output: np.ndarray, encoded: Encoded) -> Answer: ...
 

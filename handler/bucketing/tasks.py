@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from .config import HandlerConfig
 from .engines import Engine, load_engine
 from .head import EngineError, ModelInfo
 from .kinds import KINDS, refused_folder
-from .task import Task, TaskHooks
+from .task import Rows, Task, TaskHooks
 from .tokenizer import Encoded
 
 
@@ -33,21 +32,9 @@ class EmbeddingTask(TaskHooks):
         self.chain = info.chain
         self.normalize = normalize
 
-    def forward(
-        self,
-        ids: np.ndarray,
-        mask: np.ndarray,
-        skip: Sequence[int] | None = None,
-        types: np.ndarray | None = None,
-        input_types: Sequence[str | None] | None = None,
-    ) -> np.ndarray:
-        """Pooled outputs of a padded sub-batch; `skip[r]`: leading (prompt) tokens of row r left out of pooling."""
-        if not skip or not any(skip):
-            return self.engine(ids, mask)
-        pool_mask = mask.copy()
-        for row, count in enumerate(skip):
-            pool_mask[row, :count] = 0
-        return self.engine(ids, mask, pool_mask)
+    def forward(self, rows: Rows) -> np.ndarray:
+        """Pooled outputs of a padded sub-batch, each row's leading (prompt) tokens `skips` left out of pooling."""
+        return self.engine(rows.ids, rows.mask, rows.pool_mask())
 
     @property
     def settings(self) -> Chain:
@@ -89,16 +76,9 @@ class ClassificationTask(TaskHooks):
         self.activation = info.activation
         self.settings = info.chain  # a CrossEncoder's prompts (no module chain follows a classifier)
 
-    def forward(
-        self,
-        ids: np.ndarray,
-        mask: np.ndarray,
-        skip: Sequence[int] | None = None,
-        types: np.ndarray | None = None,
-        input_types: Sequence[str | None] | None = None,
-    ) -> np.ndarray:
-        """The logits of a padded sub-batch; `types`: token types of text pairs (zeros for single texts)."""
-        return self.engine(ids, mask, types=types)
+    def forward(self, rows: Rows) -> np.ndarray:
+        """The logits of a padded sub-batch (its token types for text pairs; zeros for single texts)."""
+        return self.engine(rows.ids, rows.mask, types=rows.types)
 
     def answer(self, output: np.ndarray, encoded: Encoded) -> Answer:
         return Answer(output, len(encoded.ids), encoded.truncated, self.labels, self.activation)

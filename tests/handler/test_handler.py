@@ -159,10 +159,10 @@ def poison(handler, monkeypatch) -> None:
     bad = handler.tokenizer.encode(["poison"])[0].ids
     forward = handler.task.forward
 
-    def flaky(ids, mask, skip=None, types=None, input_types=None):
-        if any(tuple(row[: len(bad)]) == bad for row in ids.tolist()):
+    def flaky(rows):
+        if any(tuple(row[: len(bad)]) == bad for row in rows.ids.tolist()):
             raise RuntimeError("boom")
-        return forward(ids, mask, skip, types, input_types)
+        return forward(rows)
 
     monkeypatch.setattr(handler.task, "forward", flaky)
 
@@ -276,11 +276,7 @@ def test_one_by_one_retries_are_counted(tiny_embedder_dir, monkeypatch):
     monkeypatch.setattr(
         handler.task,
         "forward",
-        lambda ids, mask, skip=None, types=None, input_types=None: (
-            (_ for _ in ()).throw(RuntimeError("x"))
-            if ids.shape[0] > 1
-            else forward(ids, mask, skip, types, input_types)
-        ),
+        lambda rows: (_ for _ in ()).throw(RuntimeError("x")) if rows.ids.shape[0] > 1 else forward(rows),
     )
     answers = serve(handler, context, [{"body": {"text": "one"}}, {"body": {"texts": ["two", "three words here"]}}])
     assert [s for s, _ in answers] == [200, 500]
