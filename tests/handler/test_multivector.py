@@ -152,6 +152,17 @@ def test_embed_all_is_teis_token_embeddings(folders, tmp_path):
     assert mismatches(c, reference(folders["colbert"], texts[:2], None)) == []
 
 
+def test_tei_info_says_an_embedding_model_that_pools_no_tokens(folders, tmp_path):
+    """TEI has no multi-vector model type: /info says embedding, pooling "none" (was "mean"), and the rest as for
+    any model."""
+    handler, context = handler_for(folders["colbert"], "torch", tmp_path)
+    context.with_requests(["application/json"], ["info"])
+    (body,) = handler.handle([{"body": None}], context)
+    info = json.loads(body)
+    assert context.status[0][0] == 200 and info["model_type"] == {"embedding": {"pooling": "none"}}
+    assert info["max_input_length"] == MAX_LENGTH and info["model_dtype"] == "float32"
+
+
 def test_other_routes_refuse_a_multi_vector_model_in_one_line(folders, tmp_path):
     handler, context = handler_for(folders["colbert"], "torch", tmp_path)
     rows = [
