@@ -6,36 +6,44 @@
 # then SIGKILL after the pod's grace period (30 s by default).
 set -u
 pidfile="${TMPDIR:-/tmp}/.model_server.pid"   # where the launcher writes the frontend's pid
+# The trap first: a SIGTERM from here on is kept, and acted on by the loop below (the trap only notes it), so none
+# arriving as TorchServe starts can end this shell and leave TorchServe running.
+term=0
+trap 'term=1' TERM INT
 rm -f "$pidfile"
+if [ "$term" = 1 ]; then
+    echo "ts-entrypoint: stopped before TorchServe started"
+    exit 143
+fi
 torchserve --start --foreground "$@" &
 launcher=$!
 
-stop() {
-    # the frontend's pid appears just after the launcher starts it; signal the launcher only if it never does
-    i=0
-    while [ ! -s "$pidfile" ] && [ "$i" -lt 50 ] && kill -0 "$launcher" 2>/dev/null; do
-        sleep 0.1
-        i=$((i + 1))
-    done
-    if [ -s "$pidfile" ]; then
+running() {  # the launcher runs (not a zombie this shell has yet to reap)
+    kill -0 "$launcher" 2>/dev/null || return 1
+    read -r stat <"/proc/$launcher/stat" 2>/dev/null || return 0
+    case "$stat" in *") Z "*) return 1 ;; esac
+}
+
+# After a SIGTERM or SIGINT: forward SIGTERM to the frontend once its pid is known (it appears just after the
+# launcher starts it); until then poll, never signal the launcher, which would die and leave the frontend running.
+sent=0
+status=0
+while running; do
+    if [ "$term" = 1 ] && [ "$sent" = 0 ]; then
+        if [ ! -s "$pidfile" ]; then
+            sleep 0.1
+            continue
+        fi
         echo "ts-entrypoint: stopping TorchServe (frontend pid $(cat "$pidfile"))"
         kill -TERM "$(cat "$pidfile")" 2>/dev/null || true
-    else
-        kill -TERM "$launcher" 2>/dev/null || true
+        sent=1
     fi
-}
-trap stop TERM INT
-
-while :; do
-    wait "$launcher"   # returns early (>128) when a signal ran `stop`
+    wait "$launcher"   # returns early (>128) when a signal arrives
     status=$?
-    kill -0 "$launcher" 2>/dev/null || break
 done
-if [ "$status" -gt 128 ]; then   # the launcher ended while `stop` ran: its own status, if the shell still has it
-    wait "$launcher" 2>/dev/null
-    last=$?
-    [ "$last" -eq 127 ] || status=$last
-fi
+wait "$launcher" 2>/dev/null   # the launcher's own status, if this shell has not collected it above
+last=$?
+[ "$last" -eq 127 ] || status=$last
 
 others() {  # this container's processes but tini (pid 1) and this shell, zombies aside, in $left (no fork)
     left=""

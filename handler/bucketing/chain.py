@@ -1,7 +1,8 @@
 """A sentence-transformers folder's module chain, read from its files: what the model computes after the encoder.
 
-Pure (JSON only, no torch). `modules.json` lists the modules in order; each type is named either
-`sentence_transformers.models.X` or by its module path in sentence-transformers 5/6
+Pure (JSON only; torch only to read the shapes in a Dense module's `pytorch_model.bin`). `modules.json` lists
+the modules in order; each type is named either `sentence_transformers.models.X` or by its module path in
+sentence-transformers 5/6
 (`sentence_transformers.base.modules.transformer.Transformer`, `...sentence_transformer.modules.pooling.Pooling`);
 only the class name counts. Served: one `Transformer` (first), then `Pooling` (every mode sentence-transformers
 has, several concatenated in its order, `include_prompt`), any number of `Dense` (bias or not, any activation of
@@ -259,14 +260,38 @@ def dense_layer(folder: Path, module: Mapping[str, Any]) -> DenseLayer:
     if sizes[0] is None or sizes[1] is None:
         raise ChainError(f"module Dense in {path}: config.json must give in_features and out_features")
     layer = DenseLayer(str(module["path"]), sizes[0], sizes[1], bool(cfg.get("bias", True)), activation)
-    if weights[0].name == "model.safetensors":  # checked before anything of that size is allocated
-        held = {k.removeprefix("linear."): v for k, v in safetensors_shapes(weights[0]).items()}
-        if held != layer.shapes():
-            raise ChainError(
-                f"module Dense in {path}: config.json declares {layer.shapes()}, its model.safetensors holds "
-                f"{held}; refused"
-            )
+    # checked before anything of the declared size is allocated, at build and at worker start alike
+    read = safetensors_shapes if weights[0].name == "model.safetensors" else pytorch_bin_shapes
+    check_dense_weights(path, layer, weights[0].name, read(weights[0]))
     return layer
+
+
+def check_dense_weights(path: Path, layer: DenseLayer, file: str, shapes: Mapping[str, list[int]]) -> None:
+    """ChainError in one line when the weights file's tensors (sentence-transformers' `linear.` prefix or not)
+    are not the shapes the Dense module's config.json declares."""
+    held = {k.removeprefix("linear."): list(v) for k, v in sorted(shapes.items())}  # in name order, whatever the file's
+    if held != layer.shapes():
+        raise ChainError(
+            f"module Dense in {path}: config.json declares {layer.shapes()}, its {file} holds {held}; refused"
+        )
+
+
+def pytorch_bin_shapes(path: Path) -> dict[str, list[int]]:
+    """The tensors' shapes in a `torch.save` file, read with `weights_only` (tensors and plain containers only,
+    never an arbitrary object) and, for the zip format, memory-mapped (no tensor's data read). torch is imported
+    here only: a folder whose Dense weights are safetensors reads as JSON alone."""
+    import zipfile
+
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+    except Exception as e:  # noqa: BLE001 - an unreadable or unsafe file, reported in one line
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        raise ChainError(f"{path}: not a weights-only torch file ({first}); refused") from None
+    if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ChainError(f"{path}: expected a mapping of tensor names to tensors; refused")
+    return {str(k): list(v.shape) for k, v in state.items()}
 
 
 def safetensors_shapes(path: Path) -> dict[str, list[int]]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from .chain import Chain, ChainError, read_chain, read_prompts
+from .chain import Chain, ChainError, check_dense_weights, read_chain, read_prompts
 
 # Encoders whose position ids start after the padding index: max_position_embeddings - pad_token_id - 1 usable.
 OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert", "longformer", "mpnet")
@@ -124,16 +124,18 @@ def dense_layers(model_dir: str, chain: Chain) -> list[torch.nn.Module]:
     layers: list[torch.nn.Module] = []
     for d in chain.dense:
         folder = Path(model_dir) / d.path
-        if (folder / "model.safetensors").is_file():
+        file = "model.safetensors" if (folder / "model.safetensors").is_file() else "pytorch_model.bin"
+        if file == "model.safetensors":
             from safetensors.torch import load_file
 
-            state = load_file(str(folder / "model.safetensors"))
+            state = load_file(str(folder / file))
         else:
-            state = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+            state = torch.load(folder / file, map_location="cpu", weights_only=True)
         state = {k.removeprefix("linear."): v for k, v in state.items()}
-        held = {k: list(v.shape) for k, v in state.items()}
-        if held != d.shapes():  # before allocating the layer its config declares
-            raise EngineError(f"module Dense in {folder}: config.json declares {d.shapes()}, its weights hold {held}")
+        try:  # as the chain was read; again here, before allocating the layer its config declares
+            check_dense_weights(folder, d, file, {k: list(v.shape) for k, v in state.items()})
+        except ChainError as e:
+            raise EngineError(str(e)) from None
         linear = torch.nn.Linear(d.in_features, d.out_features, bias=d.bias)
         linear.load_state_dict(state)
         module, _, name = d.activation.rpartition(".")

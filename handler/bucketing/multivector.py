@@ -93,6 +93,11 @@ class MultiVectorTask(TaskHooks):
         return read_multivector(folder).chain
 
     @staticmethod
+    def describe(folder: Path) -> dict[str, Any] | None:
+        """Its query/document settings with its chain's (prompts, lengths, expansion, Dense, mask), as plain data."""
+        return read_multivector(folder).describe()
+
+    @staticmethod
     def load_head(model_dir: str, attention: str | None = None) -> tuple[Any, Any]:
         return load_token_head(model_dir, attention)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -164,18 +165,48 @@ def test_dense_weights_whose_header_does_not_cover_their_bytes_are_one_line(st_f
     assert stage_only(folder, tmp_path) == 2 and "model.safetensors" in one_line_error(capsys)
 
 
-def test_dense_sizes_of_a_pytorch_bin_are_checked_before_allocating(st_folder, tmp_path):
+def as_pytorch_bin(dense: Path, legacy: bool = False) -> None:
+    """The Dense module's weights saved by torch.save as `pytorch_model.bin` (zip format, or the legacy one)."""
     import torch
     from safetensors.torch import load_file
 
+    state = load_file(str(dense / "model.safetensors"))
+    torch.save(state, dense / "pytorch_model.bin", _use_new_zipfile_serialization=not legacy)
+    (dense / "model.safetensors").unlink()
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_dense_sizes_of_a_pytorch_bin_are_checked_at_build_before_allocating(st_folder, tmp_path, capsys, legacy):
+    """A Dense saved as pytorch_model.bin is checked at build as a model.safetensors is, in the same one line (was:
+    at worker start only)."""
     folder = copy_of(st_folder, tmp_path)
     dense = folder / "2_Dense"
-    torch.save(load_file(str(dense / "model.safetensors")), dense / "pytorch_model.bin")
-    (dense / "model.safetensors").unlink()
+    as_pytorch_bin(dense, legacy)
+    assert archives.check_model_dir(folder, "embedding") > 0  # its own sizes: built
     cfg = json.loads((dense / "config.json").read_text())
     (dense / "config.json").write_text(json.dumps({**cfg, "in_features": 5_000_000}))
-    with pytest.raises(EngineError, match=r"declares \{'weight': \[8, 5000000\], 'bias': \[8\]\}, its weights hold"):
+    line = (
+        "declares {'weight': [8, 5000000], 'bias': [8]}, its pytorch_model.bin holds {'bias': [8], 'weight': [8, 32]}"
+    )
+    with pytest.raises(archives.ModelFolderError) as e:
+        archives.check_model_dir(folder, "embedding")
+    assert line in str(e.value) and str(e.value).endswith("; refused")
+    assert stage_only(folder, tmp_path) == 2 and line in one_line_error(capsys)
+    with pytest.raises(EngineError, match=re.escape(line)):
         make_handler(folder, max_length=128)
+
+
+def test_a_pytorch_bin_holding_an_object_is_refused_unread(st_folder, tmp_path, capsys):
+    """A Dense's pytorch_model.bin is read with weights_only: a pickled object is refused in one line, never built."""
+    import torch
+
+    folder = copy_of(st_folder, tmp_path)
+    dense = folder / "2_Dense"
+    as_pytorch_bin(dense)
+    state = torch.load(dense / "pytorch_model.bin", weights_only=True)
+    torch.save({**state, "extra": Path("x")}, dense / "pytorch_model.bin")
+    assert stage_only(folder, tmp_path) == 2
+    assert "pytorch_model.bin: not a weights-only torch file" in one_line_error(capsys)
 
 
 @pytest.mark.parametrize(

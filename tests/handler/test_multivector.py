@@ -152,6 +152,17 @@ def test_embed_all_is_teis_token_embeddings(folders, tmp_path):
     assert mismatches(c, reference(folders["colbert"], texts[:2], None)) == []
 
 
+def test_tei_info_says_an_embedding_model_that_pools_no_tokens(folders, tmp_path):
+    """TEI has no multi-vector model type: /info says embedding, pooling "none" (was "mean"), and the rest as for
+    any model."""
+    handler, context = handler_for(folders["colbert"], "torch", tmp_path)
+    context.with_requests(["application/json"], ["info"])
+    (body,) = handler.handle([{"body": None}], context)
+    info = json.loads(body)
+    assert context.status[0][0] == 200 and info["model_type"] == {"embedding": {"pooling": "none"}}
+    assert info["max_input_length"] == MAX_LENGTH and info["model_dtype"] == "float32"
+
+
 def test_other_routes_refuse_a_multi_vector_model_in_one_line(folders, tmp_path):
     handler, context = handler_for(folders["colbert"], "torch", tmp_path)
     rows = [
@@ -207,6 +218,24 @@ def test_the_build_detects_a_multi_vector_folder(folders):
     assert cfg["handler"]["task"] == "multivector" and cfg["handler"]["max_length"] == MAX_LENGTH
     with pytest.raises(BuildError, match="--task multivector"):
         ArchiveSpec(strategies=("bucketed",), engine="torch", model_dir=folders["colbert"], task="embedding").configs()
+
+
+def test_the_build_records_the_multi_vector_settings_in_the_model_config(folders):
+    """The archive's model-config records what the build read of a multi-vector folder (`model_chain`, plain data, as
+    for the embedding and sparse kinds; was: nothing): prompts, query/document lengths, expansion, Dense, mask."""
+    import yaml
+
+    from model_store.build import ArchiveSpec
+
+    (cfg,) = ArchiveSpec(strategies=("bucketed",), engine="torch", model_dir=folders["colbert"]).configs().values()
+    chain = yaml.safe_load(yaml.safe_dump(cfg))["model_chain"]  # plain data: what the archiver writes, read back
+    assert chain["prompts"] == {"query": "[unused0] ", "document": "[unused1] "} and chain["normalize"] is True
+    assert (chain["query_length"], chain["document_length"], chain["dense"]) == (16, 40, ["32->12 Identity"])
+    assert chain["query_expansion"] == {"strategy": "fixed", "attend": False, "token": None, "length": 16}
+    assert chain["skiplist_words"] == len(string.punctuation) and chain["skiplist_tasks"] == ["document"]
+    (cfg,) = ArchiveSpec(strategies=("bucketed",), engine="torch", model_dir=folders["dense-chain"]).configs().values()
+    assert cfg["model_chain"]["dense"] == ["32->24 Tanh", "24->8 Identity"]
+    assert cfg["model_chain"]["query_expansion"] is None and cfg["model_chain"]["query_length"] is None
 
 
 def test_embed_all_on_a_dense_model_is_teis_424(tiny_embedder_dir):

@@ -240,6 +240,14 @@ def test_info_for_each_model_kind():
     assert facts(pooling=("lasttoken",)).model_type() == {"embedding": {"pooling": "last_token"}}
 
 
+def test_info_of_a_model_that_pools_no_tokens_says_none():
+    """A multi-vector model's chain pools nothing (one vector per token): TEI has no such model type, so /info says
+    an embedding model with pooling "none" (was "mean", which told a client /embed answers one vector a text)."""
+    assert facts(pooling=()).model_type() == {"embedding": {"pooling": "none"}}
+    assert facts(pooling=("splade",)).model_type() == {"embedding": {"pooling": "splade"}}  # TEI's own name
+    assert facts(pooling=("csr",)).model_type() == {"embedding": {"pooling": "csr"}}  # a SparseAutoEncoder model
+
+
 @pytest.mark.parametrize(
     "path, words, wire", [("embed_sparse", "SPLADE", tei_embed_sparse), ("embed_all", "multi-vector", tei_embed_all)]
 )

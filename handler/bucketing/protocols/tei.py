@@ -22,6 +22,9 @@ VERSION = "0.2.0"  # this package's version, answered as /info's `version`
 STATUS = {"Validation": 422, "Tokenizer": 422, "Backend": 424, "Overloaded": 429, "Unhealthy": 503, "Empty": 400}
 KEPT = ("ResponseTooLarge", "UnsupportedMediaType")  # their 413 and 415 are TEI's too: kept, typed Validation
 POOLING_NAMES = {"lasttoken": "last_token"}  # TEI's name where it differs from sentence-transformers'
+# /info's pooling for a model that pools no tokens (a multi-vector model: one vector per token, /embed_all). TEI has
+# no such model type; its `pooling` is a free string, and "none" tells a client there is no one vector a text.
+NO_POOLING = "none"
 
 
 def error_body(error: RequestError) -> dict[str, Any]:
@@ -158,7 +161,7 @@ class ModelFacts:
     """What TEI's `/info`, `/tokenize` and `/decode` tell or use, from the handler's settings and model."""
 
     dtype: str
-    pooling: tuple[str, ...] | None  # an embedding model's pooling modes; None for a classifier
+    pooling: tuple[str, ...] | None  # an embedding model's pooling modes (empty: pools none); None: a classifier
     labels: tuple[str, ...] | None  # a classifier's labels, in id order
     max_batch_tokens: int
     auto_truncate: bool
@@ -166,8 +169,10 @@ class ModelFacts:
     tools: TextTools
 
     def model_type(self) -> dict[str, Any]:
-        """TEI's `model_type`: `{"embedding": {"pooling"}}`, `{"classifier": ...}`, or `{"reranker": ...}` (one
-        label, as TEI calls a one-label classifier)."""
+        """TEI's `model_type`: `{"embedding": {"pooling"}}` (`none` for a model that pools no tokens),
+        `{"classifier": ...}`, or `{"reranker": ...}` (one label, as TEI calls a one-label classifier)."""
+        if self.labels is None and self.pooling == ():
+            return {"embedding": {"pooling": NO_POOLING}}
         if self.labels is None:
             pooling = "+".join(POOLING_NAMES.get(p, p) for p in self.pooling or ("mean",))
             return {"embedding": {"pooling": pooling}}

@@ -2,7 +2,8 @@
 
 Answer: TEI's info object, from the handler's settings: `model_id` (the TorchServe model name), `model_dtype`,
 `model_type` (`{"embedding": {"pooling"}}`, `{"classifier": {"id2label", "label2id"}}`, or `{"reranker": ...}`
-for a one-label classifier), `max_input_length` (handler.max_length), `max_batch_tokens`,
+for a one-label classifier; TEI has no multi-vector type: such a model is an embedding model with pooling `none`,
+a sparse one `splade`, as TEI says, or `csr`), `max_input_length` (handler.max_length), `max_batch_tokens`,
 `max_client_batch_size` (handler.max_texts_per_request), `auto_truncate` (handler.on_overflow: truncate),
 `tokenization_workers` (1: each worker tokenizes its own batches), `version` (this package's). What TorchServe
 decides (`max_concurrent_requests`, `max_batch_requests`) and what it cannot know (`model_sha`, `sha`,

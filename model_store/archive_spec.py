@@ -1,0 +1,155 @@
+"""What to build, checked: `ArchiveSpec` (the model folder's checks and each archive's model-config), the
+fidelity a reduced dtype measures at build, and `BuildError`, the one line an archive that cannot be built gets.
+`model_store.build` runs them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bucketing.config import MAX_LENGTH_CAP
+from bucketing.config import STRATEGIES as STRATEGIES  # re-exported: the bench builds these by default
+from bucketing.kinds import KINDS
+from model_store import archives
+
+
+def parse_prompts(values: list[str]) -> dict[str, str]:
+    """`--prompt NAME=TEXT` values as a mapping (TEXT may hold `=` and end in a space, as "query: " does)."""
+    prompts = {}
+    for value in values:
+        name, sep, text = value.partition("=")
+        if not sep or not name.strip():
+            raise archives.ModelFolderError(f"--prompt {value!r}: expected NAME=TEXT, e.g. query='query: '")
+        prompts[name.strip()] = text
+    return prompts
+
+
+class BuildError(RuntimeError):
+    """An archive that cannot be built: the message says why, in one line."""
+
+
+@dataclass(frozen=True)
+class ArchiveSpec:
+    """What to build: one archive per strategy, from the template with these settings (None: the template's)."""
+
+    strategies: Sequence[str] = STRATEGIES
+    threads: int = 1
+    engine: str | None = None
+    model_dir: Path | None = None  # None: the bundled MiniLM
+    task: str | None = None  # with model_dir: embedding | classification
+    prefix: str = archives.PREFIX
+    schedule: str | None = None
+    prompts: Mapping[str, str] | None = None
+    default_prompt: str | None = None
+    max_length: int | None = None  # None: the model's own limit (the bundled MiniLM: the template's)
+    dtype: str | None = None  # other than float32: engine torch, its fidelity measured and printed at build
+
+    @property
+    def folder(self) -> Path:
+        return self.model_dir or archives.minilm_dir()
+
+    def length(self, longest: int) -> int:
+        """The archive's max_length for a model sentence-transformers cuts at `longest` tokens: that, or the
+        explicit `max_length` below it (printed: longer texts then differ); past MAX_LENGTH_CAP, a BuildError."""
+        if self.max_length is None:
+            if longest > MAX_LENGTH_CAP:
+                raise BuildError(
+                    f"{self.folder}: the model takes {longest} tokens a text, above the handler's cap of "
+                    f"{MAX_LENGTH_CAP} (memory per pass); pass --max-length N (at most {MAX_LENGTH_CAP}), and texts "
+                    "over N tokens will differ from sentence-transformers"
+                )
+            return longest
+        if not 1 <= self.max_length <= min(longest, MAX_LENGTH_CAP):
+            raise BuildError(
+                f"--max-length {self.max_length}: allowed 1 to {min(longest, MAX_LENGTH_CAP)} (the model's own "
+                f"limit is {longest} tokens, where sentence-transformers cuts its texts)"
+            )
+        if self.max_length < longest:
+            print(
+                f"note: max_length {self.max_length} (--max-length) is below the model's own limit of {longest} "
+                f"tokens: texts over {self.max_length} tokens will differ from sentence-transformers' answers"
+            )
+        return self.max_length
+
+    def configs(self) -> dict[str, dict[str, Any]]:
+        """Each archive's name and model-config: the template with the strategy, threads, engine, schedule,
+        prompts, and for a user's folder its task and max_length: where sentence-transformers cuts its texts, or
+        `max_length` below that (said in the build output). BuildError for a folder we cannot serve."""
+        unknown = sorted(set(self.strategies) - set(STRATEGIES))
+        if unknown:
+            raise BuildError(f"--strategies: unknown {', '.join(unknown)}; allowed: {', '.join(STRATEGIES)}")
+        task = self.task or (archives.detect_task(self.folder) if self.model_dir is not None else "embedding")
+        kind = KINDS[task]
+        reduced = self.dtype not in (None, "float32")
+        engine = self.engine or (kind.engines[0] if kind.engines else "torch" if reduced else archives.default_engine())
+        refusal = kind.refused(engine, self.dtype or "float32", "--dtype")
+        if refusal is not None:
+            raise BuildError(refusal)
+        if reduced and self.engine not in (None, "torch"):
+            raise BuildError(f"--dtype {self.dtype} runs on the torch engine; got --engine {self.engine}")
+        overrides: dict[str, Any] = {"engine": engine, "schedule": self.schedule, "dtype": self.dtype}
+        try:
+            if self.model_dir is not None or self.max_length is not None:
+                longest = archives.check_model_dir(self.folder, task, self.dtype)
+                overrides.update(task=task if self.model_dir is not None else None, max_length=self.length(longest))
+            chain = archives.read_model_chain(self.folder, task)
+            known = {**dict(chain.prompts), **(self.prompts or {})}
+            if self.default_prompt is not None and self.default_prompt not in known:
+                raise archives.ModelFolderError(
+                    f"--default-prompt {self.default_prompt!r}: not a prompt of the model or "
+                    f"of --prompt ({', '.join(known) or 'none'})"
+                )
+        except archives.ModelFolderError as e:
+            raise BuildError(str(e)) from None
+        overrides.update(prompts=dict(self.prompts) if self.prompts else None, default_prompt_name=self.default_prompt)
+        configs = {
+            archives.name(s, self.threads, self.prefix): archives.model_config(s, self.threads, **overrides)
+            for s in self.strategies
+        }
+        described = kind.implementation().describe(self.folder)
+        if described is not None:  # what was read, for a person reading the model-config (the worker reads the folder)
+            for cfg in configs.values():
+                cfg["model_chain"] = described
+        return configs
+
+
+def report_fidelity(configs: Mapping[str, dict[str, Any]], model_dir: Path) -> None:
+    """For archives of a reduced dtype: measure and print its fidelity to float32 on the sample texts, as the worker
+    will at start (a BuildError where the worker would refuse it: below its handler.min_cosine)."""
+    from bucketing.config import HandlerConfig
+
+    handler = HandlerConfig.from_mapping(next(iter(configs.values()))["handler"])
+    if handler.dtype == "float32":
+        return
+    import dataclasses
+
+    import torch
+
+    from bucketing import precision
+    from bucketing.engines import DTYPES as TORCH_DTYPES
+    from bucketing.engines import open_reduced
+    from bucketing.head import EngineError, load_head
+
+    if handler.engine != "torch":
+        raise BuildError(f"handler.dtype {handler.dtype} runs on engine torch; got engine {handler.engine}")
+    measured = dataclasses.replace(handler, min_cosine=0.0, torchscript=False)
+    try:
+        head, info = load_head(handler.task, str(model_dir))
+        with torch.inference_mode():
+            engine = open_reduced(head, info, measured, str(model_dir), "cpu", TORCH_DTYPES[handler.dtype])
+    except (EngineError, OSError, ValueError) as e:
+        raise BuildError(f"--dtype {handler.dtype}: fidelity not measured ({str(e).splitlines()[0][:300]})") from None
+    fidelity = getattr(engine, "fidelity", None)
+    if fidelity is None:
+        raise BuildError(f"--dtype {handler.dtype}: fidelity not measured")
+    native = precision.native_bf16(precision.cpu_info())
+    if handler.dtype != "bfloat16":  # float16: no CPU worker serves it
+        where = f"on this CPU; {handler.dtype} is served on a CUDA GPU only"
+    else:
+        where = f"this CPU multiplies bfloat16 natively ({native})" if native else "this CPU emulates bfloat16"
+    print(f"{fidelity.describe()} (measured at build; {where})")
+    refusal = fidelity.refusal(handler.min_cosine)
+    if refusal:
+        raise BuildError(f"{refusal} (a worker would not start)")
