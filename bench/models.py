@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from model_store.archives import PREFIX, ROOT, default_engine, max_length, minilm_dir
+from model_store.archives import PREFIX, ROOT, copy_minilm_tokenizer, default_engine, max_length, minilm_dir
 
 from .workloads import RERANK, SPARSE
 
@@ -183,8 +183,7 @@ def _generated(
     tmp = target.with_name(target.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     make().eval().save_pretrained(tmp / subdir)
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        shutil.copy(minilm_dir() / name, tmp / subdir / name)
+    copy_minilm_tokenizer(tmp / subdir)
     if files is not None:
         files(tmp)
     tmp.rename(target)
