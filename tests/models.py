@@ -3,12 +3,31 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
-from model_store.archives import minilm_dir
+from model_store.archives import copy_minilm_tokenizer
+
+if TYPE_CHECKING:
+    from transformers import BertConfig
 
 LABELS = {0: "negative", 1: "neutral", 2: "positive"}
 ProblemType = Literal["regression", "single_label_classification", "multi_label_classification"]
+
+
+def tiny_bert_config(**extra: Any) -> BertConfig:
+    """The tiny BERT geometry of the test models (2 layers, hidden 32, 2 heads, MiniLM's 30522-id vocabulary), with
+    `extra` config fields (labels, problem_type)."""
+    from transformers import BertConfig
+
+    return BertConfig(
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
+        **extra,
+    )
 
 
 def build_tiny_bert(
@@ -19,29 +38,18 @@ def build_tiny_bert(
     problem_type: ProblemType | None = None,
 ) -> Path:
     """A randomly initialised 2-layer BERT with MiniLM's tokenizer, saved like a hub checkpoint."""
-    import shutil
-
     import torch
-    from transformers import BertConfig, BertForSequenceClassification, BertModel
+    from transformers import BertForSequenceClassification, BertModel
 
     torch.manual_seed(seed)
-    source = minilm_dir()
-    config = BertConfig(
-        vocab_size=30522,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=512,
+    config = tiny_bert_config(
         id2label=labels,  # num_labels follows
         label2id={v: k for k, v in labels.items()},
         problem_type=problem_type,
     )
     model = BertForSequenceClassification(config) if classifier else BertModel(config)
     model.eval().save_pretrained(target)
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        shutil.copy(source / name, target / name)
-    return target
+    return copy_minilm_tokenizer(target)
 
 
 TOKENIZER_WORDS = [
@@ -121,8 +129,6 @@ def build_tiny(
     """A randomly initialised tiny encoder of a family: bert, roberta (byte-level BPE) or distilbert."""
     if arch == "bert":
         return build_tiny_bert(target, classifier, seed, labels=labels_by_id)
-    import shutil
-
     import torch
     from transformers import (
         AutoModel,
@@ -156,8 +162,7 @@ def build_tiny(
             **labels,
         )
     elif arch == "distilbert":
-        for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-            shutil.copy(minilm_dir() / name, target / name)
+        copy_minilm_tokenizer(target)
         config = DistilBertConfig(
             vocab_size=30522, dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=256, **labels
         )
@@ -331,27 +336,16 @@ def build_sparse_encoder(
     MiniLM's tokenizer in an `MLMTransformer`, or with `legacy` False a `Transformer` with transformer_task
     fill-mask, then SpladePooling), or (`router`) a Router with a SparseStaticEmbedding query route and that SPLADE
     document route."""
-    import shutil
-
     import torch
     from sentence_transformers import SparseEncoder
     from sentence_transformers.base.modules import Router, Transformer
     from sentence_transformers.sparse_encoder.modules import MLMTransformer, SparseStaticEmbedding, SpladePooling
-    from transformers import BertConfig, BertForMaskedLM
+    from transformers import BertForMaskedLM
 
     torch.manual_seed(seed)
     body = target.parent / f"{target.name}-body"
-    config = BertConfig(
-        vocab_size=30522,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=512,
-    )
-    BertForMaskedLM(config).eval().save_pretrained(body)
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        shutil.copy(minilm_dir() / name, body / name)
+    BertForMaskedLM(tiny_bert_config()).eval().save_pretrained(body)
+    copy_minilm_tokenizer(body)
     if legacy:
         mlm = MLMTransformer(str(body), max_seq_length=128)
     else:

@@ -4,7 +4,8 @@ Steps, each over plain frozen data: parse every row in its own wire format (`pro
 once, plan the sub-batches and run them, then render each request's answer in its format. A request that fails
 at any step gets its own error (4xx for its own mistake, 500 for a server fault) while the rest are served: a
 batch whose tokenizing or forward passes fail is redone request by request. The batch's figures (`BatchStats`)
-count every forward pass that ran, the one-by-one retries included.
+count every forward pass that ran, the one-by-one retries included. The worker's settings are checked against
+the loaded model once, at start-up (`startup_checks`).
 """
 
 from __future__ import annotations
@@ -20,13 +21,12 @@ import numpy as np
 
 from . import protocols
 from .answers import Answer, Options
-from .chain import Chain, sentence_transformers_limit
-from .config import ConfigError, HandlerConfig
-from .kinds import KINDS
+from .config import HandlerConfig
 from .metrics import BatchStats
-from .planner import CostModel, Plan, plan_bucketed, plan_dynamic, plan_static, round_up
+from .planner import CostModel, Plan, plan_bucketed, plan_dynamic, plan_static
 from .protocols import Incoming, Reply, tei
 from .protocols.base import Limits, Meta, Pair, Request, RequestError
+from .startup_checks import check_fits, model_prompts
 from .task import Rows, Task
 from .tokenizer import Encoded, Tokenizer, collate
 
@@ -113,7 +113,7 @@ class Pipeline:
             default_prompt=default_prompt,
             model=self.model_facts(),
         )
-        self._check_fits()
+        self.model_limit = check_fits(config, task, tokenizer, self.limits)
 
     def model_facts(self) -> tei.ModelFacts:
         """What TEI's /info, /tokenize and /decode read: settings, the model's kind, and its tokenizer."""
@@ -128,59 +128,6 @@ class Pipeline:
             max_chars=self.tokenizer.max_cut_chars,
             tools=tei.BackendTools(self.tokenizer._backend),  # noqa: SLF001 - the one tokenizer, as it cuts texts
         )
-
-    def _check_fits(self) -> None:
-        """Start-up checks that need the loaded model: its positions, and the largest answer against the cap."""
-        config = self.config
-        chain = self.task.chain
-        if chain is not None and chain.max_seq_length and config.max_length > chain.max_seq_length:
-            raise ConfigError(
-                f"handler.max_length: got {config.max_length}; allowed: at most the model's max_seq_length "
-                f"({chain.max_seq_length}, sentence_bert_config.json), where sentence-transformers cuts its texts"
-            )
-        if config.max_length > self.task.max_positions:
-            raise ConfigError(
-                f"handler.max_length: got {config.max_length}; allowed: at most the model's "
-                f"max_position_embeddings ({self.task.max_positions})"
-            )
-        max_seq_length = chain.max_seq_length if chain is not None else None
-        self.model_limit = sentence_transformers_limit(
-            max_seq_length, self.tokenizer.model_max_length, self.task.max_positions
-        )
-        if config.max_length > self.model_limit:
-            raise ConfigError(
-                f"handler.max_length: got {config.max_length}; allowed: at most the model's own limit "
-                f"({self.model_limit}, its tokenizer's model_max_length), where sentence-transformers cuts its texts"
-            )
-        padded = round_up(config.max_length, config.pad_to_multiple_of)
-        if config.strategy != "static" and padded > self.task.max_positions:
-            raise ConfigError(
-                f"handler.pad_to_multiple_of: got {config.pad_to_multiple_of} with handler.max_length "
-                f"{config.max_length}: a text of {config.max_length} tokens would be padded to {padded}, past the "
-                f"model's {self.task.max_positions} positions; allowed: a multiple that rounds max_length to at "
-                f"most {self.task.max_positions} (or a smaller max_length)"
-            )
-        longer = {k: v for k, v in self.task.input_lengths().items() if v > self.model_limit}
-        if longer:
-            raise ConfigError(
-                f"the model's {', '.join(f'{k} {v}' for k, v in longer.items())} exceeds its own limit of "
-                f"{self.model_limit} tokens (max_seq_length), where this handler tokenizes its texts; not served"
-            )
-        largest = protocols.largest_answer(self.limits, self.task.labels)
-        kind = KINDS[self.task.name]
-        if largest > config.max_response_bytes and kind.answer_bound == "one_text":
-            raise ConfigError(
-                f"handler.max_response_bytes: got {config.max_response_bytes}; allowed: at least {largest}, the "
-                f"answer to one text of max_length {config.max_length} tokens of this {kind.title} model"
-            )
-        if largest > config.max_response_bytes:
-            per_text = largest // config.max_texts_per_request
-            raise ConfigError(
-                f"handler.max_texts_per_request: got {config.max_texts_per_request}; allowed: at most "
-                f"{config.max_response_bytes // per_text} for this model, so that an answer (up to {per_text} bytes "
-                f"a text) fits handler.max_response_bytes ({config.max_response_bytes}, TorchServe's "
-                "max_response_size)"
-            )
 
     def limit_note(self) -> str:
         """For the ready line: what a max_length below the model's own limit means (empty when it is that limit)."""
@@ -393,19 +340,6 @@ class Pipeline:
             for k, output in zip(positions, computed.outputs):
                 outputs[k] = output
         return out, outputs, stats
-
-
-def model_prompts(config: HandlerConfig, chain: Chain | None) -> tuple[dict[str, str], str | None]:
-    """The prompts a request may name: the model's own (config_sentence_transformers.json), then those the
-    model-config adds (`handler.prompts`); and the default one's name (the model-config's, else the model's)."""
-    prompts = {**(dict(chain.prompts) if chain is not None else {}), **dict(config.prompts)}
-    default = config.default_prompt_name or (chain.default_prompt_name if chain is not None else None)
-    if default and default not in prompts:
-        raise ConfigError(
-            f"handler.default_prompt_name: got {default!r}; allowed: one of the model's prompts "
-            f"({', '.join(prompts) or 'none'})"
-        )
-    return prompts, default or None
 
 
 class _Merged:

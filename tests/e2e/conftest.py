@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from model_store.archives import minilm_dir
-from tsctl import Endpoints, TorchServe, free_ports
+from tsctl import Client, Endpoints, Reply, TorchServe, free_ports
 from tsctl.inprocess import LocalContext
 
 
@@ -27,6 +30,16 @@ def processes_under(folder: Path) -> list[int]:
             if str(folder) in cmdline and state != "Z":
                 pids.append(int(proc.name))
     return pids
+
+
+def call_all(client: Client, calls: Sequence[tuple[str, Any]]) -> list[Reply]:
+    """POST each (inference API path, JSON body) at once, one thread each (so they can share batches); the replies
+    in the calls' order."""
+    headers = {"Content-Type": "application/json"}
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return list(
+            pool.map(lambda c: client.call("inference", "POST", c[0], json.dumps(c[1]), headers=headers), calls)
+        )
 
 
 @pytest.fixture(scope="session")

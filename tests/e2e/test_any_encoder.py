@@ -12,6 +12,7 @@ import pytest
 
 from bucketing_handler import BucketingHandler
 from model_store import archives, build
+from tests.e2e.conftest import call_all
 from tests.e2e.test_serving import texts_for_load
 from tests.models import build_tiny
 from tsctl.inprocess import LocalContext
@@ -170,11 +171,7 @@ def test_a_cross_encoder_serves_every_pair_format_as_cross_encoder_scores(torchs
         (f"/v2/models/{name}/infer", v2),
     ]
     try:
-        headers = {"Content-Type": "application/json"}
-        with ThreadPoolExecutor(len(calls)) as pool:
-            replies = list(
-                pool.map(lambda c: client.call("inference", "POST", c[0], json.dumps(c[1]), headers=headers), calls)
-            )
+        replies = call_all(client, calls)
         for reply in replies:
             assert reply.status == 200, reply.body[:300]
         expected = CrossEncoder(str(folder), device="cpu").predict([(query, d) for d in docs])
@@ -221,11 +218,7 @@ def test_a_multi_vector_folder_is_detected_and_serves_what_it_encodes(torchserve
         (f"/predictions/{name}/1.0/v1/embeddings", {"input": texts, "model": name}),
     ]
     try:
-        headers = {"Content-Type": "application/json"}
-        with ThreadPoolExecutor(len(calls)) as pool:
-            replies = list(
-                pool.map(lambda c: client.call("inference", "POST", c[0], json.dumps(c[1]), headers=headers), calls)
-            )
+        replies = call_all(client, calls)
         model = MultiVectorEncoder(str(folder), device="cpu")
         expected = [
             model.encode_query(texts, convert_to_numpy=True),

@@ -4,13 +4,11 @@ TEI's /embed_sparse at once, each equal to SparseEncoder's encode_query / encode
 
 from __future__ import annotations
 
-import json
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 import pytest
 
 from model_store import build
+from tests.e2e.conftest import call_all
 from tests.e2e.test_serving import texts_for_load
 from tests.models import build_sparse_encoder
 
@@ -28,17 +26,14 @@ def test_a_sparse_router_serves_what_sparse_encoder_encodes(torchserve, model_st
     client.register(f"{name}-bucketed.mar", name, batch_size=8, max_batch_delay=50, workers=1)
     texts = [" ".join(t.split()[:30]) for t in texts_for_load(6, seed=6)]
     calls = [
-        (f"/predictions/{name}", {"texts": texts, "input_type": "query"}, "query"),
-        (f"/predictions/{name}", {"texts": texts, "input_type": "document"}, "document"),
-        (f"/predictions/{name}/1.0/v1/embeddings", {"input": texts, "model": name}, None),
-        (f"/predictions/{name}/1.0/embed_sparse", {"inputs": texts}, None),
+        (f"/predictions/{name}", {"texts": texts, "input_type": "query"}),
+        (f"/predictions/{name}", {"texts": texts, "input_type": "document"}),
+        (f"/predictions/{name}/1.0/v1/embeddings", {"input": texts, "model": name}),
+        (f"/predictions/{name}/1.0/embed_sparse", {"inputs": texts}),
     ]
+    kinds = ["query", "document", None, None]  # the encode each call's answer equals
     try:
-        headers = {"Content-Type": "application/json"}
-        with ThreadPoolExecutor(len(calls)) as pool:
-            replies = list(
-                pool.map(lambda c: client.call("inference", "POST", c[0], json.dumps(c[1]), headers=headers), calls)
-            )
+        replies = call_all(client, calls)
         for reply in replies:
             assert reply.status == 200, reply.body[:300]
         model = SparseEncoder(str(folder), device="cpu")
@@ -50,7 +45,7 @@ def test_a_sparse_router_serves_what_sparse_encoder_encodes(torchserve, model_st
             [d["embedding"] for d in openai["data"]],
             [{"indices": [p["index"] for p in a], "values": [p["value"] for p in a]} for a in tei],
         ]
-        for (_, _, kind), got in zip(calls, answers, strict=True):
+        for kind, got in zip(kinds, answers, strict=True):
             expected = encode[kind](texts, convert_to_tensor=True).to_dense().numpy()
             for answer, row in zip(got, expected, strict=True):
                 ids = np.flatnonzero(row)

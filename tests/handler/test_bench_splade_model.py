@@ -5,6 +5,7 @@ the archives' max_length with max_active_dims 256, and our handler's answers to 
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -51,3 +52,24 @@ def test_our_answers_equal_sparse_encoder_on_the_generated_splade(splade, texts,
         assert len(ids) == models.SPLADE_MAX_ACTIVE_DIMS  # random weights: every text has more active ids than that
         assert answer["indices"] == ids.tolist()
         assert np.max(np.abs(np.array(answer["values"]) - row[ids])) <= TOLERANCE
+
+
+def test_the_generated_splade_is_laid_out_as_sparse_encoder_saves_it(splade, tmp_path):
+    """Its transformer at the folder's root (modules.json path ""), as SparseEncoder.save writes a SPLADE."""
+    sentence_transformers.SparseEncoder(str(splade), device="cpu").save(str(tmp_path / "saved"))
+    paths = [
+        [m["path"] for m in json.loads((folder / "modules.json").read_text())]
+        for folder in (splade, tmp_path / "saved")
+    ]
+    assert paths[0] == paths[1] == ["", "1_SpladePooling"]
+    assert (splade / "config.json").is_file() and (splade / "sentence_bert_config.json").is_file()
+
+
+def test_a_build_of_the_older_layout_is_built_anew(tmp_path):
+    """A cached build with the masked LM in 0_Transformer/ (no root config.json) is replaced, not kept or failed on."""
+    target = tmp_path / models.SPLADE
+    (target / "0_Transformer").mkdir(parents=True)
+    (target / "modules.json").write_text("[]")
+    assert models.minilm_splade_random(target) == target
+    assert (target / "config.json").is_file() and not (target / "0_Transformer").exists()
+    assert not target.with_name(target.name + ".partial").exists()

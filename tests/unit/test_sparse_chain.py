@@ -12,7 +12,8 @@ import pytest
 from bucketing.answers import Answer, keep_top
 from bucketing.chain import ChainError
 from bucketing.protocols import ROUTES, tei_embed_sparse
-from bucketing.protocols.base import Limits, RequestError, read_options
+from bucketing.protocols.base import Limits, RequestError
+from bucketing.protocols.options import read_options
 from bucketing.sparse_folder import is_sparse, read_sparse
 
 MLM = "sentence_transformers.sparse_encoder.modules.mlm_transformer.MLMTransformer"

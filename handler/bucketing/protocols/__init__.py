@@ -37,7 +37,8 @@ from . import (
     tei_similarity,
     tei_tokenize,
 )
-from .base import Binary, Limits, Meta, Request, RequestError, decode, quote
+from .base import Binary, Limits, Meta, Request, RequestError, quote
+from .body import decode
 
 # Body claims are tried in this order at the plain path; the wire that routes "" answers what none claims.
 WIRES: tuple[ModuleType, ...] = (

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..answers import Answer, Options
-from .base import Limits, Pair, RequestError, bad, check_count, is_int, json_type, read_options, texts
+from .base import Limits, Pair, RequestError, bad, check_count, is_int, json_type
+from .inputs import texts
 from .openai import MAX_MODEL_CHARS
 from .openai import error_body as error_body
+from .options import read_options
 from .tei_rerank import rerank_query
 
 NAME = "cohere-rerank"

@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..answers import Answer, Options
-from .base import Limits, RequestError, bad, check_count, json_type, read_options, texts
+from .base import Limits, RequestError, bad, check_count, json_type
 from .base import error_body as error_body
+from .inputs import texts
+from .options import read_options
 
 NAME = "kserve-v1"
 SERVED = 'POST /v1/models/NAME:predict (KServe v1 {"instances"})'

@@ -28,23 +28,10 @@ from typing import Any
 import numpy as np
 
 from ..answers import Answer, Options, answer_fields
-from .base import (
-    Binary,
-    Limits,
-    Pair,
-    RequestError,
-    bad,
-    check_count,
-    is_int,
-    json_type,
-    names,
-    pairs,
-    quote,
-    read_options,
-    texts,
-    too_many,
-)
+from .base import Binary, Limits, Pair, RequestError, bad, check_count, is_int, json_type, names, quote
 from .base import error_body as error_body
+from .inputs import pairs, texts, too_many
+from .options import read_options
 
 NAME = "kserve-v2"
 SERVED = "POST /v2/models/NAME/infer (KServe v2, one BYTES input of texts; a classifier: text and text_pair)"

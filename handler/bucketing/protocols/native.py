@@ -15,21 +15,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..answers import Answer, Options
-from .base import (
-    OPTION_FIELDS,
-    Limits,
-    Pair,
-    RequestError,
-    bad,
-    check_count,
-    check_text,
-    json_type,
-    names,
-    pairs,
-    read_options,
-    texts,
-)
+from .base import Limits, Pair, RequestError, bad, check_count, json_type, names
 from .base import error_body as error_body
+from .inputs import check_text, pairs, texts
+from .options import OPTION_FIELDS, read_options
 
 NAME = "native"
 SERVED = (

@@ -21,20 +21,9 @@ from typing import Any
 
 from ..answers import Answer, Options
 from ..kinds import KINDS
-from .base import (
-    Input,
-    Limits,
-    RequestError,
-    bad,
-    check_count,
-    check_text,
-    is_int,
-    json_type,
-    quote,
-    read_options,
-    snake,
-    too_many,
-)
+from .base import Input, Limits, RequestError, bad, check_count, is_int, json_type, quote, snake
+from .inputs import check_text, too_many
+from .options import read_options
 
 NAME = "openai"
 EMBEDDINGS = "v1/embeddings"

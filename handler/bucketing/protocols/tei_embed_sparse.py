@@ -16,7 +16,8 @@ from typing import Any
 
 from ..answers import Answer
 from . import tei
-from .base import DOCUMENT_PROMPTS, Limits, RequestError, check_count
+from .base import Limits, RequestError, check_count
+from .options import DOCUMENT_PROMPTS
 from .tei import error_body as error_body
 from .tei import own_error as own_error
 

@@ -14,7 +14,9 @@ from typing import Any
 
 from ..answers import Answer, Options
 from . import tei
-from .base import Input, Limits, Pair, RequestError, check_count, check_text, json_type, read_options
+from .base import Input, Limits, Pair, RequestError, check_count, json_type
+from .inputs import check_text
+from .options import read_options
 from .tei import error_body as error_body
 from .tei import own_error as own_error
 

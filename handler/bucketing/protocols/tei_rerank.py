@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..answers import Answer, Options
-from .base import Limits, Pair, RequestError, bad, check_count, check_text, json_type, read_options, texts
+from .base import Limits, Pair, RequestError, bad, check_count, json_type
+from .inputs import check_text, texts
+from .options import read_options
 
 NAME = "tei-rerank"
 PATH = "rerank"

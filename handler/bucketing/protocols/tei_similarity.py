@@ -17,7 +17,8 @@ import numpy as np
 
 from ..answers import Answer, Options
 from . import tei
-from .base import Limits, RequestError, check_count, json_type, read_options
+from .base import Limits, RequestError, check_count, json_type
+from .options import read_options
 from .tei import error_body as error_body
 from .tei import own_error as own_error
 
