@@ -251,19 +251,14 @@ def test_a_pass_holds_at_most_max_batch_tokens_of_logits(folders):
     assert status == 200 and len(seen) > 1 and max(seen) <= 128
 
 
-def build_csr(target, dense=False, normalize=False, layer_norm=False, k=8, include_prompt=True, **settings):
-    """A SparseAutoEncoder (CSR) over a tiny dense model (Transformer, Pooling, a Dense and Normalize if asked),
-    saved by sentence-transformers itself, its biases random (not its zero init)."""
+def csr_chain(transformer, dense=False, normalize=False, layer_norm=False, k=8, include_prompt=True, hidden=None):
+    """CSR modules over a Transformer: Pooling (leaving the prompt's tokens out unless `include_prompt`), a Dense and
+    Normalize if asked, then a SparseAutoEncoder of `hidden` latents (4 x its input by default), its biases random
+    (not its zero init)."""
     import torch
-    from sentence_transformers.base.modules import Transformer
     from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling
     from sentence_transformers.sparse_encoder.modules import SparseAutoEncoder
 
-    from tests.models import build_tiny
-
-    torch.manual_seed(11)
-    body = build_tiny(target.parent / f"{target.name}-body", "bert")
-    transformer = Transformer(str(body))
     width = transformer.get_embedding_dimension()
     modules: list[Any] = [transformer, Pooling(width, include_prompt=include_prompt)]
     if dense:
@@ -271,12 +266,54 @@ def build_csr(target, dense=False, normalize=False, layer_norm=False, k=8, inclu
         width //= 2
     if normalize:
         modules.append(Normalize())
-    sae = SparseAutoEncoder(input_dim=width, hidden_dim=4 * width, k=k, normalize=layer_norm)
+    sae = SparseAutoEncoder(input_dim=width, hidden_dim=hidden or 4 * width, k=k, normalize=layer_norm)
     with torch.no_grad():
         sae.pre_bias.normal_(0, 0.1)
         sae.latent_bias.normal_(0, 0.1)
-    modules.append(sae)
+    return [*modules, sae]
+
+
+def build_csr(target, dense=False, normalize=False, layer_norm=False, k=8, include_prompt=True, **settings):
+    """A SparseAutoEncoder (CSR) over a tiny dense model (Transformer, Pooling, a Dense and Normalize if asked),
+    saved by sentence-transformers itself."""
+    import torch
+    from sentence_transformers.base.modules import Transformer
+
+    from tests.models import build_tiny
+
+    torch.manual_seed(11)
+    body = build_tiny(target.parent / f"{target.name}-body", "bert")
+    modules = csr_chain(Transformer(str(body)), dense, normalize, layer_norm, k, include_prompt)
     sentence_transformers.SparseEncoder(modules=modules, device="cpu", **settings).save(str(target))
+    return target
+
+
+def build_csr_router(target, query="static", include_prompt=True, hidden=None, shared=True, **settings):
+    """A Router saved by sentence-transformers itself whose document route is CSR and whose query route is a
+    SparseStaticEmbedding (the Transformer's tokenizer; `hidden` latents: its vocabulary's size by default) or
+    (`query="csr"`) another CSR chain over the same Transformer instance (saved once, shared by both routes; with
+    `shared` False, over a Transformer of its own)."""
+    import torch
+    from sentence_transformers.base.modules import Router, Transformer
+    from sentence_transformers.sparse_encoder.modules import SparseStaticEmbedding
+
+    from tests.models import build_tiny
+
+    torch.manual_seed(13)
+    body = build_tiny(target.parent / f"{target.name}-body", "bert")
+    transformer = Transformer(str(body))
+    vocab = len(transformer.tokenizer)
+    if query == "static":
+        weight = torch.rand(vocab) * (torch.rand(vocab) > 0.3)  # some ids weigh nothing
+        hidden = hidden or vocab
+        queries: list[Any] = [SparseStaticEmbedding(tokenizer=transformer.tokenizer, weight=weight, frozen=True)]
+    else:
+        hidden = hidden or 96
+        own = transformer if shared else Transformer(str(body))
+        queries = csr_chain(own, dense=True, normalize=True, layer_norm=True, k=5, hidden=hidden)
+    documents = csr_chain(transformer, k=12, include_prompt=include_prompt, hidden=hidden)
+    router = Router.for_query_document(queries, documents)
+    sentence_transformers.SparseEncoder(modules=[router], device="cpu", **settings).save(str(target))
     return target
 
 
@@ -284,6 +321,7 @@ CSR_VARIANTS: dict[str, dict[str, Any]] = {
     "csr": {},
     "csr-dense-normalized": {"dense": True, "normalize": True, "layer_norm": True, "k": 12, "prompts": PROMPTS},
     "csr-saved-max-active": {"dense": True, "max_active_dims": 5, "prompts": PROMPTS, "default_prompt_name": "query"},
+    "csr-prompt-left-out": {"include_prompt": False, "prompts": PROMPTS, "default_prompt_name": "document"},
 }
 
 
@@ -341,6 +379,88 @@ def test_build_detects_a_csr_folder(csr_folders):
         ArchiveSpec(strategies=("bucketed",), model_dir=folder, engine="onnxruntime").configs()
 
 
+CSR_ROUTERS: dict[str, dict[str, Any]] = {
+    "csr-static-router": {"prompts": PROMPTS},  # a static query route, a CSR document route
+    "csr-shared-router": {"query": "csr", "include_prompt": False, "prompts": PROMPTS},  # two CSR routes, one body
+}
+
+
+@pytest.fixture(scope="module")
+def csr_routers(tmp_path_factory):
+    root = tmp_path_factory.mktemp("csr-router")
+    return {name: build_csr_router(root / name, **spec) for name, spec in CSR_ROUTERS.items()}
+
+
+def csr_router_texts(input_type, seed=6):
+    """Varied lengths, some over max_length; a static query route's short (a long one: see its own test)."""
+    texts = mixed_texts(9, seed=seed) + ["short", "x"]
+    return [" ".join(t.split()[:20]) for t in texts] if input_type == "query" else texts
+
+
+@pytest.mark.parametrize("strategy", ["bucketed", "dynamic", "static"])
+@pytest.mark.parametrize("input_type", [None, "query", "document"])
+@pytest.mark.parametrize("variant", list(CSR_ROUTERS))
+def test_csr_router_answers_equal_sparse_encoder(csr_routers, variant, input_type, strategy):
+    """A Router with CSR routes (beside a static route, or two over one shared Transformer; a Pooling that leaves
+    the prompt out): each request's route as encode_query / encode_document / encode() takes it, a CSR route cut
+    at its own k (SparseEncoder takes no max_active_dims from a SparseAutoEncoder inside a Router)."""
+    folder = csr_routers[variant]
+    handler, context = make_handler(folder, task="sparse", strategy=strategy, max_length=MAX_LENGTH)
+    texts = csr_router_texts(input_type)
+    options = {"input_type": input_type} if input_type else {}
+    rows = [{"texts": texts[:4], **options}, {"texts": texts[4:], **options}, {"text": texts[2], **options}]
+    answers = serve_at(handler, context, rows, ["", "", ""])
+    assert [s for s, _ in answers] == [200, 200, 200], answers
+    got = [e["embedding"] for e in answers[0][1] + answers[1][1]] + [answers[2][1]["embedding"]]
+    assert mismatches(got, reference(folder, texts + [texts[2]], input_type)) == 0
+
+
+@pytest.mark.parametrize("max_active_dims", [3, 20])
+@pytest.mark.parametrize("variant", list(CSR_ROUTERS))
+def test_csr_router_rows_of_both_routes_share_a_batch(csr_routers, variant, max_active_dims):
+    """Query and document rows (and encode()'s) in one delivered batch, each by its route, a request's
+    max_active_dims cutting each as encode(max_active_dims=...) does (over a CSR route's k as well as under it)."""
+    folder = csr_routers[variant]
+    handler, context = make_handler(folder, task="sparse", max_length=MAX_LENGTH, max_batch_tokens=256)
+    queries, documents = csr_router_texts("query", seed=7), csr_router_texts("document", seed=8)
+    rows = [
+        {"texts": queries, "input_type": "query"},
+        {"texts": documents, "input_type": "document", "max_active_dims": max_active_dims},
+        {"texts": documents[:5]},
+        {"texts": queries[:5], "input_type": "query", "max_active_dims": max_active_dims},
+    ]
+    answers = serve_at(handler, context, rows, [""] * 4)
+    assert [s for s, _ in answers] == [200] * 4, answers
+    expected = [
+        reference(folder, queries, "query"),
+        reference(folder, documents, "document", max_active_dims=max_active_dims),
+        reference(folder, documents[:5]),
+        reference(folder, queries[:5], "query", max_active_dims=max_active_dims),
+    ]
+    for (_, body), want in zip(answers, expected):
+        assert mismatches([a["embedding"] for a in body], want) == 0
+
+
+def test_build_carries_every_module_of_a_csr_router(csr_routers, tmp_path):
+    from bucketing.head import EngineError
+    from model_store import archives
+    from model_store.build import ArchiveSpec, BuildError
+
+    folder = csr_routers["csr-shared-router"]
+    assert archives.detect_task(folder) == "sparse"
+    (cfg,) = ArchiveSpec(strategies=("bucketed",), model_dir=folder).configs().values()
+    assert set(cfg["model_chain"]["routes"]) == {"query", "document"} and cfg["model_chain"]["max_active_dims"] is None
+    carried = set(archives.model_files(folder))
+    saved = {p.name for p in folder.iterdir() if p.is_dir()}
+    assert {"query_0_Transformer", "query_2_Dense", "document_1_Pooling", "document_2_SparseAutoEncoder"} <= saved
+    assert saved <= carried
+    two = build_csr_router(tmp_path / "two", query="csr", shared=False)  # a Transformer per route
+    with pytest.raises(BuildError, match="2 transformers"):
+        ArchiveSpec(strategies=("bucketed",), model_dir=two).configs()
+    with pytest.raises(EngineError, match="2 transformers"):
+        make_handler(two, task="sparse", max_length=MAX_LENGTH)
+
+
 def test_build_detects_a_sparse_folder_and_refuses_what_is_not_served(folders, tmp_path):
     from bucketing.head import EngineError
     from model_store import archives
@@ -353,12 +473,12 @@ def test_build_detects_a_sparse_folder_and_refuses_what_is_not_served(folders, t
     assert {"query_0_SparseStaticEmbedding", "document_0_MLMTransformer", "document_1_SpladePooling"} <= set(carried)
     with pytest.raises(BuildError, match="engine torch in float32"):
         ArchiveSpec(strategies=("bucketed",), model_dir=folders["router"], engine="onnxruntime").configs()
-    csr = build_csr(tmp_path / "csr", include_prompt=False, prompts=PROMPTS)
-    with pytest.raises(BuildError, match="include_prompt false before a SparseAutoEncoder") as raised:
-        ArchiveSpec(strategies=("bucketed",), model_dir=csr).configs()
+    sizes = build_csr_router(tmp_path / "sizes", hidden=64)  # a static route of 30522 ids, CSR latents of 64
+    with pytest.raises(BuildError, match="routes answer vectors of different sizes") as raised:
+        ArchiveSpec(strategies=("bucketed",), model_dir=sizes).configs()
     assert "\n" not in str(raised.value)
-    with pytest.raises(EngineError, match="include_prompt false before a SparseAutoEncoder"):
-        make_handler(csr, task="sparse", max_length=MAX_LENGTH)
+    with pytest.raises(EngineError, match="routes answer vectors of different sizes"):
+        make_handler(sizes, task="sparse", max_length=MAX_LENGTH)
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
