@@ -38,6 +38,7 @@ from .sparse_folder import (
     tokenizer_file,
 )
 from .task import Rows, TaskHooks
+from .tokenizer import recut
 
 
 def bytes_per_pass(max_batch_tokens: int, vocab_size: int) -> int:
@@ -169,6 +170,8 @@ class SparseTask(TaskHooks):
         self.specials = specials  # special tokens before and after a text's own (a static route leaves them out)
         self.weights = dict(weights)
         self.tokenizer_dir = str(Path(model_dir) / (spec.mlm or ""))
+        # Each static route's own cut (its tokens, without special tokens): its tokenizer's model_max_length
+        self.static_cuts = {n: static_cut(model_dir, r) for n, r in spec.routes.items() if r.kind == "static"}
         if isinstance(engine, CsrEngine):
             self.ready_note = (
                 f", sparse model {spec.describe()}, CSR: no vocabulary logits; a pass holds rows x {vocab_size} "
@@ -211,17 +214,53 @@ class SparseTask(TaskHooks):
             out[which, tokens] = weight[tokens]
         return out
 
-    def refuse(self, encoded: Any, where: str, max_length: int) -> str | None:
-        """Why a text cut at max_length is not served on a static route (sentence-transformers cuts it at its
-        tokenizer's model_max_length, without special tokens, instead); None when served."""
-        name = self.spec.route(encoded.input_type)
-        if not encoded.truncated or self.spec.routes[name].kind != "static":
+    def _static(self, input_type: str | None) -> tuple[str, int | None] | None:
+        """The static route this input type takes and where sentence-transformers cuts its texts (None: nowhere);
+        None for a route that runs the transformer (or an input type no route takes)."""
+        try:
+            name = self.spec.route(input_type)
+        except ChainError:
             return None
-        room = max_length - sum(self.specials)
+        return (name, self.static_cuts[name]) if name in self.static_cuts else None
+
+    def cut(self, input_type: str | None, ceiling: int) -> int:
+        """Where a text of this input type is cut: at max_length (`ceiling`) on a route that runs the transformer; on
+        a static route, where SparseStaticEmbedding cuts it (its tokenizer's model_max_length of the text's own
+        tokens; here with the special tokens the static route then leaves out), past max_length where that is
+        longer, as no transformer runs it; at most STATIC_REACH of its own tokens (`refuse` says the rest)."""
+        static = self._static(input_type)
+        if static is None:
+            return ceiling
+        limit = static[1]
+        return min(STATIC_REACH if limit is None else limit, STATIC_REACH) + sum(self.specials)
+
+    def shape(self, encoded: Any, options: Any, ceiling: int, specials: tuple[int, int]) -> Any:
+        """A text's tokens cut where its input type is (texts are tokenized as far as any input type reaches:
+        `task.reach`)."""
+        if encoded.unbounded:
+            return encoded
+        cut = self.cut(options.input_type, ceiling)
+        return recut(encoded, cut, specials, options.truncation_direction == "left")
+
+    def planned(self, encoded: Any) -> int:
+        """A static route's row is planned as one token (no transformer runs it: a weight per id, in numpy); any
+        other row as its length."""
+        return 1 if self._static(encoded.input_type) is not None else len(encoded.ids)
+
+    def refuse(self, encoded: Any, where: str, max_length: int) -> str | None:
+        """Why a text cut on a static route is not served: sentence-transformers cuts it further than STATIC_REACH
+        tokens (or not at all); None when served."""
+        static = self._static(encoded.input_type)
+        if not encoded.truncated or static is None:
+            return None
+        name, limit = static
+        if limit is not None and limit <= STATIC_REACH:
+            return None
+        where_st = "does not cut" if limit is None else f"cuts at {limit} tokens"
         return (
-            f"{where} has more than {room} tokens: input_type {encoded.input_type!r} takes the model's static route "
-            f"{name!r}, which sentence-transformers cuts elsewhere (at its tokenizer's model_max_length) than "
-            f"max_length={max_length}; send a shorter text"
+            f"{where} has more than {STATIC_REACH} tokens: input_type {encoded.input_type!r} takes the model's static "
+            f"route {name!r}, which sentence-transformers {where_st} (its tokenizer's model_max_length), and this "
+            f"handler reads a static route's text up to {STATIC_REACH} tokens; send a shorter text"
         )
 
     def answer(self, output: np.ndarray, encoded: Any) -> Any:
@@ -339,6 +378,19 @@ def static_routes(spec: SparseSpec, model_dir: str, size: int) -> dict[str, np.n
             "one tokenization for both routes is served only without do_lower_case"
         )
     return weights
+
+
+STATIC_REACH = 8192  # the most tokens of its own a static route's text is read to (every text is tokenized that far)
+LARGE_INTEGER = 10**20  # transformers truncates at a tokenizer's model_max_length only up to this (its LARGE_INTEGER)
+
+
+def static_cut(model_dir: str, route: Route) -> int | None:
+    """Where SparseStaticEmbedding cuts a text (its own tokens, no special tokens): `tokenizer(..., truncation=True)`
+    cuts at the route's tokenizer's model_max_length, or nowhere when that is unset (over LARGE_INTEGER)."""
+    from transformers import AutoTokenizer
+
+    limit = int(AutoTokenizer.from_pretrained(str(Path(model_dir) / route.folder)).model_max_length)
+    return limit if limit <= LARGE_INTEGER else None
 
 
 def specials(folder: str) -> tuple[int, int]:

@@ -81,11 +81,15 @@ def mismatches(got, expected):
 
 
 def texts_for(variant, input_type, seed=5):
-    """Varied lengths, some over max_length (cut as sentence-transformers cuts them); a static route's short."""
+    """Varied lengths, some over max_length (cut as sentence-transformers cuts them: a static route's at its own
+    tokenizer's model_max_length, past max_length)."""
     texts = mixed_texts(9, seed=seed) + ["short", "x"]
-    if VARIANTS[variant].get("router") and input_type == "query":
-        texts = [" ".join(t.split()[:20]) for t in texts]
-    return texts
+    return texts + [LONG] if VARIANTS[variant].get("router") and input_type == "query" else texts
+
+
+# A static route's text past max_length: SparseStaticEmbedding keeps 128 tokens of it (its prompt's 2, then 126 words,
+# "gamma blue" among them), where max_length 128 would keep 124 words
+LONG = "word " * 120 + "apple cherry alpha beta gamma blue house river green " * 2
 
 
 @pytest.mark.parametrize("strategy", ["bucketed", "dynamic", "static"])
@@ -171,19 +175,56 @@ def test_refusals_are_one_line_in_each_format(handlers):
         {"inputs": "a"},
         {"texts": ["a"], "normalize": True},
         {"texts": ["a"], "max_active_dims": 0},
-        {"texts": [" ".join(["word"] * 200)], "input_type": "query"},
     ]
-    paths = ["", "v1/embeddings", "v1/embeddings", "", "embed", "", "", ""]
+    paths = ["", "v1/embeddings", "v1/embeddings", "", "embed", "", ""]
     answers = serve_at(handler, context, rows, paths)
     statuses = [s for s, _ in answers]
-    assert statuses == [400, 400, 400, 400, 424, 400, 400, 413], answers
+    assert statuses == [400, 400, 400, 400, 424, 400, 400], answers
     assert "input_type" in answers[0][1]["message"]
     assert answers[1][1]["error"]["param"] == "input_type"
     assert answers[2][1]["error"]["param"] == "encoding_format"
     assert "sparse" in answers[3][1]["message"] and "embed_sparse" in answers[4][1]["error"]
-    assert "static route" in answers[7][1]["message"]
     for _, body in answers:
         assert "\n" not in json.dumps(body)
+
+
+@pytest.mark.parametrize("strategy", ["bucketed", "dynamic", "static"])
+@pytest.mark.parametrize("max_length", [64, MAX_LENGTH])
+def test_a_static_route_cuts_texts_where_its_own_tokenizer_does(folders, strategy, max_length):
+    """SparseStaticEmbedding cuts a text at its tokenizer's model_max_length of its own tokens (128 here: 2 more
+    than max_length 128 leaves beside the special tokens, and past a max_length of 64, which cuts the document
+    route alone): served exactly, in any batch, planned as one token a row (a row of 130 tokens fits a budget of
+    128), each cut where its route is beside documents cut at max_length."""
+    folder = folders["router"]
+    handler, context = make_handler(
+        folder, task="sparse", strategy=strategy, max_length=max_length, max_batch_tokens=MAX_LENGTH
+    )
+    queries = [LONG, "word " * 300, *mixed_texts(5, seed=11)]
+    short = [" ".join(t.split()[:10]) for t in mixed_texts(4, seed=12)]
+    rows = [{"texts": queries, "input_type": "query"}, {"texts": short}, {"texts": [LONG], "input_type": "query"}]
+    answers = serve_at(handler, context, rows, ["", "", ""])
+    assert [s for s, _ in answers] == [200, 200, 200], answers
+    got = [a["embedding"] for a in answers[0][1] + answers[2][1]]
+    assert mismatches(got, reference(folder, [*queries, LONG], "query")) == 0
+    assert mismatches([a["embedding"] for a in answers[1][1]], reference(folder, short)) == 0
+    assert answers[0][1][0]["tokens"] == 130 and answers[0][1][0]["truncated"]
+    cut_at_max_length = reference(folder, [" ".join(LONG.split()[:124])], "query")
+    assert np.count_nonzero(reference(folder, [LONG], "query")) > np.count_nonzero(cut_at_max_length)  # not by chance
+
+
+def test_a_static_route_text_past_what_is_read_is_refused_in_one_line(folders, monkeypatch):
+    """A static route's text is read up to STATIC_REACH of its tokens: one that sentence-transformers cuts further
+    (or not at all) is a 413 past it, in one line; its other texts are served."""
+    from bucketing import sparse
+
+    monkeypatch.setattr(sparse, "STATIC_REACH", 16)
+    handler, context = make_handler(folders["router"], task="sparse", max_length=MAX_LENGTH)
+    rows = [{"texts": ["word " * 20], "input_type": "query"}, {"texts": ["word " * 14], "input_type": "query"}]
+    (s1, refused), (s2, served) = serve_at(handler, context, rows, ["", ""])
+    assert (s1, s2) == (413, 200)
+    assert "static route 'query'" in refused["message"] and "16 tokens" in refused["message"]
+    assert "\n" not in json.dumps(refused)
+    assert mismatches([served[0]["embedding"]], reference(folders["router"], ["word " * 14], "query")) == 0
 
 
 def test_a_dense_model_refuses_embed_sparse(tiny_embedder_dir):
