@@ -232,7 +232,7 @@ class Pipeline:
                 out[i] = replace(e, skip=skip, input_type=merged.options[i].input_type)
             for i in mine:
                 if isinstance(x := merged.inputs[i], tuple):
-                    out[i] = self.tokenizer.wrap(x, left)
+                    out[i] = replace(self.tokenizer.wrap(x, left), input_type=merged.options[i].input_type)
         pairs = {i: x for i, x in enumerate(merged.inputs) if isinstance(x, Pair)}
         if pairs:  # a cross-encoder's query (after the prompt) and document, cut longest_first as CrossEncoder does
             encoded = self.tokenizer.encode_pairs(

@@ -183,6 +183,10 @@ class SparseTask(TaskHooks):
                 f", sparse model {spec.describe()}, MLM logits per pass at most {engine.group_tokens} tokens x "
                 f"{vocab_size} ids x 4 bytes = {per_pass:.0f} MiB (handler.max_batch_tokens, in every strategy)"
             )
+        for name, cut in self.static_cuts.items():  # where a static route's texts are cut, which max_length is not
+            said = "unset" if cut is None else f"{cut}"
+            served = "" if cut is not None and cut <= STATIC_REACH else f", texts served up to {STATIC_REACH} (413)"
+            self.ready_note += f", static route {name!r} cut at its tokenizer's model_max_length ({said}){served}"
 
     @property
     def settings(self) -> Chain:

@@ -208,8 +208,22 @@ def test_a_static_route_cuts_texts_where_its_own_tokenizer_does(folders, strateg
     assert mismatches(got, reference(folder, [*queries, LONG], "query")) == 0
     assert mismatches([a["embedding"] for a in answers[1][1]], reference(folder, short)) == 0
     assert answers[0][1][0]["tokens"] == 130 and answers[0][1][0]["truncated"]
+    assert "static route 'query' cut at its tokenizer's model_max_length (128)" in cast(Any, handler.task).ready_note
     cut_at_max_length = reference(folder, [" ".join(LONG.split()[:124])], "query")
     assert np.count_nonzero(reference(folder, [LONG], "query")) > np.count_nonzero(cut_at_max_length)  # not by chance
+
+
+def test_token_ids_take_their_requests_route(folders, handlers):
+    """Token ids (OpenAI's `input` of integers) take the route of their request's input_type, as its texts do."""
+    handler, context = handlers("router-top")  # no prompts (token ids take none)
+    texts = ["apple cherry alpha", "word " * 40]
+    ids = [list(e.ids[1:-1]) for e in handler.tokenizer.encode(texts)]
+    rows = [{"input": ids, "model": "m", "input_type": t} for t in ("query", "document")]
+    (s1, queries), (s2, documents) = serve_at(handler, context, rows, ["v1/embeddings", "v1/embeddings"])
+    assert (s1, s2) == (200, 200)
+    folder = folders["router-top"]
+    assert mismatches([d["embedding"] for d in queries["data"]], reference(folder, texts, "query")) == 0
+    assert mismatches([d["embedding"] for d in documents["data"]], reference(folder, texts, "document")) == 0
 
 
 def test_a_static_route_text_past_what_is_read_is_refused_in_one_line(folders, monkeypatch):
