@@ -549,3 +549,33 @@ def test_every_folder_sparse_encoder_saved_builds_at_its_own_limit(folders, vari
     assert cfg["handler"]["task"] == "sparse"
     reference = sentence_transformers.SparseEncoder(str(folder), device="cpu")
     assert archives.check_model_dir(folder, "sparse") == reference.max_seq_length
+
+
+def test_continuous_batching_plans_static_route_rows_as_one_token(folders, monkeypatch):
+    """Under `schedule: continuous` too, a static route's rows (130 tokens here) are planned (scheduled and costed)
+    as one token: they fit a budget of 128 beside documents cut at max_length, each answered as encode_query /
+    encode_document answers it."""
+    from bucketing import continuous as pool_module
+    from tests.handler.test_continuous import continuous
+    from tsctl.inprocess import ContinuousFrontend
+
+    seen: dict[str, tuple[int, ...]] = {}
+    pick = pool_module.scheduler.pick
+
+    def recording(pool, *args, **kwargs):
+        seen.update({p.key: p.lengths for p in pool})
+        return pick(pool, *args, **kwargs)
+
+    monkeypatch.setattr(pool_module.scheduler, "pick", recording)
+    folder = folders["router"]
+    handler, context = continuous(folder, task="sparse", max_length=MAX_LENGTH, max_batch_tokens=MAX_LENGTH)
+    front = ContinuousFrontend(handler, context, batch_size=4)
+    queries, documents = [LONG, "word " * 300, "short"], ["x", " ".join(["word"] * 20)]
+    front.submit("q", {"body": {"texts": queries, "input_type": "query"}})
+    front.submit("d", {"body": {"texts": documents, "input_type": "document"}})
+    answers = front.drain()
+    assert answers["q"][0] == answers["d"][0] == 200, answers
+    got = {key: [a["embedding"] for a in json.loads(answers[key][1])] for key in ("q", "d")}
+    assert mismatches(got["q"], reference(folder, queries, "query")) == 0
+    assert mismatches(got["d"], reference(folder, documents, "document")) == 0
+    assert seen["q"] == (1, 1, 1) and seen["d"] == (5, 24)  # a document: its prompt, text and special tokens
