@@ -555,18 +555,18 @@ def test_continuous_batching_plans_static_route_rows_as_one_token(folders, monke
     """Under `schedule: continuous` too, a static route's rows (130 tokens here) are planned (scheduled and costed)
     as one token: they fit a budget of 128 beside documents cut at max_length, each answered as encode_query /
     encode_document answers it."""
-    from bucketing import continuous as pool_module
+    from bucketing import scheduler
     from tests.handler.test_continuous import continuous
     from tsctl.inprocess import ContinuousFrontend
 
     seen: dict[str, tuple[int, ...]] = {}
-    pick = pool_module.scheduler.pick
+    pick = scheduler.pick
 
     def recording(pool, *args, **kwargs):
         seen.update({p.key: p.lengths for p in pool})
         return pick(pool, *args, **kwargs)
 
-    monkeypatch.setattr(pool_module.scheduler, "pick", recording)
+    monkeypatch.setattr(scheduler, "pick", recording)
     folder = folders["router"]
     handler, context = continuous(folder, task="sparse", max_length=MAX_LENGTH, max_batch_tokens=MAX_LENGTH)
     front = ContinuousFrontend(handler, context, batch_size=4)
