@@ -18,7 +18,7 @@ from bucketing.pipeline import Pipeline, make_planner
 from bucketing.planner import CostModel
 from bucketing.protocols import Reply
 from bucketing.protocols.base import Meta
-from bucketing.task import Rows
+from bucketing.task import Rows, reach
 from bucketing.tasks import load_task
 from bucketing.tokenizer import Tokenizer
 
@@ -39,7 +39,7 @@ class BucketingHandler:
         chain = self.task.chain
         self.tokenizer = Tokenizer(
             self.task.tokenizer_dir or model_dir,  # a sparse Router's: its MLM transformer's folder
-            self.config.max_length,
+            reach(self.task, self.config.max_length),  # max_length, or where the task cuts an input type further
             lower_case=bool(chain and chain.do_lower_case),
         )
         self.cost = self._cost_model()

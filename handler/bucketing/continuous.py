@@ -77,6 +77,7 @@ class Pool:
         """A reply for each row answered in this call (None for one still pending), and the call's figures."""
         start, now = time.perf_counter(), self.clock()
         pipeline, config = self.pipeline, self.pipeline.config
+        planned = pipeline.task.planned  # a row's tokens as planned (fewer for one no transformer runs)
         replies: list[Reply | None] = [None] * len(rows)
         position = {key: i for i, key in enumerate(keys)}
         for key in [k for k in self.entries if k not in position]:
@@ -96,7 +97,7 @@ class Pool:
 
         live = [k for k in keys if k in self.entries]
         pool = [
-            scheduler.Pending(k, self.entries[k].arrived, tuple(len(x.encoded.ids) for x in self.entries[k].remaining))
+            scheduler.Pending(k, self.entries[k].arrived, tuple(planned(x.encoded) for x in self.entries[k].remaining))
             for k in live
         ]
         # A call that brought no new request finds TorchServe's queue empty; leaving work pending then can stall

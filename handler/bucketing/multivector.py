@@ -23,7 +23,7 @@ from .chain import (
 )
 from .multivector_folder import TASK, MultiVectorSpec, is_multivector, read_multivector
 from .task import Rows, TaskHooks
-from .tokenizer import Encoded
+from .tokenizer import Encoded, recut
 
 
 @dataclass(frozen=True)
@@ -148,18 +148,6 @@ class MultiVectorTask(TaskHooks):
         extra = target - len(encoded.ids)
         attention = (1,) * len(encoded.ids) + (int(expansion.attend),) * extra
         return replace(encoded, ids=encoded.ids + (self.expansion_id,) * extra, attention=attention)
-
-
-def recut(encoded: Encoded, length: int, specials: tuple[int, int], left: bool = False) -> Encoded:
-    """Tokens cut to `length` as the tokenizer cuts a text at that max_length: its own tokens (between the leading
-    and trailing special tokens) cut, the special tokens kept."""
-    if len(encoded.ids) <= length:
-        return encoded
-    head, tail = specials
-    body = encoded.ids[head : len(encoded.ids) - tail]
-    room = max(length - head - tail, 0)
-    kept = body[len(body) - room :] if left else body[:room]
-    return replace(encoded, ids=encoded.ids[:head] + kept + encoded.ids[len(encoded.ids) - tail :], truncated=True)
 
 
 def _resolve(model_dir: str, spec: MultiVectorSpec) -> tuple[Keep, int | None]:

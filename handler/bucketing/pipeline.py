@@ -68,17 +68,18 @@ def make_planner(config: HandlerConfig, cost: CostModel) -> Planner:
 def compute(items: Sequence[Item], plan_fn: Planner, task: Task, pad_id: int) -> Computed:
     """Plan the sub-batches, run each forward pass, and restore item order."""
     rows = [item.encoded.ids for item in items]
-    plan = plan_fn([len(r) for r in rows])
+    plan = plan_fn([task.planned(item.encoded) for item in items])
     start = time.perf_counter()
     results: list[list[np.ndarray]] = []
     for sb in plan.sub_batches:
         encoded = [items[i].encoded for i in sb.indices]
-        ids, mask = collate([e.ids for e in encoded], sb.padded_len, pad_id)
+        width = max(sb.padded_len, *(len(e.ids) for e in encoded))  # a row planned shorter than it is fits too
+        ids, mask = collate([e.ids for e in encoded], width, pad_id)
         types = None
         if any(e.type_ids for e in encoded):
-            types, _ = collate([e.type_ids or (0,) * len(e.ids) for e in encoded], sb.padded_len, 0)
+            types, _ = collate([e.type_ids or (0,) * len(e.ids) for e in encoded], width, 0)
         if any(e.attention for e in encoded):  # query expansion the encoder does not attend to
-            mask, _ = collate([e.attention or (1,) * len(e.ids) for e in encoded], sb.padded_len, 0)
+            mask, _ = collate([e.attention or (1,) * len(e.ids) for e in encoded], width, 0)
         routes = tuple(e.input_type for e in encoded) if task.routed else ()
         results.append(list(task.forward(Rows(ids, mask, tuple(e.skip for e in encoded), types, routes))))
     forward_ms = (time.perf_counter() - start) * 1000.0
@@ -178,7 +179,7 @@ class Pipeline:
                 out[i] = replace(e, skip=skip, input_type=merged.options[i].input_type)
             for i in mine:
                 if isinstance(x := merged.inputs[i], tuple):
-                    out[i] = self.tokenizer.wrap(x, left)
+                    out[i] = replace(self.tokenizer.wrap(x, left), input_type=merged.options[i].input_type)
         pairs = {i: x for i, x in enumerate(merged.inputs) if isinstance(x, Pair)}
         if pairs:  # a cross-encoder's query (after the prompt) and document, cut longest_first as CrossEncoder does
             encoded = self.tokenizer.encode_pairs(

@@ -6,10 +6,13 @@ and `encode()` (none) choose it. The answer is the vocabulary-size vector, cut t
 the request's) by torch's top-k of absolute values as sentence-transformers cuts it (`answers.keep_top`).
 
 CSR (a `SparseAutoEncoder` over a dense chain): the pooled embedding as the embedding kind computes it (`head.Head`:
-the same pooling and Dense layers; then Normalize if the chain has it), then the autoencoder's encoder as
+the same pooling over the same pooling mask, a prompt's tokens left out where the Pooling says `include_prompt:
+false`, and Dense layers; then Normalize if the chain has it), then the autoencoder's encoder as
 sentence-transformers runs it at inference (its layer norm if `normalize`, minus `pre_bias`, the linear layer with
 `latent_bias`), kept as relu of its latents; the answer's cut (`answers.keep_top`, k = max_active_dims, which the
-folder's k defaults) then keeps exactly the positive values among the top k, as its top-k then relu does.
+folder's k defaults; inside a Router, the route's own k, as SparseEncoder takes none from it) then keeps exactly the
+positive values among the top k, as its top-k then relu does. A Router's CSR routes share its one transformer, each
+with its own chain after it (`CsrEngine.add`).
 
 Memory: the MLM head's logits are rows x padded length x vocabulary floats; a pass is run in row groups of at
 most `handler.max_batch_tokens` tokens (`SparseEngine`), so no pass holds more than max_batch_tokens x vocabulary
@@ -35,6 +38,7 @@ from .sparse_folder import (
     tokenizer_file,
 )
 from .task import Rows, TaskHooks
+from .tokenizer import recut
 
 
 def bytes_per_pass(max_batch_tokens: int, vocab_size: int) -> int:
@@ -73,36 +77,48 @@ class SparseEngine:
 
 
 class CsrEngine:
-    """CSR: the dense chain's pooled embedding (`Head`), Normalize if the chain has it, then the SparseAutoEncoder's
-    encoder, in sentence-transformers' order of operations; relu of the latents (the cut is the answer's)."""
+    """CSR: the dense chain's pooled embedding (`Head`, over the pooling mask: prompt tokens left out where its
+    Pooling says `include_prompt: false`), Normalize if the chain has it, then the SparseAutoEncoder's encoder, in
+    sentence-transformers' order of operations; relu of the latents (the cut is the answer's). One such chain per
+    CSR route of a Router (`add`), keyed by its SparseAutoEncoder's folder, all over one transformer."""
 
     name = "torch"
     fidelity = None
 
     def __init__(self, head: Any, weights: Mapping[str, Any], route: Route, device: str) -> None:
-        self.head = head.to(device).eval()
-        self.normalize = bool(route.dense is not None and route.dense.normalize)
-        self.layer_norm = route.layer_norm
-        self.pre_bias = weights["pre_bias"].to(device)
-        self.encoder = weights["encoder"].to(device)
-        self.latent_bias = weights["latent_bias"].to(device)
         self.device = device
+        self.parts: dict[str, tuple[Any, bool, bool, Any, Any, Any]] = {}
+        self.add(head, weights, route)
 
-    def __call__(self, ids: np.ndarray, mask: np.ndarray, route: Route) -> np.ndarray:
+    def add(self, head: Any, weights: Mapping[str, Any], route: Route) -> None:
+        """Another CSR route's dense chain (its own Head over the shared transformer) and autoencoder weights."""
+        self.parts[route.pooling_folder] = (
+            head.to(self.device).eval(),
+            bool(route.dense is not None and route.dense.normalize),
+            route.layer_norm,
+            weights["pre_bias"].to(self.device),
+            weights["encoder"].to(self.device),
+            weights["latent_bias"].to(self.device),
+        )
+
+    def __call__(
+        self, ids: np.ndarray, mask: np.ndarray, route: Route, pool_mask: np.ndarray | None = None
+    ) -> np.ndarray:
         import torch
         import torch.nn.functional as F
 
+        head, normalize, layer_norm, pre_bias, encoder, latent_bias = self.parts[route.pooling_folder]
         with torch.inference_mode():
             i = torch.from_numpy(ids).to(self.device)
             m = torch.from_numpy(mask).to(self.device)
-            x = self.head(i, m)
-            if self.normalize:
+            x = head(i, m, None if pool_mask is None else torch.from_numpy(pool_mask).to(self.device))
+            if normalize:
                 x = F.normalize(x, p=2, dim=-1)
-            if self.layer_norm:  # SparseAutoEncoder.LN, eps 1e-5
+            if layer_norm:  # SparseAutoEncoder.LN, eps 1e-5
                 x = x - x.mean(dim=-1, keepdim=True)
                 x = x / (x.std(dim=-1, keepdim=True) + 1e-5)
-            x = x - self.pre_bias
-            latents = F.linear(x, self.encoder, self.latent_bias)
+            x = x - pre_bias
+            latents = F.linear(x, encoder, latent_bias)
             return np.ascontiguousarray(F.relu(latents).cpu().numpy())
 
 
@@ -154,6 +170,8 @@ class SparseTask(TaskHooks):
         self.specials = specials  # special tokens before and after a text's own (a static route leaves them out)
         self.weights = dict(weights)
         self.tokenizer_dir = str(Path(model_dir) / (spec.mlm or ""))
+        # Each static route's own cut (its tokens, without special tokens): its tokenizer's model_max_length
+        self.static_cuts = {n: static_cut(model_dir, r) for n, r in spec.routes.items() if r.kind == "static"}
         if isinstance(engine, CsrEngine):
             self.ready_note = (
                 f", sparse model {spec.describe()}, CSR: no vocabulary logits; a pass holds rows x {vocab_size} "
@@ -165,6 +183,10 @@ class SparseTask(TaskHooks):
                 f", sparse model {spec.describe()}, MLM logits per pass at most {engine.group_tokens} tokens x "
                 f"{vocab_size} ids x 4 bytes = {per_pass:.0f} MiB (handler.max_batch_tokens, in every strategy)"
             )
+        for name, cut in self.static_cuts.items():  # where a static route's texts are cut, which max_length is not
+            said = "unset" if cut is None else f"{cut}"
+            served = "" if cut is not None and cut <= STATIC_REACH else f", texts served up to {STATIC_REACH} (413)"
+            self.ready_note += f", static route {name!r} cut at its tokenizer's model_max_length ({said}){served}"
 
     @property
     def settings(self) -> Chain:
@@ -181,7 +203,10 @@ class SparseTask(TaskHooks):
             route = self.spec.routes[name]
             if route.kind in ("splade", "csr"):  # beside another route's rows: padded only to its own longest
                 width = ids.shape[1] if len(picked) == len(names) else int(mask[picked].sum(axis=1).max())
-                out[picked] = self.engine(ids[picked, :width], mask[picked, :width], route)
+                mine = rows.take(picked, width)
+                skips = route.dense is not None and not route.dense.include_prompt  # its Pooling leaves prompts out
+                extra = {"pool_mask": mine.pool_mask()} if skips else {}
+                out[picked] = self.engine(mine.ids, mine.mask, route, **extra)
                 continue
             # static: each row's own tokens (between its special tokens) get their id's weight, once per id
             (before, after), weight = self.specials, self.weights[name]
@@ -193,24 +218,60 @@ class SparseTask(TaskHooks):
             out[which, tokens] = weight[tokens]
         return out
 
-    def refuse(self, encoded: Any, where: str, max_length: int) -> str | None:
-        """Why a text cut at max_length is not served on a static route (sentence-transformers cuts it at its
-        tokenizer's model_max_length, without special tokens, instead); None when served."""
-        name = self.spec.route(encoded.input_type)
-        if not encoded.truncated or self.spec.routes[name].kind != "static":
+    def _static(self, input_type: str | None) -> tuple[str, int | None] | None:
+        """The static route this input type takes and where sentence-transformers cuts its texts (None: nowhere);
+        None for a route that runs the transformer (or an input type no route takes)."""
+        try:
+            name = self.spec.route(input_type)
+        except ChainError:
             return None
-        room = max_length - sum(self.specials)
+        return (name, self.static_cuts[name]) if name in self.static_cuts else None
+
+    def cut(self, input_type: str | None, ceiling: int) -> int:
+        """Where a text of this input type is cut: at max_length (`ceiling`) on a route that runs the transformer; on
+        a static route, where SparseStaticEmbedding cuts it (its tokenizer's model_max_length of the text's own
+        tokens; here with the special tokens the static route then leaves out), past max_length where that is
+        longer, as no transformer runs it; at most STATIC_REACH of its own tokens (`refuse` says the rest)."""
+        static = self._static(input_type)
+        if static is None:
+            return ceiling
+        limit = static[1]
+        return min(STATIC_REACH if limit is None else limit, STATIC_REACH) + sum(self.specials)
+
+    def shape(self, encoded: Any, options: Any, ceiling: int, specials: tuple[int, int]) -> Any:
+        """A text's tokens cut where its input type is (texts are tokenized as far as any input type reaches:
+        `task.reach`)."""
+        if encoded.unbounded:
+            return encoded
+        cut = self.cut(options.input_type, ceiling)
+        return recut(encoded, cut, specials, options.truncation_direction == "left")
+
+    def planned(self, encoded: Any) -> int:
+        """A static route's row is planned as one token (no transformer runs it: a weight per id, in numpy); any
+        other row as its length."""
+        return 1 if self._static(encoded.input_type) is not None else len(encoded.ids)
+
+    def refuse(self, encoded: Any, where: str, max_length: int) -> str | None:
+        """Why a text cut on a static route is not served: sentence-transformers cuts it further than STATIC_REACH
+        tokens (or not at all); None when served."""
+        static = self._static(encoded.input_type)
+        if not encoded.truncated or static is None:
+            return None
+        name, limit = static
+        if limit is not None and limit <= STATIC_REACH:
+            return None
+        where_st = "does not cut" if limit is None else f"cuts at {limit} tokens"
         return (
-            f"{where} has more than {room} tokens: input_type {encoded.input_type!r} takes the model's static route "
-            f"{name!r}, which sentence-transformers cuts elsewhere (at its tokenizer's model_max_length) than "
-            f"max_length={max_length}; send a shorter text"
+            f"{where} has more than {STATIC_REACH} tokens: input_type {encoded.input_type!r} takes the model's static "
+            f"route {name!r}, which sentence-transformers {where_st} (its tokenizer's model_max_length), and this "
+            f"handler reads a static route's text up to {STATIC_REACH} tokens; send a shorter text"
         )
 
     def answer(self, output: np.ndarray, encoded: Any) -> Any:
         from .answers import Answer
 
         return Answer(
-            output, len(encoded.ids), encoded.truncated, sparse=True, max_active_dims=self.spec.max_active_dims
+            output, len(encoded.ids), encoded.truncated, sparse=True, max_active_dims=self.spec.cut(encoded.input_type)
         )
 
 
@@ -236,26 +297,7 @@ def load_sparse_task(config: Any, model_dir: str, gpu_id: Any = None) -> SparseT
     if saved != torch.float32:
         raise EngineError(reduced_weights(model_dir, str(saved).removeprefix("torch.")))
     vocab = int(model.config.vocab_size)
-    weights = {}
-    try:
-        mlm_tokenizer = tokenizer_file(model_dir, spec.mlm or "")
-        for name, route in spec.routes.items():
-            if route.kind == "static":
-                if tokenizer_file(model_dir, route.folder) != mlm_tokenizer:
-                    raise ChainError(
-                        f"route {name!r} ({route.folder}) has a tokenizer other than the MLM transformer's; served: "
-                        "one tokenizer for every route"
-                    )
-                weights[name] = static_weights(model_dir, route)
-                if weights[name].shape[0] != vocab:
-                    raise ChainError(f"route {name!r}: {weights[name].shape[0]} weights for a vocabulary of {vocab}")
-    except ChainError as e:
-        raise EngineError(f"{model_dir}: {e}") from None
-    if weights and spec.chain.do_lower_case:
-        raise EngineError(
-            f"{model_dir}: its MLM transformer lower-cases texts (do_lower_case) and its static route does not; "
-            "one tokenization for both routes is served only without do_lower_case"
-        )
+    weights = static_routes(spec, model_dir, vocab)
     device = select_device(gpu_id, torch.cuda.is_available())
     engine = SparseEngine(model, device, config.max_batch_tokens)
     return SparseTask(spec, engine, vocab, usable_positions(model.config), specials(folder), weights, model_dir)
@@ -274,26 +316,85 @@ def load_csr_task(spec: SparseSpec, route: Route, model_dir: str, folder: str, g
     saved = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
     if saved != torch.float32:
         raise EngineError(reduced_weights(model_dir, str(saved).removeprefix("torch.")))
-    assert route.dense is not None
-    head = Head(model, pooled=True, chain=route.dense, dense=dense_layers(model_dir, route.dense))
-    where = Path(model_dir) / route.pooling_folder
-    state = load_file(str(where / "model.safetensors"))
-    encoder = state.get("encoder.weight", state.get("decoder.linear.weight"))
-    width = route.dense.dimensions(int(model.config.hidden_size))
-    shapes = {
-        "pre_bias": [width],
-        "encoder": [route.hidden_dim, width],
-        "latent_bias": [route.hidden_dim],
-    }
-    held = {"pre_bias": state.get("pre_bias"), "encoder": encoder, "latent_bias": state.get("latent_bias")}
-    found = {name: (list(t.shape) if t is not None else None) for name, t in held.items()}
-    if found != shapes or any(t is not None and t.dtype != torch.float32 for t in held.values()):
-        raise EngineError(
-            f"{model_dir}: module SparseAutoEncoder in {where}: expected float32 {shapes} for its config, holds {found}"
-        )
     device = select_device(gpu_id, torch.cuda.is_available())
-    engine = CsrEngine(head, held, route, device)
-    return SparseTask(spec, engine, route.hidden_dim, usable_positions(model.config), specials(folder), {}, model_dir)
+    engine: CsrEngine | None = None
+    for csr in {r.pooling_folder: r for r in spec.routes.values() if r.kind == "csr"}.values():  # a Router's too
+        assert csr.dense is not None
+        head = Head(model, pooled=True, chain=csr.dense, dense=dense_layers(model_dir, csr.dense))
+        where = Path(model_dir) / csr.pooling_folder
+        state = load_file(str(where / "model.safetensors"))
+        encoder = state.get("encoder.weight", state.get("decoder.linear.weight"))
+        width = csr.dense.dimensions(int(model.config.hidden_size))
+        shapes = {
+            "pre_bias": [width],
+            "encoder": [csr.hidden_dim, width],
+            "latent_bias": [csr.hidden_dim],
+        }
+        held = {"pre_bias": state.get("pre_bias"), "encoder": encoder, "latent_bias": state.get("latent_bias")}
+        found = {name: (list(t.shape) if t is not None else None) for name, t in held.items()}
+        if found != shapes or any(t is not None and t.dtype != torch.float32 for t in held.values()):
+            raise EngineError(
+                f"{model_dir}: module SparseAutoEncoder in {where}: expected float32 {shapes} for its config, "
+                f"holds {found}"
+            )
+        if engine is None:
+            engine = CsrEngine(head, held, csr, device)
+        else:
+            engine.add(head, held, csr)
+    assert engine is not None
+    weights = static_routes(spec, model_dir, route.hidden_dim)
+    return SparseTask(
+        spec, engine, route.hidden_dim, usable_positions(model.config), specials(folder), weights, model_dir
+    )
+
+
+def static_routes(spec: SparseSpec, model_dir: str, size: int) -> dict[str, np.ndarray]:
+    """Each static route's weights, checked: its tokenizer is the transformer's, and every route of the model
+    answers vectors of one size (`size`: the MLM's vocabulary, or a CSR route's latents); EngineError in one line."""
+    from .head import EngineError
+
+    weights = {}
+    try:
+        mlm_tokenizer = tokenizer_file(model_dir, spec.mlm or "")
+        for name, route in spec.routes.items():
+            if route.kind == "csr" and route.hidden_dim != size:
+                raise ChainError(
+                    f"its routes answer vectors of different sizes (route {name!r}: {route.hidden_dim}, another: "
+                    f"{size}); served: one size for every route"
+                )
+            if route.kind == "static":
+                if tokenizer_file(model_dir, route.folder) != mlm_tokenizer:
+                    raise ChainError(
+                        f"route {name!r} ({route.folder}) has a tokenizer other than the transformer's; served: "
+                        "one tokenizer for every route"
+                    )
+                weights[name] = static_weights(model_dir, route)
+                if weights[name].shape[0] != size:
+                    raise ChainError(
+                        f"route {name!r}: {weights[name].shape[0]} weights for another route's output size of {size}; "
+                        "served: one size for every route"
+                    )
+    except ChainError as e:
+        raise EngineError(f"{model_dir}: {e}") from None
+    if weights and spec.chain.do_lower_case:
+        raise EngineError(
+            f"{model_dir}: its transformer lower-cases texts (do_lower_case) and its static route does not; "
+            "one tokenization for both routes is served only without do_lower_case"
+        )
+    return weights
+
+
+STATIC_REACH = 8192  # the most tokens of its own a static route's text is read to (every text is tokenized that far)
+LARGE_INTEGER = 10**20  # transformers truncates at a tokenizer's model_max_length only up to this (its LARGE_INTEGER)
+
+
+def static_cut(model_dir: str, route: Route) -> int | None:
+    """Where SparseStaticEmbedding cuts a text (its own tokens, no special tokens): `tokenizer(..., truncation=True)`
+    cuts at the route's tokenizer's model_max_length, or nowhere when that is unset (over LARGE_INTEGER)."""
+    from transformers import AutoTokenizer
+
+    limit = int(AutoTokenizer.from_pretrained(str(Path(model_dir) / route.folder)).model_max_length)
+    return limit if limit <= LARGE_INTEGER else None
 
 
 def specials(folder: str) -> tuple[int, int]:

@@ -5,9 +5,11 @@ routes read (static weights, tokenizer). `sparse.py` runs it.
 Served: SPLADE (`MLMTransformer`, or `Transformer` with `transformer_task: fill-mask`, then `SpladePooling` with its
 pooling strategy, max or sum, and activation, relu or log1p_relu), and a `Router` whose routes are each SPLADE or a
 `SparseStaticEmbedding` (inference-free: a weight per vocabulary id of the text's tokens, no special tokens), one
-route chosen per request by its `input_type`; and CSR: a dense chain (Transformer, Pooling, Dense..., Normalize) then
-a `SparseAutoEncoder` (its top-k over the encoder's latents), as the folder's one route. Anything else stops the
-build and the worker with one line.
+route chosen per request by its `input_type`; and CSR: a dense chain (Transformer, Pooling with or without the
+prompt's tokens, Dense..., Normalize) then a `SparseAutoEncoder` (its top-k over the encoder's latents), alone or as
+routes of a Router (beside a static route, or several over one shared Transformer). Every route runs the one
+transformer the model has, if any, and answers vectors of one size. Anything else stops the build and the worker with
+one line.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import ast
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,7 @@ class Route:
     k: int = 0  # csr: the SparseAutoEncoder's k (its top-k, and encode()'s max_active_dims unless saved)
     hidden_dim: int = 0  # csr: its latents (the answer's dimensions)
     layer_norm: bool = False  # csr: its `normalize` (a layer norm of the input before the encoder)
+    modules: tuple[str, ...] = ()  # every module folder the route reads (relative), for the archive to carry
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,15 @@ class SparseSpec:
         if input_type is not None or self.default_route is None:
             raise ChainError(f"no route for input_type {input_type!r}; routes: {', '.join(self.routes)}")
         return self.default_route
+
+    def cut(self, input_type: str | None) -> int | None:
+        """The max_active_dims encode() cuts this input type's answer at unless a request says one: the folder's;
+        else, on a CSR route inside a Router, its SparseAutoEncoder's k (its own top-k; SparseEncoder takes k as
+        max_active_dims only from a SparseAutoEncoder outside a Router, which `read_sparse` records)."""
+        if self.max_active_dims is not None:
+            return self.max_active_dims
+        route = self.routes[self.route(input_type)]
+        return route.k if route.kind == "csr" else None
 
     def describe(self) -> dict[str, Any]:
         """What was read, as plain data (the archive's model-config and the ready line)."""
@@ -153,21 +165,26 @@ def read_sparse(model_dir: Path | str) -> SparseSpec:
             {},
         )
     csr = [r for r in routes.values() if r.kind == "csr"]
-    if csr and len(routes) > 1:
-        raise ChainError(f"{folder}: a Router with a SparseAutoEncoder route is not served (served: CSR alone)")
-    if csr and max_active is None:
-        max_active = csr[0].k  # as SparseEncoder sets it from its SparseAutoEncoder
+    if csr and max_active is None and kinds != ["Router"]:
+        max_active = csr[0].k  # as SparseEncoder sets it from its SparseAutoEncoder (not from one in a Router)
     mlm = {r.folder for r in routes.values() if r.kind in ("splade", "csr")}
     if len(mlm) != 1:
         raise ChainError(
-            f"{folder}: a sparse model with {len(mlm)} MLM transformers is not served (served: exactly one, which "
-            "routes of a Router may share); this model cannot be served exactly"
+            f"{folder}: a sparse model with {len(mlm)} transformers (MLM or CSR's) is not served (served: exactly "
+            "one, which routes of a Router may share); this model cannot be served exactly"
+        )
+    sizes = {n: r.hidden_dim if r.kind == "csr" else _static_size(folder, r) for n, r in routes.items()} if csr else {}
+    if len(set(sizes.values())) > 1:  # (a SPLADE route's vocabulary is checked against the MLM's at load)
+        raise ChainError(
+            f"{folder}: its routes answer vectors of different sizes ("
+            + ", ".join(f"{name}: {size}" for name, size in sizes.items())
+            + "); served: one size for every route (a SparseAutoEncoder's hidden_dim, a static route's vocabulary)"
         )
     max_seq_length, lower = transformer_settings(folder / next(iter(mlm)))
     chain = Chain(
         "sentence-transformers",
         ("csr",) if csr else ("splade",),
-        True,
+        all(r.dense.include_prompt for r in csr if r.dense is not None),  # False: prompt tokens skipped where asked
         (),
         False,
         prompts.prompts,
@@ -196,7 +213,11 @@ def _list(path: Path) -> list[Mapping[str, Any]]:
 
 
 def _route(folder: Path, modules: Sequence[tuple[str, str]]) -> Route:
-    """One route's modules: [MLM transformer, SpladePooling] or [SparseStaticEmbedding]."""
+    """One route's modules: [MLM transformer, SpladePooling], [SparseStaticEmbedding] or a CSR chain."""
+    return replace(_route_kind(folder, modules), modules=tuple(path for _, path in modules))
+
+
+def _route_kind(folder: Path, modules: Sequence[tuple[str, str]]) -> Route:
     names = [k for k, _ in modules]
     if "SparseAutoEncoder" in names:
         return _csr(folder, modules)
@@ -244,11 +265,6 @@ def _csr(folder: Path, modules: Sequence[tuple[str, str]]) -> Route:
     dense = chain_of(
         folder, [{"type": k, "path": p} for k, p in modules[:-1]], prompts.prompts, prompts.default_prompt_name
     )
-    if not dense.include_prompt:
-        raise ChainError(
-            f"module Pooling in {folder / modules[1][1]}: include_prompt false before a SparseAutoEncoder is not "
-            "served (served: include_prompt true); this model cannot be served exactly"
-        )
     cfg = json_mapping(where / "config.json")
     k, hidden, input_dim = cfg.get("k", 8), cfg.get("hidden_dim", 512), cfg.get("input_dim")
     for name, value in (("k", k), ("hidden_dim", hidden), ("input_dim", input_dim)):
@@ -301,13 +317,25 @@ def _router(folder: Path, path: Path) -> tuple[dict[str, Route], str | None, dic
     return routes, default, mappings
 
 
+def _static_size(folder: Path, route: Route) -> int:
+    """A static route's weights (its output size) as its safetensors header says, without reading them; 0 for a
+    route of another kind."""
+    if route.kind != "static":
+        return 0
+    from safetensors import safe_open
+
+    with safe_open(str(folder / route.folder / "model.safetensors"), framework="numpy") as f:
+        shape = f.get_slice("weight").get_shape() if "weight" in f.keys() else []  # noqa: SIM118 - not a dict
+    return int(shape[0]) if len(shape) == 1 else 0
+
+
 def sparse_folders(model_dir: Path | str) -> list[str]:
     """The folders (relative) a sparse Router's routes read, for the archive to carry (none for another model)."""
     folder = Path(model_dir)
     if not is_sparse(folder):
         return []
     spec = read_sparse(folder)
-    return sorted({f for r in spec.routes.values() for f in (r.folder, r.pooling_folder) if f})
+    return sorted({f for r in spec.routes.values() for f in (r.folder, r.pooling_folder, *r.modules) if f})
 
 
 def static_weights(model_dir: str, route: Route) -> np.ndarray:

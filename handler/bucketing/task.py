@@ -89,7 +89,13 @@ class Task(Protocol):
         ...
 
     def cut(self, input_type: str | None, ceiling: int) -> int:
-        """Where a text of this input type is cut, within `ceiling` (max_length)."""
+        """Where a text of this input type is cut: within `ceiling` (max_length), or past it for an input type that
+        runs no transformer (a sparse Router's static route, cut where its own tokenizer cuts)."""
+        ...
+
+    def planned(self, encoded: Encoded) -> int:
+        """The tokens a row is planned and costed as: its length, or fewer for a row no transformer runs (the
+        pass is collated as wide as its longest row, whatever the plan)."""
         ...
 
     def shape(self, encoded: Encoded, options: Options, ceiling: int, specials: tuple[int, int]) -> Encoded:
@@ -131,8 +137,19 @@ class TaskHooks:
     def cut(self, input_type: str | None, ceiling: int) -> int:
         return ceiling
 
+    def planned(self, encoded: Encoded) -> int:
+        return len(encoded.ids)
+
     def shape(self, encoded: Encoded, options: Options, ceiling: int, specials: tuple[int, int]) -> Encoded:
         return encoded
 
     def refuse(self, encoded: Encoded, where: str, max_length: int) -> str | None:
         return None
+
+
+def reach(task: Task, max_length: int) -> int:
+    """The tokens texts are tokenized to: max_length, or further where the task cuts an input type further (a sparse
+    Router's static route); its `shape` then cuts each text back to where its own input type is cut."""
+    from .protocols.base import INPUT_TYPES
+
+    return max(task.cut(input_type, max_length) for input_type in (None, *INPUT_TYPES))

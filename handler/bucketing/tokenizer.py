@@ -239,6 +239,18 @@ class Tokenizer:
         return len(encoded.ids) <= self.specials
 
 
+def recut(encoded: Encoded, length: int, specials: tuple[int, int], left: bool = False) -> Encoded:
+    """Tokens cut to `length` as the tokenizer cuts a text at that max_length: its own tokens (between the leading
+    and trailing special tokens) cut, the special tokens kept."""
+    if len(encoded.ids) <= length:
+        return encoded
+    head, tail = specials
+    body = encoded.ids[head : len(encoded.ids) - tail]
+    room = max(length - head - tail, 0)
+    kept = body[len(body) - room :] if left else body[:room]
+    return replace(encoded, ids=encoded.ids[:head] + kept + encoded.ids[len(encoded.ids) - tail :], truncated=True)
+
+
 PROBE = "hello"
 # Runs whose words a left cut may shift (digits grouped from the left, collapsed spaces), probed at start-up.
 LEFT_PROBES = ("1234567890" * 2, "\u0661\u0662\u0663\u0664\u0665" * 4, " " * 20, "\n" * 20, "." * 20, "ab 12, cd.")

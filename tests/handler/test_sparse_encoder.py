@@ -81,11 +81,15 @@ def mismatches(got, expected):
 
 
 def texts_for(variant, input_type, seed=5):
-    """Varied lengths, some over max_length (cut as sentence-transformers cuts them); a static route's short."""
+    """Varied lengths, some over max_length (cut as sentence-transformers cuts them: a static route's at its own
+    tokenizer's model_max_length, past max_length)."""
     texts = mixed_texts(9, seed=seed) + ["short", "x"]
-    if VARIANTS[variant].get("router") and input_type == "query":
-        texts = [" ".join(t.split()[:20]) for t in texts]
-    return texts
+    return texts + [LONG] if VARIANTS[variant].get("router") and input_type == "query" else texts
+
+
+# A static route's text past max_length: SparseStaticEmbedding keeps 128 tokens of it (its prompt's 2, then 126 words,
+# "gamma blue" among them), where max_length 128 would keep 124 words
+LONG = "word " * 120 + "apple cherry alpha beta gamma blue house river green " * 2
 
 
 @pytest.mark.parametrize("strategy", ["bucketed", "dynamic", "static"])
@@ -171,19 +175,70 @@ def test_refusals_are_one_line_in_each_format(handlers):
         {"inputs": "a"},
         {"texts": ["a"], "normalize": True},
         {"texts": ["a"], "max_active_dims": 0},
-        {"texts": [" ".join(["word"] * 200)], "input_type": "query"},
     ]
-    paths = ["", "v1/embeddings", "v1/embeddings", "", "embed", "", "", ""]
+    paths = ["", "v1/embeddings", "v1/embeddings", "", "embed", "", ""]
     answers = serve_at(handler, context, rows, paths)
     statuses = [s for s, _ in answers]
-    assert statuses == [400, 400, 400, 400, 424, 400, 400, 413], answers
+    assert statuses == [400, 400, 400, 400, 424, 400, 400], answers
     assert "input_type" in answers[0][1]["message"]
     assert answers[1][1]["error"]["param"] == "input_type"
     assert answers[2][1]["error"]["param"] == "encoding_format"
     assert "sparse" in answers[3][1]["message"] and "embed_sparse" in answers[4][1]["error"]
-    assert "static route" in answers[7][1]["message"]
     for _, body in answers:
         assert "\n" not in json.dumps(body)
+
+
+@pytest.mark.parametrize("strategy", ["bucketed", "dynamic", "static"])
+@pytest.mark.parametrize("max_length", [64, MAX_LENGTH])
+def test_a_static_route_cuts_texts_where_its_own_tokenizer_does(folders, strategy, max_length):
+    """SparseStaticEmbedding cuts a text at its tokenizer's model_max_length of its own tokens (128 here: 2 more
+    than max_length 128 leaves beside the special tokens, and past a max_length of 64, which cuts the document
+    route alone): served exactly, in any batch, planned as one token a row (a row of 130 tokens fits a budget of
+    128), each cut where its route is beside documents cut at max_length."""
+    folder = folders["router"]
+    handler, context = make_handler(
+        folder, task="sparse", strategy=strategy, max_length=max_length, max_batch_tokens=MAX_LENGTH
+    )
+    queries = [LONG, "word " * 300, *mixed_texts(5, seed=11)]
+    short = [" ".join(t.split()[:10]) for t in mixed_texts(4, seed=12)]
+    rows = [{"texts": queries, "input_type": "query"}, {"texts": short}, {"texts": [LONG], "input_type": "query"}]
+    answers = serve_at(handler, context, rows, ["", "", ""])
+    assert [s for s, _ in answers] == [200, 200, 200], answers
+    got = [a["embedding"] for a in answers[0][1] + answers[2][1]]
+    assert mismatches(got, reference(folder, [*queries, LONG], "query")) == 0
+    assert mismatches([a["embedding"] for a in answers[1][1]], reference(folder, short)) == 0
+    assert answers[0][1][0]["tokens"] == 130 and answers[0][1][0]["truncated"]
+    assert "static route 'query' cut at its tokenizer's model_max_length (128)" in cast(Any, handler.task).ready_note
+    cut_at_max_length = reference(folder, [" ".join(LONG.split()[:124])], "query")
+    assert np.count_nonzero(reference(folder, [LONG], "query")) > np.count_nonzero(cut_at_max_length)  # not by chance
+
+
+def test_token_ids_take_their_requests_route(folders, handlers):
+    """Token ids (OpenAI's `input` of integers) take the route of their request's input_type, as its texts do."""
+    handler, context = handlers("router-top")  # no prompts (token ids take none)
+    texts = ["apple cherry alpha", "word " * 40]
+    ids = [list(e.ids[1:-1]) for e in handler.tokenizer.encode(texts)]
+    rows = [{"input": ids, "model": "m", "input_type": t} for t in ("query", "document")]
+    (s1, queries), (s2, documents) = serve_at(handler, context, rows, ["v1/embeddings", "v1/embeddings"])
+    assert (s1, s2) == (200, 200)
+    folder = folders["router-top"]
+    assert mismatches([d["embedding"] for d in queries["data"]], reference(folder, texts, "query")) == 0
+    assert mismatches([d["embedding"] for d in documents["data"]], reference(folder, texts, "document")) == 0
+
+
+def test_a_static_route_text_past_what_is_read_is_refused_in_one_line(folders, monkeypatch):
+    """A static route's text is read up to STATIC_REACH of its tokens: one that sentence-transformers cuts further
+    (or not at all) is a 413 past it, in one line; its other texts are served."""
+    from bucketing import sparse
+
+    monkeypatch.setattr(sparse, "STATIC_REACH", 16)
+    handler, context = make_handler(folders["router"], task="sparse", max_length=MAX_LENGTH)
+    rows = [{"texts": ["word " * 20], "input_type": "query"}, {"texts": ["word " * 14], "input_type": "query"}]
+    (s1, refused), (s2, served) = serve_at(handler, context, rows, ["", ""])
+    assert (s1, s2) == (413, 200)
+    assert "static route 'query'" in refused["message"] and "16 tokens" in refused["message"]
+    assert "\n" not in json.dumps(refused)
+    assert mismatches([served[0]["embedding"]], reference(folders["router"], ["word " * 14], "query")) == 0
 
 
 def test_a_dense_model_refuses_embed_sparse(tiny_embedder_dir):
@@ -251,19 +306,14 @@ def test_a_pass_holds_at_most_max_batch_tokens_of_logits(folders):
     assert status == 200 and len(seen) > 1 and max(seen) <= 128
 
 
-def build_csr(target, dense=False, normalize=False, layer_norm=False, k=8, include_prompt=True, **settings):
-    """A SparseAutoEncoder (CSR) over a tiny dense model (Transformer, Pooling, a Dense and Normalize if asked),
-    saved by sentence-transformers itself, its biases random (not its zero init)."""
+def csr_chain(transformer, dense=False, normalize=False, layer_norm=False, k=8, include_prompt=True, hidden=None):
+    """CSR modules over a Transformer: Pooling (leaving the prompt's tokens out unless `include_prompt`), a Dense and
+    Normalize if asked, then a SparseAutoEncoder of `hidden` latents (4 x its input by default), its biases random
+    (not its zero init)."""
     import torch
-    from sentence_transformers.base.modules import Transformer
     from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling
     from sentence_transformers.sparse_encoder.modules import SparseAutoEncoder
 
-    from tests.models import build_tiny
-
-    torch.manual_seed(11)
-    body = build_tiny(target.parent / f"{target.name}-body", "bert")
-    transformer = Transformer(str(body))
     width = transformer.get_embedding_dimension()
     modules: list[Any] = [transformer, Pooling(width, include_prompt=include_prompt)]
     if dense:
@@ -271,12 +321,54 @@ def build_csr(target, dense=False, normalize=False, layer_norm=False, k=8, inclu
         width //= 2
     if normalize:
         modules.append(Normalize())
-    sae = SparseAutoEncoder(input_dim=width, hidden_dim=4 * width, k=k, normalize=layer_norm)
+    sae = SparseAutoEncoder(input_dim=width, hidden_dim=hidden or 4 * width, k=k, normalize=layer_norm)
     with torch.no_grad():
         sae.pre_bias.normal_(0, 0.1)
         sae.latent_bias.normal_(0, 0.1)
-    modules.append(sae)
+    return [*modules, sae]
+
+
+def build_csr(target, dense=False, normalize=False, layer_norm=False, k=8, include_prompt=True, **settings):
+    """A SparseAutoEncoder (CSR) over a tiny dense model (Transformer, Pooling, a Dense and Normalize if asked),
+    saved by sentence-transformers itself."""
+    import torch
+    from sentence_transformers.base.modules import Transformer
+
+    from tests.models import build_tiny
+
+    torch.manual_seed(11)
+    body = build_tiny(target.parent / f"{target.name}-body", "bert")
+    modules = csr_chain(Transformer(str(body)), dense, normalize, layer_norm, k, include_prompt)
     sentence_transformers.SparseEncoder(modules=modules, device="cpu", **settings).save(str(target))
+    return target
+
+
+def build_csr_router(target, query="static", include_prompt=True, hidden=None, shared=True, **settings):
+    """A Router saved by sentence-transformers itself whose document route is CSR and whose query route is a
+    SparseStaticEmbedding (the Transformer's tokenizer; `hidden` latents: its vocabulary's size by default) or
+    (`query="csr"`) another CSR chain over the same Transformer instance (saved once, shared by both routes; with
+    `shared` False, over a Transformer of its own)."""
+    import torch
+    from sentence_transformers.base.modules import Router, Transformer
+    from sentence_transformers.sparse_encoder.modules import SparseStaticEmbedding
+
+    from tests.models import build_tiny
+
+    torch.manual_seed(13)
+    body = build_tiny(target.parent / f"{target.name}-body", "bert")
+    transformer = Transformer(str(body))
+    vocab = len(transformer.tokenizer)
+    if query == "static":
+        weight = torch.rand(vocab) * (torch.rand(vocab) > 0.3)  # some ids weigh nothing
+        hidden = hidden or vocab
+        queries: list[Any] = [SparseStaticEmbedding(tokenizer=transformer.tokenizer, weight=weight, frozen=True)]
+    else:
+        hidden = hidden or 96
+        own = transformer if shared else Transformer(str(body))
+        queries = csr_chain(own, dense=True, normalize=True, layer_norm=True, k=5, hidden=hidden)
+    documents = csr_chain(transformer, k=12, include_prompt=include_prompt, hidden=hidden)
+    router = Router.for_query_document(queries, documents)
+    sentence_transformers.SparseEncoder(modules=[router], device="cpu", **settings).save(str(target))
     return target
 
 
@@ -284,6 +376,7 @@ CSR_VARIANTS: dict[str, dict[str, Any]] = {
     "csr": {},
     "csr-dense-normalized": {"dense": True, "normalize": True, "layer_norm": True, "k": 12, "prompts": PROMPTS},
     "csr-saved-max-active": {"dense": True, "max_active_dims": 5, "prompts": PROMPTS, "default_prompt_name": "query"},
+    "csr-prompt-left-out": {"include_prompt": False, "prompts": PROMPTS, "default_prompt_name": "document"},
 }
 
 
@@ -341,6 +434,88 @@ def test_build_detects_a_csr_folder(csr_folders):
         ArchiveSpec(strategies=("bucketed",), model_dir=folder, engine="onnxruntime").configs()
 
 
+CSR_ROUTERS: dict[str, dict[str, Any]] = {
+    "csr-static-router": {"prompts": PROMPTS},  # a static query route, a CSR document route
+    "csr-shared-router": {"query": "csr", "include_prompt": False, "prompts": PROMPTS},  # two CSR routes, one body
+}
+
+
+@pytest.fixture(scope="module")
+def csr_routers(tmp_path_factory):
+    root = tmp_path_factory.mktemp("csr-router")
+    return {name: build_csr_router(root / name, **spec) for name, spec in CSR_ROUTERS.items()}
+
+
+def csr_router_texts(input_type, seed=6):
+    """Varied lengths, some over max_length; a static query route's short (a long one: see its own test)."""
+    texts = mixed_texts(9, seed=seed) + ["short", "x"]
+    return [" ".join(t.split()[:20]) for t in texts] if input_type == "query" else texts
+
+
+@pytest.mark.parametrize("strategy", ["bucketed", "dynamic", "static"])
+@pytest.mark.parametrize("input_type", [None, "query", "document"])
+@pytest.mark.parametrize("variant", list(CSR_ROUTERS))
+def test_csr_router_answers_equal_sparse_encoder(csr_routers, variant, input_type, strategy):
+    """A Router with CSR routes (beside a static route, or two over one shared Transformer; a Pooling that leaves
+    the prompt out): each request's route as encode_query / encode_document / encode() takes it, a CSR route cut
+    at its own k (SparseEncoder takes no max_active_dims from a SparseAutoEncoder inside a Router)."""
+    folder = csr_routers[variant]
+    handler, context = make_handler(folder, task="sparse", strategy=strategy, max_length=MAX_LENGTH)
+    texts = csr_router_texts(input_type)
+    options = {"input_type": input_type} if input_type else {}
+    rows = [{"texts": texts[:4], **options}, {"texts": texts[4:], **options}, {"text": texts[2], **options}]
+    answers = serve_at(handler, context, rows, ["", "", ""])
+    assert [s for s, _ in answers] == [200, 200, 200], answers
+    got = [e["embedding"] for e in answers[0][1] + answers[1][1]] + [answers[2][1]["embedding"]]
+    assert mismatches(got, reference(folder, texts + [texts[2]], input_type)) == 0
+
+
+@pytest.mark.parametrize("max_active_dims", [3, 20])
+@pytest.mark.parametrize("variant", list(CSR_ROUTERS))
+def test_csr_router_rows_of_both_routes_share_a_batch(csr_routers, variant, max_active_dims):
+    """Query and document rows (and encode()'s) in one delivered batch, each by its route, a request's
+    max_active_dims cutting each as encode(max_active_dims=...) does (over a CSR route's k as well as under it)."""
+    folder = csr_routers[variant]
+    handler, context = make_handler(folder, task="sparse", max_length=MAX_LENGTH, max_batch_tokens=256)
+    queries, documents = csr_router_texts("query", seed=7), csr_router_texts("document", seed=8)
+    rows = [
+        {"texts": queries, "input_type": "query"},
+        {"texts": documents, "input_type": "document", "max_active_dims": max_active_dims},
+        {"texts": documents[:5]},
+        {"texts": queries[:5], "input_type": "query", "max_active_dims": max_active_dims},
+    ]
+    answers = serve_at(handler, context, rows, [""] * 4)
+    assert [s for s, _ in answers] == [200] * 4, answers
+    expected = [
+        reference(folder, queries, "query"),
+        reference(folder, documents, "document", max_active_dims=max_active_dims),
+        reference(folder, documents[:5]),
+        reference(folder, queries[:5], "query", max_active_dims=max_active_dims),
+    ]
+    for (_, body), want in zip(answers, expected):
+        assert mismatches([a["embedding"] for a in body], want) == 0
+
+
+def test_build_carries_every_module_of_a_csr_router(csr_routers, tmp_path):
+    from bucketing.head import EngineError
+    from model_store import archives
+    from model_store.build import ArchiveSpec, BuildError
+
+    folder = csr_routers["csr-shared-router"]
+    assert archives.detect_task(folder) == "sparse"
+    (cfg,) = ArchiveSpec(strategies=("bucketed",), model_dir=folder).configs().values()
+    assert set(cfg["model_chain"]["routes"]) == {"query", "document"} and cfg["model_chain"]["max_active_dims"] is None
+    carried = set(archives.model_files(folder))
+    saved = {p.name for p in folder.iterdir() if p.is_dir()}
+    assert {"query_0_Transformer", "query_2_Dense", "document_1_Pooling", "document_2_SparseAutoEncoder"} <= saved
+    assert saved <= carried
+    two = build_csr_router(tmp_path / "two", query="csr", shared=False)  # a Transformer per route
+    with pytest.raises(BuildError, match="2 transformers"):
+        ArchiveSpec(strategies=("bucketed",), model_dir=two).configs()
+    with pytest.raises(EngineError, match="2 transformers"):
+        make_handler(two, task="sparse", max_length=MAX_LENGTH)
+
+
 def test_build_detects_a_sparse_folder_and_refuses_what_is_not_served(folders, tmp_path):
     from bucketing.head import EngineError
     from model_store import archives
@@ -353,12 +528,12 @@ def test_build_detects_a_sparse_folder_and_refuses_what_is_not_served(folders, t
     assert {"query_0_SparseStaticEmbedding", "document_0_MLMTransformer", "document_1_SpladePooling"} <= set(carried)
     with pytest.raises(BuildError, match="engine torch in float32"):
         ArchiveSpec(strategies=("bucketed",), model_dir=folders["router"], engine="onnxruntime").configs()
-    csr = build_csr(tmp_path / "csr", include_prompt=False, prompts=PROMPTS)
-    with pytest.raises(BuildError, match="include_prompt false before a SparseAutoEncoder") as raised:
-        ArchiveSpec(strategies=("bucketed",), model_dir=csr).configs()
+    sizes = build_csr_router(tmp_path / "sizes", hidden=64)  # a static route of 30522 ids, CSR latents of 64
+    with pytest.raises(BuildError, match="routes answer vectors of different sizes") as raised:
+        ArchiveSpec(strategies=("bucketed",), model_dir=sizes).configs()
     assert "\n" not in str(raised.value)
-    with pytest.raises(EngineError, match="include_prompt false before a SparseAutoEncoder"):
-        make_handler(csr, task="sparse", max_length=MAX_LENGTH)
+    with pytest.raises(EngineError, match="routes answer vectors of different sizes"):
+        make_handler(sizes, task="sparse", max_length=MAX_LENGTH)
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
@@ -374,3 +549,33 @@ def test_every_folder_sparse_encoder_saved_builds_at_its_own_limit(folders, vari
     assert cfg["handler"]["task"] == "sparse"
     reference = sentence_transformers.SparseEncoder(str(folder), device="cpu")
     assert archives.check_model_dir(folder, "sparse") == reference.max_seq_length
+
+
+def test_continuous_batching_plans_static_route_rows_as_one_token(folders, monkeypatch):
+    """Under `schedule: continuous` too, a static route's rows (130 tokens here) are planned (scheduled and costed)
+    as one token: they fit a budget of 128 beside documents cut at max_length, each answered as encode_query /
+    encode_document answers it."""
+    from bucketing import scheduler
+    from tests.handler.test_continuous import continuous
+    from tsctl.inprocess import ContinuousFrontend
+
+    seen: dict[str, tuple[int, ...]] = {}
+    pick = scheduler.pick
+
+    def recording(pool, *args, **kwargs):
+        seen.update({p.key: p.lengths for p in pool})
+        return pick(pool, *args, **kwargs)
+
+    monkeypatch.setattr(scheduler, "pick", recording)
+    folder = folders["router"]
+    handler, context = continuous(folder, task="sparse", max_length=MAX_LENGTH, max_batch_tokens=MAX_LENGTH)
+    front = ContinuousFrontend(handler, context, batch_size=4)
+    queries, documents = [LONG, "word " * 300, "short"], ["x", " ".join(["word"] * 20)]
+    front.submit("q", {"body": {"texts": queries, "input_type": "query"}})
+    front.submit("d", {"body": {"texts": documents, "input_type": "document"}})
+    answers = front.drain()
+    assert answers["q"][0] == answers["d"][0] == 200, answers
+    got = {key: [a["embedding"] for a in json.loads(answers[key][1])] for key in ("q", "d")}
+    assert mismatches(got["q"], reference(folder, queries, "query")) == 0
+    assert mismatches(got["d"], reference(folder, documents, "document")) == 0
+    assert seen["q"] == (1, 1, 1) and seen["d"] == (5, 24)  # a document: its prompt, text and special tokens

@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 
 from bucketing.answers import Options, answer_fields
 from bucketing.chain import Chain, ChainError
-from bucketing.multivector import Keep, MultiVectorAnswer, recut
+from bucketing.multivector import Keep, MultiVectorAnswer
 from bucketing.multivector_folder import Expansion, MultiVectorSpec, is_multivector, read_multivector
 from bucketing.protocols import parse
 from bucketing.protocols.base import Limits, Meta, RequestError
-from bucketing.tokenizer import Encoded
+from bucketing.tokenizer import Encoded, recut
 
 ST = "sentence_transformers."
 TRANSFORMER = {"idx": 0, "name": "0", "path": "", "type": ST + "base.modules.transformer.Transformer"}

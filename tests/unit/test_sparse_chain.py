@@ -169,3 +169,15 @@ def test_tei_embed_sparse_maps_prompt_name_to_input_type():
     assert not isinstance(parsed, RequestError)
     rendered = parsed.render([Answer(row, 3, False, sparse=True)])
     assert rendered == [[{"index": 1, "value": 0.5}, {"index": 5, "value": 0.25}]]
+
+
+def test_a_routers_csr_route_is_cut_at_its_own_k_and_its_static_route_not_at_all():
+    """SparseEncoder takes max_active_dims from a SparseAutoEncoder only outside a Router: inside one, a CSR route
+    keeps its own top-k and a static route is not cut, unless the folder saves a max_active_dims."""
+    from bucketing.sparse_folder import Route, SparseSpec
+
+    routes = {"query": Route("static", "q_0"), "document": Route("csr", "t", pooling_folder="d_2", k=12, hidden_dim=64)}
+    spec = SparseSpec(routes, default_route="document")
+    assert [spec.cut(t) for t in (None, "query", "document")] == [12, None, 12]
+    saved = SparseSpec(routes, default_route="document", max_active_dims=5)
+    assert [saved.cut(t) for t in (None, "query", "document")] == [5, 5, 5]
