@@ -43,6 +43,10 @@ class ChainError(ValueError):
     """A module chain this handler cannot serve exactly; the message names the module and its folder."""
 
 
+INPUT_TYPES = ("query", "document")  # a request's `input_type`: sentence-transformers' encode_query / encode_document
+DOCUMENT_PROMPTS = ("document", "passage", "corpus")  # encode_document's prompt: the first of these the model has
+
+
 @dataclass(frozen=True)
 class DenseLayer:
     """One `Dense` module: a linear layer from `in_features` to `out_features`, then its activation."""

@@ -30,7 +30,6 @@ from .chain import (
 )
 
 TASK = "multivector"
-INPUT_TYPES = ("query", "document")
 MODEL_TYPE = "MultiVectorEncoder"  # config_sentence_transformers.json's model_type
 SERVED_MODULES = ("Transformer", "Dense", "MultiVectorMask", "Normalize")
 TOKEN_POOLING = ("BaseTokenPooling", "HierarchicalTokenPooling", "LambdaTokenPooling")

@@ -23,14 +23,21 @@ from typing import Any
 
 import numpy as np
 
-from .chain import Chain, ChainError, chain_of, json_mapping, module_path, read_prompts, transformer_settings
+from .chain import (
+    INPUT_TYPES,
+    Chain,
+    ChainError,
+    chain_of,
+    json_mapping,
+    module_path,
+    read_prompts,
+    transformer_settings,
+)
 
 MLM_MODULES = ("MLMTransformer", "Transformer")  # a Transformer serves here only with transformer_task fill-mask
 SPARSE_MODULES = ("MLMTransformer", "SpladePooling", "SparseStaticEmbedding", "SparseAutoEncoder")
 SPLADE_POOLING = ("max", "sum")
 SPLADE_ACTIVATIONS = ("relu", "log1p_relu")
-INPUT_TYPES = ("query", "document")  # a request's `input_type`: encode_query / encode_document
-DOCUMENT_PROMPTS = ("document", "passage", "corpus")  # encode_document's prompt, the first the model has
 MODALITY = "text"  # what sentence-transformers infers for a batch of strings, for a Router's route mappings
 
 

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .answers import Answer, Options
-from .chain import Chain
+from .chain import INPUT_TYPES, Chain
 from .tokenizer import Encoded
 
 
@@ -150,6 +150,4 @@ class TaskHooks:
 def reach(task: Task, max_length: int) -> int:
     """The tokens texts are tokenized to: max_length, or further where the task cuts an input type further (a sparse
     Router's static route); its `shape` then cuts each text back to where its own input type is cut."""
-    from .protocols.base import INPUT_TYPES
-
     return max(task.cut(input_type, max_length) for input_type in (None, *INPUT_TYPES))

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..answers import Options
+from ..chain import DOCUMENT_PROMPTS, INPUT_TYPES
 from ..kinds import KINDS
 from .base import Limits, RequestError, bad, is_int, json_type, quote
 from .inputs import check_text
@@ -24,8 +25,6 @@ OPTION_FIELDS = (
     "input_type",
     "max_active_dims",
 )
-INPUT_TYPES = ("query", "document")  # sentence-transformers' encode_query / encode_document (absent: encode())
-DOCUMENT_PROMPTS = ("document", "passage", "corpus")  # encode_document's prompt: the first of these the model has
 DIRECTIONS = ("right", "left")
 
 

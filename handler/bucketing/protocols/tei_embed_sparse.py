@@ -15,9 +15,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..answers import Answer
+from ..chain import DOCUMENT_PROMPTS
 from . import tei
 from .base import Limits, RequestError, check_count
-from .options import DOCUMENT_PROMPTS
 from .tei import error_body as error_body
 from .tei import own_error as own_error
 
