@@ -11,7 +11,8 @@ two unlike SPLADE routes). ONNX has no log1p: its export, log(1 + x), rounds a p
 would drop an id encode() keeps. So max pools before log1p (monotone) and log1p is computed accurately on the
 pooled vector; a sum that rounds to 0 takes the sum of the activations instead (log1p(x) is x there, in float32).
 The engine runs it in row groups of at most max_batch_tokens tokens, as the torch engine does, so the ready line's
-bound on a pass's logits holds on both engines.
+bound on a pass's logits holds on both engines; unlike torch's in-place pooling, the graph also holds activations
+of the logits' size (the head's bias added, relu, log: ONNX Runtime plans those buffers), which the ready line says.
 
 CSR: the graph is the dense chain's pooled embedding (`head.Head`, exported as the embedding kind's is); the
 SparseAutoEncoder after it runs in torch float32 as on the torch engine (`CsrEngine`, its head the graph).
@@ -165,13 +166,14 @@ def open_onnxruntime(task: Any, config: Any, model_dir: str) -> Any:
             engine.head, engine.name = OrtHead(graph), OrtSpladeEngine.name
         else:
             engine = OrtSpladeEngine(graph, pools(task.spec), torch_engine.group_tokens)
+            task.ready_note += "; onnxruntime: the graph also holds activations the size of a group's logits"
         model = torch_engine.model if hasattr(torch_engine, "model") else torch_engine.head.model
         ids, mask, _ = probe(int(model.config.vocab_size))
         diff = max(float(np.abs(engine(ids, mask, r) - torch_engine(ids, mask, r)).max()) for r in routes)
     except Exception as e:
         raise EngineError(
             f"handler.engine onnxruntime: {path} could not be checked against the torch model "
-            f"({type(e).__name__}: {str(e)[:300]})"
+            f"({type(e).__name__}: {' '.join(str(e).split())[:300]})"  # one line, whatever the error says
         ) from e
     if not diff <= TOLERANCE:
         raise EngineError(

@@ -270,6 +270,8 @@ def test_an_onnxruntime_archive_carries_its_graph_and_serves(folders, csr_folder
     section = {k: v for k, v in cfg["handler"].items() if k != "model_path"} | {"cost": {"calibrate": False}}
     handler, context = make_handler(staged, **section)
     assert handler.task.engine.name == "onnxruntime" and handler.task.engine.device == "cpu"
+    note = handler.task.ready_note
+    assert ("activations the size of a group's logits" in note) == (variant == "router"), note
     texts = mixed_texts(5, seed=12) + ["x"]
     ((status, body),) = serve_at(handler, context, [{"texts": texts, "input_type": "document"}], [""])
     assert status == 200
