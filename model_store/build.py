@@ -114,9 +114,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         if args.print_commands:
             configs = spec.configs()
-            engine = next(iter(configs.values()))["handler"]["engine"]
+            handler = next(iter(configs.values()))["handler"]  # the task as given or detected
             args.stage_dir.mkdir(parents=True, exist_ok=True)
-            return print_commands(configs, spec.folder, engine, spec.task or "embedding", args.out, args.stage_dir)
+            return print_commands(
+                configs, spec.folder, handler["engine"], handler.get("task", "embedding"), args.out, args.stage_dir
+            )
         build_archives(args.out, spec, args.if_stale)
     except (BuildError, archives.ModelFolderError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -71,7 +71,7 @@ class HandlerConfig:
         "embedding",
         "`embedding` (the model's sentence-transformers chain; mean pooling for a plain "
         "folder), `classification` (id2label scores: softmax; sigmoid for one label or multi-label), `sparse` (a "
-        "sentence-transformers SparseEncoder: SPLADE, static, a query/document Router; engine torch, float32) or "
+        "sentence-transformers SparseEncoder: SPLADE, static, a query/document Router, CSR; float32, either engine) or "
         "`multivector` (a MultiVectorEncoder folder: one vector per kept token)",
         choices=TASKS,
     )

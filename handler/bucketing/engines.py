@@ -282,16 +282,22 @@ def open_torch(head: Head, info: ModelInfo, config: HandlerConfig, model_dir: st
     return TorchEngine(head, device, dtype, config.torchscript, info.vocab_size)
 
 
-def open_onnxruntime(
-    head: Head, info: ModelInfo, config: HandlerConfig, model_dir: str, device: str, dtype: Any
-) -> Engine:
-    """The exported graph, checked against the torch model on padded inputs (an EngineError past TOLERANCE)."""
+def exported_graph(model_dir: str) -> Path:
+    """The graph the build exported into the model folder; an EngineError naming the build command when absent."""
     path = Path(model_dir) / ONNX_FILE
     if not path.exists():
         raise EngineError(
             f"handler.engine onnxruntime: no {ONNX_FILE} in {model_dir}; build the archive with "
             "`python -m model_store.build --engine onnxruntime` (it exports the graph)"
         )
+    return path
+
+
+def open_onnxruntime(
+    head: Head, info: ModelInfo, config: HandlerConfig, model_dir: str, device: str, dtype: Any
+) -> Engine:
+    """The exported graph, checked against the torch model on padded inputs (an EngineError past TOLERANCE)."""
+    path = exported_graph(model_dir)
     try:
         engine = OrtEngine(path, config.torch_threads, device)
         ids, mask, pool_mask = probe(info.vocab_size)

@@ -136,7 +136,18 @@ class SparseTask(TaskHooks):
 
     @staticmethod
     def load(config: Any, model_dir: str, gpu_id: Any = None) -> SparseTask:
-        return load_sparse_task(config, model_dir, gpu_id)
+        from .sparse_onnx import open_engine
+
+        task = load_sparse_task(config, model_dir, gpu_id)
+        task.engine = open_engine(task, config, model_dir)  # on onnxruntime: the graph, checked against torch
+        return task
+
+    @staticmethod
+    def load_head(model_dir: str, attention: str | None = None) -> tuple[Any, Any]:
+        """What the onnxruntime engine's graph is exported from (`sparse_onnx`)."""
+        from .sparse_onnx import load_head
+
+        return load_head(model_dir, attention)
 
     @staticmethod
     def read_settings(folder: Path) -> Chain:

@@ -1,14 +1,17 @@
 """Sparse encoders through the handler in process, on tiny random models saved by sentence-transformers 6.2 itself:
 every answer has the non-zero ids of `SparseEncoder(dir).encode()`, `encode_query()` or `encode_document()` (the
-request's `input_type`) and their values within 1e-5, for SPLADE (max and sum pooling, relu and log1p_relu) and a
-Router (a static query route, a SPLADE document route), in every strategy and batch split, cut to the model's or the
-request's max_active_dims; in our format, OpenAI's and TEI's /embed_sparse; and what is refused, in one line."""
+request's `input_type`) and their values within 1e-5, for SPLADE (max and sum pooling, relu and log1p_relu), a
+Router (a static query route, a SPLADE document route) and CSR, on both engines (onnxruntime: the graph an archive
+built with --engine onnxruntime carries), in every strategy and batch split, cut to the model's or the request's
+max_active_dims; in our format, OpenAI's and TEI's /embed_sparse; and what is refused, in one line."""
 
 from __future__ import annotations
 
 import gc
 import json
+import shutil
 import weakref
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -30,6 +33,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "transformer-fill-mask": {"legacy": False, "seed": 4},  # sentence-transformers 6's own way to save SPLADE
 }
 ENCODE = {None: "encode", "query": "encode_query", "document": "encode_document"}
+ENGINES = ("torch", "onnxruntime")
 
 
 @pytest.fixture(scope="module")
@@ -38,15 +42,52 @@ def folders(tmp_path_factory):
     return {name: build_sparse_encoder(root / name, **spec) for name, spec in VARIANTS.items()}
 
 
+def stage_onnxruntime_archive(folder: Path, stage: Path) -> tuple[Path, dict[str, Any]]:
+    """`model_store.build --engine onnxruntime --print-commands` for the folder (its task detected): the archive's
+    model folder as staged (the graph exported into it) and its model-config."""
+    import yaml
+
+    from model_store import build
+
+    argv = ["--model-dir", str(folder), "--strategies", "bucketed", "--engine", "onnxruntime", "--print-commands"]
+    assert build.main([*argv, "--stage-dir", str(stage)]) == 0
+    (config,) = stage.glob("*.yaml")
+    return stage / "extra" / "model", yaml.safe_load(config.read_text())
+
+
 @pytest.fixture(scope="module")
-def handlers(folders):
+def archives(folders, csr_folders, csr_routers, tmp_path_factory):
+    """Each folder's onnxruntime archive, staged once per module when first asked."""
+    cache: dict[str, tuple[Path, dict[str, Any]]] = {}
+
+    def get(variant):
+        if variant not in cache:
+            source = {**folders, **csr_folders, **csr_routers}[variant]
+            cache[variant] = stage_onnxruntime_archive(source, tmp_path_factory.mktemp(f"onnx-{variant}"))
+        return cache[variant]
+
+    return get
+
+
+def model_dir(folders, archives, variant, engine):
+    """The folder an engine serves: the saved one (torch), the staged archive's model folder (onnxruntime)."""
+    return folders[variant] if engine == "torch" else archives(variant)[0]
+
+
+@pytest.fixture(scope="module")
+def handlers(folders, archives):
     cache = {}
 
-    def get(variant, strategy="bucketed", **section):
-        key = (variant, strategy, tuple(sorted(section.items())))
+    def get(variant, strategy="bucketed", engine="torch", **section):
+        key = (variant, strategy, engine, tuple(sorted(section.items())))
         if key not in cache:
             cache[key] = make_handler(
-                folders[variant], task="sparse", strategy=strategy, max_length=MAX_LENGTH, **section
+                model_dir(folders, archives, variant, engine),
+                task="sparse",
+                strategy=strategy,
+                engine=engine,
+                max_length=MAX_LENGTH,
+                **section,
             )
         return cache[key]
 
@@ -60,10 +101,17 @@ def serve_at(handler, context, rows, paths):
     return [(context.status[i][0], json.loads(b)) for i, b in enumerate(bodies)]
 
 
+REFERENCES: dict[Any, Any] = {}
+
+
 def reference(folder, texts, input_type=None, **kwargs):
-    model = sentence_transformers.SparseEncoder(str(folder), device="cpu")
-    out = getattr(model, ENCODE[input_type])(texts, convert_to_tensor=True, batch_size=len(texts), **kwargs)
-    return out.to_dense().numpy()
+    """`SparseEncoder(folder)`'s answers as dense rows (kept for the module: each engine compares with the same)."""
+    key = (str(folder), tuple(texts), input_type, tuple(sorted(kwargs.items())))
+    if key not in REFERENCES:
+        model = sentence_transformers.SparseEncoder(str(folder), device="cpu")
+        out = getattr(model, ENCODE[input_type])(texts, convert_to_tensor=True, batch_size=len(texts), **kwargs)
+        REFERENCES[key] = out.to_dense().numpy()
+    return REFERENCES[key]
 
 
 def mismatches(got, expected):
@@ -92,11 +140,22 @@ def texts_for(variant, input_type, seed=5):
 LONG = "word " * 120 + "apple cherry alpha beta gamma blue house river green " * 2
 
 
-@pytest.mark.parametrize("strategy", ["bucketed", "dynamic", "static"])
-@pytest.mark.parametrize("input_type", [None, "query", "document"])
-@pytest.mark.parametrize("variant", list(VARIANTS))
-def test_answers_equal_sparse_encoder(folders, handlers, variant, input_type, strategy):
-    handler, context = handlers(variant, strategy)
+def exactness_cases() -> list[tuple[str, str | None, str, str]]:
+    """Every variant, input type and strategy on torch; on onnxruntime each in every strategy too, but the input
+    types of a variant that has neither prompts nor a Router (they give its graph the same rows as encode())."""
+    return [
+        (variant, input_type, strategy, engine)
+        for variant, spec in VARIANTS.items()
+        for input_type in (None, "query", "document")
+        for strategy in ("bucketed", "dynamic", "static")
+        for engine in ENGINES
+        if engine == "torch" or input_type is None or spec.get("prompts") or spec.get("router")
+    ]
+
+
+@pytest.mark.parametrize(("variant", "input_type", "strategy", "engine"), exactness_cases())
+def test_answers_equal_sparse_encoder(folders, handlers, variant, input_type, strategy, engine):
+    handler, context = handlers(variant, strategy, engine)
     texts = texts_for(variant, input_type)
     options = {"input_type": input_type} if input_type else {}
     rows = [{"texts": texts[:3], **options}, {"texts": texts[3:], **options}, {"text": texts[-3], **options}]
@@ -106,9 +165,10 @@ def test_answers_equal_sparse_encoder(folders, handlers, variant, input_type, st
     assert mismatches(got, reference(folders[variant], texts + [texts[-3]], input_type)) == 0
 
 
-def test_requests_of_different_input_types_share_a_batch(folders, handlers):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_requests_of_different_input_types_share_a_batch(folders, handlers, engine):
     """A Router's query and document rows in one delivered batch (one pass plan) each take their own route."""
-    handler, context = handlers("router", max_batch_tokens=256, max_response_bytes=1 << 27)
+    handler, context = handlers("router", engine=engine, max_batch_tokens=256, max_response_bytes=1 << 27)
     queries, documents = texts_for("router", "query", seed=7), texts_for("router", "document", seed=8)
     rows = [
         {"texts": queries, "input_type": "query"},
@@ -247,12 +307,54 @@ def test_a_dense_model_refuses_embed_sparse(tiny_embedder_dir):
     assert status == 424 and body["error_type"] == "Backend"
 
 
-def test_onnxruntime_and_reduced_dtypes_are_refused_at_worker_start(folders):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_reduced_dtypes_are_refused_at_worker_start(folders, engine):
     from bucketing.head import EngineError
 
-    for section in ({"engine": "onnxruntime"}, {"dtype": "bfloat16"}):
-        with pytest.raises(EngineError, match="engine torch in float32"):
-            make_handler(folders["splade-max"], task="sparse", max_length=MAX_LENGTH, **section)
+    with pytest.raises(EngineError, match="handler.dtype bfloat16: a sparse model is served in float32 only"):
+        make_handler(folders["splade-max"], task="sparse", max_length=MAX_LENGTH, engine=engine, dtype="bfloat16")
+
+
+@pytest.mark.parametrize("variant", ["router", "csr"])
+def test_an_onnxruntime_archive_carries_its_graph_and_serves(folders, csr_folders, archives, variant):
+    """Built with --engine onnxruntime, a sparse folder's archive carries model.onnx (SPLADE: pooled inside it;
+    CSR: the dense chain's embedding) and its worker runs the graph, checked against torch at start."""
+    staged, cfg = archives(variant)
+    assert (staged / "model.onnx").is_file()
+    assert cfg["handler"]["task"] == "sparse" and cfg["handler"]["engine"] == "onnxruntime"
+    section = {k: v for k, v in cfg["handler"].items() if k != "model_path"} | {"cost": {"calibrate": False}}
+    handler, context = make_handler(staged, **section)
+    assert handler.task.engine.name == "onnxruntime" and handler.task.engine.device == "cpu"
+    note = handler.task.ready_note
+    assert ("activations the size of a group's logits" in note) == (variant == "router"), note
+    texts = mixed_texts(5, seed=12) + ["x"]
+    ((status, body),) = serve_at(handler, context, [{"texts": texts, "input_type": "document"}], [""])
+    assert status == 200
+    folder = folders[variant] if variant in folders else csr_folders[variant]
+    assert mismatches([a["embedding"] for a in body], reference(folder, texts, "document")) == 0
+
+
+def test_a_missing_foreign_or_tampered_graph_stops_the_worker_in_one_line(folders, archives, tmp_path):
+    """No model.onnx, another model's graph, or weights the graph was not exported from: the worker does not
+    start, and says why in one line."""
+    from bucketing.head import EngineError
+
+    def start(folder):
+        with pytest.raises(EngineError) as raised:
+            make_handler(folder, task="sparse", engine="onnxruntime", max_length=MAX_LENGTH)
+        assert "\n" not in str(raised.value)
+        return str(raised.value)
+
+    assert "no model.onnx" in start(folders["splade-max"])
+    foreign = tmp_path / "foreign"
+    shutil.copytree(archives("splade-max")[0], foreign)
+    shutil.copy(archives("csr")[0] / "model.onnx", foreign / "model.onnx")  # a CSR graph: other inputs and output
+    assert "could not be checked against the torch model" in start(foreign)
+    tampered = tmp_path / "tampered"
+    shutil.copytree(archives("splade-max")[0], tampered)
+    other = build_sparse_encoder(tmp_path / "other", seed=9)
+    shutil.copy(other / "model.safetensors", tampered / "model.safetensors")  # the graph no longer matches
+    assert "differs from the torch model by" in start(tampered)
 
 
 def test_calibration_times_the_sparse_head(folders, monkeypatch):
@@ -386,12 +488,19 @@ def csr_folders(tmp_path_factory):
     return {name: build_csr(root / name, **spec) for name, spec in CSR_VARIANTS.items()}
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("strategy", ["bucketed", "dynamic", "static"])
 @pytest.mark.parametrize("input_type", [None, "query"])
 @pytest.mark.parametrize("variant", list(CSR_VARIANTS))
-def test_csr_answers_equal_sparse_encoder(csr_folders, variant, input_type, strategy):
+def test_csr_answers_equal_sparse_encoder(csr_folders, archives, variant, input_type, strategy, engine):
     """CSR: the dense chain's pooled embedding, then the SparseAutoEncoder's top-k, as encode() answers it."""
-    handler, context = make_handler(csr_folders[variant], task="sparse", strategy=strategy, max_length=MAX_LENGTH)
+    handler, context = make_handler(
+        model_dir(csr_folders, archives, variant, engine),
+        task="sparse",
+        strategy=strategy,
+        engine=engine,
+        max_length=MAX_LENGTH,
+    )
     texts = mixed_texts(9, seed=6) + ["short", "x"]
     options = {"input_type": input_type} if input_type else {}
     rows = [{"texts": texts[:4], **options}, {"texts": texts[4:], **options}, {"text": texts[2], **options}]
@@ -430,8 +539,10 @@ def test_build_detects_a_csr_folder(csr_folders):
     assert cfg["handler"]["task"] == "sparse" and cfg["handler"]["engine"] == "torch"
     assert "csr" in next(iter(cfg["model_chain"]["routes"].values()))
     assert cfg["model_chain"]["max_active_dims"] == 12
-    with pytest.raises(BuildError, match="engine torch in float32"):
-        ArchiveSpec(strategies=("bucketed",), model_dir=folder, engine="onnxruntime").configs()
+    (cfg,) = ArchiveSpec(strategies=("bucketed",), model_dir=folder, engine="onnxruntime").configs().values()
+    assert cfg["handler"]["engine"] == "onnxruntime"
+    with pytest.raises(BuildError, match="--dtype bfloat16: a sparse model is served in float32 only"):
+        ArchiveSpec(strategies=("bucketed",), model_dir=folder, dtype="bfloat16").configs()
 
 
 CSR_ROUTERS: dict[str, dict[str, Any]] = {
@@ -454,13 +565,18 @@ def csr_router_texts(input_type, seed=6):
 
 @pytest.mark.parametrize("strategy", ["bucketed", "dynamic", "static"])
 @pytest.mark.parametrize("input_type", [None, "query", "document"])
-@pytest.mark.parametrize("variant", list(CSR_ROUTERS))
-def test_csr_router_answers_equal_sparse_encoder(csr_routers, variant, input_type, strategy):
+@pytest.mark.parametrize(
+    ("variant", "engine"),
+    [("csr-static-router", "torch"), ("csr-static-router", "onnxruntime"), ("csr-shared-router", "torch")],
+)
+def test_csr_router_answers_equal_sparse_encoder(csr_routers, archives, variant, engine, input_type, strategy):
     """A Router with CSR routes (beside a static route, or two over one shared Transformer; a Pooling that leaves
     the prompt out): each request's route as encode_query / encode_document / encode() takes it, a CSR route cut
-    at its own k (SparseEncoder takes no max_active_dims from a SparseAutoEncoder inside a Router)."""
+    at its own k (SparseEncoder takes no max_active_dims from a SparseAutoEncoder inside a Router); one CSR route
+    on either engine (several: torch only, `test_several_csr_routes_are_refused_on_onnxruntime_in_one_line`)."""
     folder = csr_routers[variant]
-    handler, context = make_handler(folder, task="sparse", strategy=strategy, max_length=MAX_LENGTH)
+    served = folder if engine == "torch" else archives(variant)[0]
+    handler, context = make_handler(served, task="sparse", strategy=strategy, engine=engine, max_length=MAX_LENGTH)
     texts = csr_router_texts(input_type)
     options = {"input_type": input_type} if input_type else {}
     rows = [{"texts": texts[:4], **options}, {"texts": texts[4:], **options}, {"text": texts[2], **options}]
@@ -496,6 +612,22 @@ def test_csr_router_rows_of_both_routes_share_a_batch(csr_routers, variant, max_
         assert mismatches([a["embedding"] for a in body], want) == 0
 
 
+def test_several_csr_routes_are_refused_on_onnxruntime_in_one_line(csr_routers, tmp_path, capsys):
+    """One exported graph holds one dense chain: a Router of two CSR routes is refused on onnxruntime at build and
+    at worker start, in one line naming --engine torch."""
+    from bucketing.head import EngineError
+    from model_store import build
+
+    folder = csr_routers["csr-shared-router"]
+    argv = ["--model-dir", str(folder), "--strategies", "bucketed", "--engine", "onnxruntime", "--print-commands"]
+    assert build.main([*argv, "--stage-dir", str(tmp_path / "stage")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "CSR routes" in err and "--engine torch" in err and "\n" not in err
+    with pytest.raises(EngineError, match="2 CSR routes .* served on engine torch only") as raised:
+        make_handler(folder, task="sparse", engine="onnxruntime", max_length=MAX_LENGTH)
+    assert "\n" not in str(raised.value)
+
+
 def test_build_carries_every_module_of_a_csr_router(csr_routers, tmp_path):
     from bucketing.head import EngineError
     from model_store import archives
@@ -526,8 +658,8 @@ def test_build_detects_a_sparse_folder_and_refuses_what_is_not_served(folders, t
     assert set(cfg["model_chain"]["routes"]) == {"query", "document"}
     carried = archives.model_files(folders["router"])
     assert {"query_0_SparseStaticEmbedding", "document_0_MLMTransformer", "document_1_SpladePooling"} <= set(carried)
-    with pytest.raises(BuildError, match="engine torch in float32"):
-        ArchiveSpec(strategies=("bucketed",), model_dir=folders["router"], engine="onnxruntime").configs()
+    with pytest.raises(BuildError, match="--dtype float16: a sparse model is served in float32 only"):
+        ArchiveSpec(strategies=("bucketed",), model_dir=folders["router"], dtype="float16").configs()
     sizes = build_csr_router(tmp_path / "sizes", hidden=64)  # a static route of 30522 ids, CSR latents of 64
     with pytest.raises(BuildError, match="routes answer vectors of different sizes") as raised:
         ArchiveSpec(strategies=("bucketed",), model_dir=sizes).configs()

@@ -37,9 +37,9 @@ def test_a_kinds_wires_are_wire_formats(name):
 def test_refusals_are_the_kinds_own_lines():
     assert KINDS["embedding"].refused("onnxruntime", "float16", "--dtype") is None
     assert KINDS["sparse"].refused("torch", "float32", "--dtype") is None
-    assert KINDS["sparse"].refused("onnxruntime", "float32", "--dtype") == (
-        "a sparse model is served on engine torch in float32 (got engine onnxruntime, dtype float32): its SPLADE "
-        "head is checked against sentence-transformers there only; build it with --engine torch"
+    assert KINDS["sparse"].refused("onnxruntime", "float32", "--dtype") is None
+    assert KINDS["sparse"].refused("torch", "bfloat16", "--dtype") == (
+        "--dtype bfloat16: a sparse model is served in float32 only (engine torch or onnxruntime)"
     )
     assert (
         KINDS["multivector"].refused("torch", "bfloat16", "handler.dtype")

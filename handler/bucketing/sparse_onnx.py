@@ -1,0 +1,211 @@
+"""Sparse encoders on the onnxruntime engine: the graph exported at build (`load_head`: what `engines.export_onnx`
+exports for the sparse kind) and the engine that runs it at worker start (`open_engine`), checked against the torch
+engine (`sparse.SparseEngine` / `sparse.CsrEngine`) on padded inputs.
+
+SPLADE: the graph runs (input_ids, attention_mask) to the pooled vocabulary-size vectors, the masked-LM logits,
+the mask, relu, log1p and max or sum over the tokens inside it, so each run hands back rows x vocabulary floats,
+not the rows x tokens x vocabulary logits (a copy of up to max_batch_tokens x vocabulary floats a row group, and on
+a GPU a device-to-host transfer of them). Its output is [rows, pools, vocabulary], one pool per distinct (pooling,
+activation) of the folder's SPLADE routes (`pools`; one for every folder sentence-transformers saves but a Router of
+two unlike SPLADE routes). ONNX has no log1p: its export, log(1 + x), rounds a positive x under 2^-24 to 0, which
+would drop an id encode() keeps. So max pools before log1p (monotone) and log1p is computed accurately on the
+pooled vector; a sum that rounds to 0 takes the sum of the activations instead (log1p(x) is x there, in float32).
+The engine runs it in row groups of at most max_batch_tokens tokens, as the torch engine does, so the ready line's
+bound on a pass's logits holds on both engines; unlike torch's in-place pooling, the graph also holds activations
+of the logits' size (the head's bias added, relu, log: ONNX Runtime plans those buffers), which the ready line says.
+
+CSR: the graph is the dense chain's pooled embedding (`head.Head`, exported as the embedding kind's is); the
+SparseAutoEncoder after it runs in torch float32 as on the torch engine (`CsrEngine`, its head the graph).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .chain import ChainError
+from .sparse_folder import SparseSpec, read_sparse
+
+
+def pools(spec: SparseSpec) -> tuple[tuple[str, str], ...]:
+    """The (pooling, activation) pairs of the folder's SPLADE routes, in the graph's output order."""
+    return tuple(sorted({(r.pooling, r.activation) for r in spec.routes.values() if r.kind == "splade"}))
+
+
+def log1p(x: torch.Tensor) -> torch.Tensor:
+    """log(1 + x) accurate for small x (x where 1 + x rounds to 1), from ops ONNX has."""
+    u = x + 1.0
+    d = u - 1.0
+    tiny = d == 0
+    return torch.where(tiny, x, torch.log(u) * (x / torch.where(tiny, torch.ones_like(d), d)))
+
+
+class SpladeHead(torch.nn.Module):
+    """The MLM transformer, then each of `pools`' SPLADE pooling: [rows, pools, vocabulary] float32."""
+
+    pooled = False
+    types = False
+    inputs = ("input_ids", "attention_mask")
+    output_axes = {0: "batch"}
+
+    def __init__(self, model: torch.nn.Module, pools: tuple[tuple[str, str], ...]) -> None:
+        super().__init__()
+        self.model = model
+        self.masks: Any = None  # for export: attention masks from plain tensor ops
+        self.pools = pools
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        attention = attention_mask if self.masks is None else self.masks(attention_mask)
+        logits = self.model(input_ids=input_ids, attention_mask=attention, return_dict=False)[0].float()
+        x = torch.relu(logits * attention_mask.unsqueeze(-1).to(logits.dtype))
+        out = []
+        for pooling, activation in self.pools:
+            if pooling == "max":  # log1p is monotone: after the max, on rows x vocabulary values
+                pooled = log1p(torch.max(x, dim=1)[0])
+                out.append(log1p(pooled) if activation == "log1p_relu" else pooled)
+                continue
+            raw = torch.sum(x, dim=1)  # log1p(x) = x in float32 where log(1 + x) rounds to 0
+            y = torch.log(x + 1.0)
+            if activation == "log1p_relu":
+                y = torch.log(y + 1.0)
+            summed = torch.sum(y, dim=1)
+            out.append(torch.where(summed == 0, raw, summed))
+        return torch.stack(out, dim=1)
+
+
+def load_head(model_dir: str, attention: str | None = None) -> tuple[Any, Any]:
+    """What the sparse kind exports: SPLADE's `SpladeHead`, or CSR's dense chain (`head.Head`); and the facts
+    `engines.export_onnx` reads (its vocabulary, its positions)."""
+    from transformers import AutoModel, AutoModelForMaskedLM
+
+    from .head import EngineError, Head, ModelInfo, dense_layers, usable_positions
+
+    try:
+        spec = read_sparse(model_dir)
+    except ChainError as e:
+        raise EngineError(f"{model_dir}: {e}") from None
+    folder = str(Path(model_dir) / (spec.mlm or ""))
+    extra = {"attn_implementation": attention} if attention else {}
+    csr = next((r for r in spec.routes.values() if r.kind == "csr"), None)
+    several = several_csr(spec)
+    if several:
+        raise EngineError(f"{model_dir}: {several}")
+    head: torch.nn.Module
+    if csr is not None and csr.dense is not None:
+        model = AutoModel.from_pretrained(folder, **extra).eval()
+        head = Head(model, pooled=True, chain=csr.dense, dense=dense_layers(model_dir, csr.dense))
+        width = csr.dense.dimensions(int(model.config.hidden_size))
+    else:
+        model = AutoModelForMaskedLM.from_pretrained(folder, **extra).eval()
+        head = SpladeHead(model, pools(spec))
+        width = int(model.config.vocab_size)
+    cfg = model.config
+    info = ModelInfo(usable_positions(cfg), width, (), int(cfg.vocab_size), chain=spec.chain)
+    return head.eval(), info
+
+
+def several_csr(spec: SparseSpec) -> str | None:
+    """Why this folder is not served on onnxruntime: a Router of several CSR routes (one dense chain each, one graph
+    exported); None when it is."""
+    csr = [name for name, r in spec.routes.items() if r.kind == "csr"]
+    if len(csr) < 2:
+        return None
+    return (
+        f"a Router of {len(csr)} CSR routes ({', '.join(csr)}) is served on engine torch only (the onnxruntime graph "
+        "holds one dense chain); build it with --engine torch"
+    )
+
+
+class OrtSpladeEngine:
+    """SPLADE on the exported graph, in row groups of at most `group_tokens` tokens; a route's pool picked."""
+
+    name = "onnxruntime"
+    fidelity = None
+
+    def __init__(self, graph: Any, pools: tuple[tuple[str, str], ...], group_tokens: int) -> None:
+        self.graph = graph
+        self.device = graph.device
+        self.pools = pools
+        self.group_tokens = group_tokens
+
+    def __call__(self, ids: np.ndarray, mask: np.ndarray, route: Any) -> np.ndarray:
+        column = self.pools.index((route.pooling, route.activation))
+        rows = max(1, self.group_tokens // max(1, ids.shape[1]))
+        groups = [self.graph(ids[s : s + rows], mask[s : s + rows])[:, column] for s in range(0, ids.shape[0], rows)]
+        return np.ascontiguousarray(np.concatenate(groups, axis=0), dtype=np.float32)
+
+
+class OrtHead:
+    """CSR's dense chain on the exported graph, called as `CsrEngine` calls its torch `Head`."""
+
+    def __init__(self, graph: Any) -> None:
+        self.graph = graph
+
+    def to(self, device: str) -> OrtHead:
+        return self
+
+    def eval(self) -> OrtHead:
+        return self
+
+    def __call__(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, pool_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        pool = None if pool_mask is None else pool_mask.cpu().numpy()
+        out = self.graph(input_ids.cpu().numpy(), attention_mask.cpu().numpy(), pool)
+        return torch.from_numpy(out).to(input_ids.device)
+
+
+def open_onnxruntime(task: Any, config: Any, model_dir: str) -> Any:
+    """The exported graph in the task's engine's place, checked against it on padded inputs for every route that
+    runs the transformer (an EngineError in one line past engines.TOLERANCE, or on any failure)."""
+    from .engines import TOLERANCE, OrtEngine, exported_graph, probe
+    from .head import EngineError
+
+    torch_engine = task.engine
+    several = several_csr(task.spec)
+    if several:
+        raise EngineError(f"handler.engine onnxruntime: {model_dir}: {several}")
+    path = exported_graph(model_dir)
+    routes = [r for r in task.spec.routes.values() if r.kind in ("splade", "csr")]
+    try:
+        graph = OrtEngine(path, config.torch_threads, torch_engine.device)
+        engine: Any
+        if routes[0].kind == "csr":  # the one CSR route's dense chain on the graph, its autoencoder on torch
+            engine = copy.copy(torch_engine)
+            engine.parts = {k: (OrtHead(graph), *v[1:]) for k, v in torch_engine.parts.items()}
+            engine.name = OrtSpladeEngine.name
+            model = next(iter(torch_engine.parts.values()))[0].model
+        else:
+            engine = OrtSpladeEngine(graph, pools(task.spec), torch_engine.group_tokens)
+            task.ready_note += "; onnxruntime: the graph also holds activations the size of a group's logits"
+            model = torch_engine.model
+        ids, mask, pool_mask = probe(int(model.config.vocab_size))  # pool_mask: a prompt left out of pooling
+        diff = max(
+            float(np.abs(engine(ids, mask, r, *extra) - torch_engine(ids, mask, r, *extra)).max())
+            for r in routes
+            for extra in (((), (pool_mask,)) if r.kind == "csr" else ((),))
+        )
+    except Exception as e:
+        raise EngineError(
+            f"handler.engine onnxruntime: {path} could not be checked against the torch model "
+            f"({type(e).__name__}: {' '.join(str(e).split())[:300]})"  # one line, whatever the error says
+        ) from e
+    if not diff <= TOLERANCE:
+        raise EngineError(
+            f"handler.engine onnxruntime: {path} differs from the torch model by {diff:.2e} on padded "
+            f"inputs (allowed: {TOLERANCE:g}); rebuild the archive from this model"
+        )
+    return engine
+
+
+# How a sparse model's engine opens, by handler.engine: torch's is the task's own.
+OPEN = {"torch": lambda task, config, model_dir: task.engine, "onnxruntime": open_onnxruntime}
+
+
+def open_engine(task: Any, config: Any, model_dir: str) -> Any:
+    """The sparse task's engine on the configured engine."""
+    return OPEN[config.engine](task, config, model_dir)
