@@ -29,6 +29,7 @@ from bench.stats import Summary
 from bench.targets import TorchServeSite, build_archives
 from bench.workloads import BENCH_WORKLOADS, DOCS_PER_REQUEST, NOT_EMBEDDINGS, Workload
 from bucketing import precision
+from bucketing.kinds import KINDS as MODEL_KINDS
 from model_store import archives
 from model_store.archives import ROOT
 from tsctl import Client, Endpoints, TorchServe, exit_on_signals
@@ -124,12 +125,9 @@ def check_args(args: argparse.Namespace, plan: RunPlan) -> CapacitySettings | No
             raise SystemExit(
                 f"--workload {c.workload}: not with --peer, --suite tune or --bound (they measure embeddings)"
             )
-        spec = models.served_as(c.workload)
-        for what, got, only in (("engine", c.engine, spec.engine), ("dtype", c.dtype, spec.dtype)):
-            if only is not None and got not in (None, only):
-                raise SystemExit(
-                    f"--workload {c.workload}: {what} {got} refused; its {spec.task} model runs on {only} only"
-                )
+        refusal = MODEL_KINDS[models.task(c.workload)].refused(c.engine or "torch", c.dtype or "float32", "--dtypes")
+        if refusal is not None:
+            raise SystemExit(f"--workload {c.workload}: {refusal}")
     if args.docs_per_request < 1:
         raise SystemExit(f"--docs-per-request: got {args.docs_per_request}; allowed: 1 or more")
     reduced = sorted({c.dtype for c in plan.configs if c.dtype and c.dtype != "float32"})

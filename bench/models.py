@@ -38,17 +38,17 @@ MINILM = "all-MiniLM-L6-v2"
 @dataclass(frozen=True)
 class Served:
     """How a workload's archives are built: the task, the model when none is given (None: MiniLM), and the engine
-    the task needs (None: any; the shipped archives' by default)."""
+    when none is given (None: the shipped archives'); the engines and dtypes it may run on are its model kind's
+    (`bucketing.kinds`)."""
 
     task: str = "embedding"
     model: str | None = None
-    engine: str | None = None  # the one engine the task runs on (None: any)
-    dtype: str | None = None  # the one dtype it runs in (None: any)
+    engine: str | None = None  # its engine when none is given (None: the shipped archives')
 
 
 SERVED_AS = {  # workloads that are not plain embedding traffic to MiniLM
     RERANK: Served("classification", CROSS_ENCODER),
-    SPARSE: Served("sparse", SPLADE, "torch", "float32"),  # the sparse head is served on torch in float32 only
+    SPARSE: Served("sparse", SPLADE, "torch"),  # torch unless --engines says (the kind: either engine, float32)
 }
 
 

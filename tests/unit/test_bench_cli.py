@@ -160,6 +160,10 @@ def test_the_sparse_workload_picks_the_splade_model_on_torch():
     }
     own = compare.plan_from_args(compare.parse_args(["--workload", "sparse", "--model-dir", "/data/splade"]))
     assert {(c.model, c.engine) for c in own.configs} == {("/data/splade", "torch")}  # a user's SPLADE: still torch
+    args = compare.parse_args(["--workload", "sparse", "--strategies", "bucketed", "--engines", "torch,onnxruntime"])
+    both = compare.plan_from_args(args)
+    compare.check_args(args, both)
+    assert {c.engine for c in both.configs} == {"torch", "onnxruntime"}
     assert (models.task("longtail"), models.task("rerank")) == ("embedding", "classification")
 
 
@@ -168,8 +172,7 @@ def test_the_sparse_workload_picks_the_splade_model_on_torch():
     [
         (["--bound"], "--workload sparse: not with --peer, --suite tune or --bound"),
         (["--peer", "infinity"], "--workload sparse: not with --peer"),
-        (["--engines", "onnxruntime"], "--workload sparse: engine onnxruntime refused; its sparse model runs on torch"),
-        (["--dtypes", "bfloat16"], "--workload sparse: dtype bfloat16 refused; its sparse model runs on float32"),
+        (["--dtypes", "bfloat16"], "--workload sparse: --dtypes bfloat16: a sparse model is served in float32 only"),
     ],
 )
 def test_the_sparse_workload_refuses_what_it_cannot_combine_with(extra, message):
