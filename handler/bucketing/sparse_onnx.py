@@ -1,6 +1,6 @@
 """Sparse encoders on the onnxruntime engine: the graph exported at build (`load_head`: what `engines.export_onnx`
 exports for the sparse kind) and the engine that runs it at worker start (`open_engine`), checked against the torch
-engine (`sparse.SparseEngine` / `sparse.CsrEngine`) on padded inputs.
+engine (`sparse_engines.SparseEngine` / `sparse_engines.CsrEngine`) on padded inputs.
 
 SPLADE: the graph runs (input_ids, attention_mask) to the pooled vocabulary-size vectors, the masked-LM logits,
 the mask, relu, log1p and max or sum over the tokens inside it, so each run hands back rows x vocabulary floats,

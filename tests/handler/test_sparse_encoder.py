@@ -359,7 +359,7 @@ def test_a_missing_foreign_or_tampered_graph_stops_the_worker_in_one_line(folder
 
 def test_calibration_times_the_sparse_head(folders, monkeypatch):
     """The cost model is fitted on passes through the MLM head and SPLADE pooling (the task's own forward)."""
-    from bucketing.sparse import SparseEngine
+    from bucketing.sparse_engines import SparseEngine
 
     shapes = []
     original = SparseEngine.__call__
