@@ -31,6 +31,7 @@ from .chain import (
     json_mapping,
     module_path,
     read_prompts,
+    safetensors_shapes,
     transformer_settings,
 )
 
@@ -329,10 +330,7 @@ def _static_size(folder: Path, route: Route) -> int:
     route of another kind."""
     if route.kind != "static":
         return 0
-    from safetensors import safe_open
-
-    with safe_open(str(folder / route.folder / "model.safetensors"), framework="numpy") as f:
-        shape = f.get_slice("weight").get_shape() if "weight" in f.keys() else []  # noqa: SIM118 - not a dict
+    shape = safetensors_shapes(folder / route.folder / "model.safetensors").get("weight", [])  # ChainError: 1 line
     return int(shape[0]) if len(shape) == 1 else 0
 
 

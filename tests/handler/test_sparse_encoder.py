@@ -711,3 +711,59 @@ def test_continuous_batching_plans_static_route_rows_as_one_token(folders, monke
     assert mismatches(got["q"], reference(folder, queries, "query")) == 0
     assert mismatches(got["d"], reference(folder, documents, "document")) == 0
     assert seen["q"] == (1, 1, 1) and seen["d"] == (5, 24)  # a document: its prompt, text and special tokens
+
+
+def test_a_router_whose_static_weights_are_unreadable_is_refused_in_one_line(tmp_path):
+    """A CSR Router's static route whose model.safetensors is not one: read_sparse (build and worker start) says so
+    in one ChainError line, not a safetensors traceback."""
+    from bucketing.chain import ChainError
+    from bucketing.sparse_folder import read_sparse
+
+    folder = build_csr_router(tmp_path / "unreadable")
+    (weights,) = [p for p in folder.rglob("model.safetensors") if "SparseStaticEmbedding" in str(p)]
+    weights.write_bytes(b"garbage")
+    with pytest.raises(ChainError, match="not a safetensors file") as refused:
+        read_sparse(folder)
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.xfail(strict=True, reason="CsrEngine keys a route's chain by its SparseAutoEncoder's folder (review h45)")
+def test_two_csr_routes_sharing_one_autoencoder_keep_their_own_pooling(tmp_path):
+    """A Router whose query and document routes share the Transformer and the SparseAutoEncoder instance (each saved
+    once) but pool differently (cls, mean): each route answers with its own pooling, as encode_query/_document."""
+    import torch
+    from sentence_transformers.base.modules import Router, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+    from sentence_transformers.sparse_encoder.modules import SparseAutoEncoder
+
+    from tests.models import build_tiny
+
+    torch.manual_seed(13)
+    transformer = Transformer(str(build_tiny(tmp_path / "body", "bert")))
+    width = transformer.get_embedding_dimension()
+    sae = SparseAutoEncoder(input_dim=width, hidden_dim=96, k=8)
+    with torch.no_grad():
+        sae.pre_bias.normal_(0, 0.1)
+        sae.latent_bias.normal_(0, 0.1)
+    queries = [transformer, Pooling(width, pooling_mode="cls"), sae]
+    documents = [transformer, Pooling(width, pooling_mode="mean"), sae]
+    folder = tmp_path / "shared-autoencoder"
+    router = Router.for_query_document(queries, documents)
+    sentence_transformers.SparseEncoder(modules=[router], device="cpu").save(str(folder))
+    handler, context = make_handler(folder, task="sparse", max_length=64)
+    texts = ["apple cherry alpha beta", "word " * 20, "a b c"]
+    rows = [{"texts": texts, "input_type": "query"}, {"texts": texts, "input_type": "document"}]
+    (s1, queried), (s2, documented) = serve_at(handler, context, rows, ["", ""])
+    assert (s1, s2) == (200, 200)
+    assert mismatches([a["embedding"] for a in documented], reference(folder, texts, "document")) == 0
+    assert mismatches([a["embedding"] for a in queried], reference(folder, texts, "query")) == 0
+
+
+@pytest.mark.xfail(strict=True, reason="the tokenizer is built at task.reach, /tokenize cuts there (review h45)")
+def test_tei_tokenize_cuts_at_max_length_beside_a_static_route(folders):
+    """TEI's /tokenize shows the tokens cut at handler.max_length (tei_tokenize's docstring), also for a Router
+    whose static route reads texts further (`task.reach`)."""
+    handler, context = make_handler(folders["router"], task="sparse", max_length=64)
+    ((status, (tokens,)),) = serve_at(handler, context, [{"inputs": "word " * 300}], ["tokenize"])
+    assert status == 200
+    assert len(tokens) == 64
