@@ -237,7 +237,7 @@ def load_csr_task(spec: SparseSpec, route: Route, model_dir: str, folder: str, g
         raise EngineError(reduced_weights(model_dir, str(saved).removeprefix("torch.")))
     device = select_device(gpu_id, torch.cuda.is_available())
     engine: CsrEngine | None = None
-    for csr in {r.pooling_folder: r for r in spec.routes.values() if r.kind == "csr"}.values():  # a Router's too
+    for csr in {r.modules: r for r in spec.routes.values() if r.kind == "csr"}.values():  # a chain per route's modules
         assert csr.dense is not None
         head = Head(model, pooled=True, chain=csr.dense, dense=dense_layers(model_dir, csr.dense))
         where = Path(model_dir) / csr.pooling_folder

@@ -65,19 +65,20 @@ class CsrEngine:
     """CSR: the dense chain's pooled embedding (`Head`, over the pooling mask: prompt tokens left out where its
     Pooling says `include_prompt: false`), Normalize if the chain has it, then the SparseAutoEncoder's encoder, in
     sentence-transformers' order of operations; relu of the latents (the cut is the answer's). One such chain per
-    CSR route of a Router (`add`), keyed by its SparseAutoEncoder's folder, all over one transformer."""
+    CSR route of a Router (`add`), keyed by the route's module folders (two routes may share an autoencoder and
+    differ in pooling), all over one transformer."""
 
     name = "torch"
     fidelity = None
 
     def __init__(self, head: Any, weights: Mapping[str, Any], route: Route, device: str) -> None:
         self.device = device
-        self.parts: dict[str, tuple[Any, bool, bool, Any, Any, Any]] = {}
+        self.parts: dict[tuple[str, ...], tuple[Any, bool, bool, Any, Any, Any]] = {}
         self.add(head, weights, route)
 
     def add(self, head: Any, weights: Mapping[str, Any], route: Route) -> None:
         """Another CSR route's dense chain (its own Head over the shared transformer) and autoencoder weights."""
-        self.parts[route.pooling_folder] = (
+        self.parts[route.modules] = (
             head.to(self.device).eval(),
             bool(route.dense is not None and route.dense.normalize),
             route.layer_norm,
@@ -92,7 +93,7 @@ class CsrEngine:
         import torch
         import torch.nn.functional as F
 
-        head, normalize, layer_norm, pre_bias, encoder, latent_bias = self.parts[route.pooling_folder]
+        head, normalize, layer_norm, pre_bias, encoder, latent_bias = self.parts[route.modules]
         with torch.inference_mode():
             i = torch.from_numpy(ids).to(self.device)
             m = torch.from_numpy(mask).to(self.device)

@@ -181,6 +181,11 @@ def read_sparse(model_dir: Path | str) -> SparseSpec:
             f"{folder}: a sparse model with {len(mlm)} transformers (MLM or CSR's) is not served (served: exactly "
             "one, which routes of a Router may share); this model cannot be served exactly"
         )
+    if csr and any(r.kind == "splade" for r in routes.values()):
+        raise ChainError(
+            f"{folder}: a Router with both SPLADE and CSR routes is not served (its one transformer runs as a masked "
+            "LM or as an encoder, not both); this model cannot be served exactly"
+        )
     sizes = {n: r.hidden_dim if r.kind == "csr" else _static_size(folder, r) for n, r in routes.items()} if csr else {}
     if len(set(sizes.values())) > 1:  # (a SPLADE route's vocabulary is checked against the MLM's at load)
         raise ChainError(

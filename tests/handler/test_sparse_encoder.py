@@ -628,6 +628,28 @@ def test_several_csr_routes_are_refused_on_onnxruntime_in_one_line(csr_routers, 
     assert "\n" not in str(raised.value)
 
 
+def test_a_router_of_splade_and_csr_routes_over_one_transformer_is_refused_in_one_line(csr_routers, tmp_path):
+    """One transformer cannot run as a masked LM for a SPLADE route and as an encoder for a CSR route: refused with
+    its own line (not as routes of different sizes)."""
+    import json
+    import shutil
+
+    from bucketing.chain import ChainError
+    from bucketing.sparse_folder import read_sparse
+
+    folder = shutil.copytree(csr_routers["csr-shared-router"], tmp_path / "splade-and-csr")
+    (folder / "query_9_SpladePooling").mkdir()
+    (folder / "query_9_SpladePooling" / "config.json").write_text('{"pooling_strategy": "max"}')
+    config = json.loads((folder / "router_config.json").read_text())
+    config["types"]["query_9_SpladePooling"] = "sentence_transformers.sparse_encoder.modules.SpladePooling"
+    config["structure"]["query"] = ["query_0_Transformer", "query_9_SpladePooling"]
+    (folder / "router_config.json").write_text(json.dumps(config))
+    (folder / "query_0_Transformer" / "sentence_bert_config.json").write_text('{"transformer_task": "fill-mask"}')
+    with pytest.raises(ChainError, match="both SPLADE and CSR routes is not served") as refused:
+        read_sparse(folder)
+    assert "\n" not in str(refused.value)
+
+
 def test_build_carries_every_module_of_a_csr_router(csr_routers, tmp_path):
     from bucketing.head import EngineError
     from model_store import archives
@@ -727,7 +749,6 @@ def test_a_router_whose_static_weights_are_unreadable_is_refused_in_one_line(tmp
     assert "\n" not in str(refused.value)
 
 
-@pytest.mark.xfail(strict=True, reason="CsrEngine keys a route's chain by its SparseAutoEncoder's folder (review h45)")
 def test_two_csr_routes_sharing_one_autoencoder_keep_their_own_pooling(tmp_path):
     """A Router whose query and document routes share the Transformer and the SparseAutoEncoder instance (each saved
     once) but pool differently (cls, mean): each route answers with its own pooling, as encode_query/_document."""
@@ -759,7 +780,6 @@ def test_two_csr_routes_sharing_one_autoencoder_keep_their_own_pooling(tmp_path)
     assert mismatches([a["embedding"] for a in queried], reference(folder, texts, "query")) == 0
 
 
-@pytest.mark.xfail(strict=True, reason="the tokenizer is built at task.reach, /tokenize cuts there (review h45)")
 def test_tei_tokenize_cuts_at_max_length_beside_a_static_route(folders):
     """TEI's /tokenize shows the tokens cut at handler.max_length (tei_tokenize's docstring), also for a Router
     whose static route reads texts further (`task.reach`)."""

@@ -163,7 +163,8 @@ class ModelFacts:
     """What TEI's `/info`, `/tokenize` and `/decode` tell or use, from the handler's settings and model."""
 
     dtype: str
-    pooling: tuple[str, ...] | None  # an embedding model's pooling modes (empty: pools none); None: a classifier
+    # an embedding model's pooling modes (empty: pools none, a multi-vector model); None: a classifier
+    pooling: tuple[str, ...] | None
     labels: tuple[str, ...] | None  # a classifier's labels, in id order
     max_batch_tokens: int
     auto_truncate: bool
