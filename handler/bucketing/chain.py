@@ -127,20 +127,23 @@ def chain_of(
         raise ChainError(f"{modules_file}: a Pooling module must follow the Transformer, got {', '.join(kinds)}")
     if "Normalize" in kinds and kinds.index("Normalize") != len(kinds) - 1:
         raise ChainError(f"{modules_file}: Normalize must be the last module, got {', '.join(kinds)}")
-    max_seq_length, lower = transformer_settings(module_path(folder, modules[0]))
     pooling, include_prompt = _pooling(module_path(folder, modules[1]))
+    return module_chain(folder, modules, (pooling, include_prompt), (prompts, default_prompt))
+
+
+def module_chain(
+    folder: Path,
+    modules: Sequence[Mapping[str, Any]],
+    pooling: tuple[tuple[str, ...], bool],
+    prompts: tuple[Mapping[str, str], str | None],
+    kinds: Sequence[str] | None = None,
+) -> Chain:
+    """The chain of checked modules (a Transformer first): its settings, `pooling` (modes, include_prompt), its
+    Dense layers, whether it ends in Normalize, and `prompts` (the prompts, the default prompt's name)."""
+    kinds = kinds or [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
+    max_seq_length, lower = transformer_settings(module_path(folder, modules[0]))
     dense = tuple(dense_layer(folder, m) for k, m in zip(kinds, modules) if k == "Dense")
-    return Chain(
-        "sentence-transformers",
-        pooling,
-        include_prompt,
-        dense,
-        kinds[-1] == "Normalize",
-        prompts,
-        default_prompt,
-        max_seq_length,
-        lower,
-    )
+    return Chain("sentence-transformers", *pooling, dense, kinds[-1] == "Normalize", *prompts, max_seq_length, lower)
 
 
 def module_folders(model_dir: Path | str) -> list[str]:

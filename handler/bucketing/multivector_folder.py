@@ -20,13 +20,12 @@ from typing import Any
 from .chain import (
     Chain,
     ChainError,
-    dense_layer,
     json_file,
     json_mapping,
+    module_chain,
     module_path,
     positive_int,
     prompt_settings,
-    transformer_settings,
 )
 
 TASK = "multivector"
@@ -157,23 +156,9 @@ def read_multivector(model_dir: Path | str) -> MultiVectorSpec:
             name = cfg.get("module_input_name", TOKEN_OUTPUT if kind == "Normalize" else "sentence_embedding")
             if name != TOKEN_OUTPUT:
                 raise ChainError(f"module {kind} in {path}: it reads {name!r}, not {TOKEN_OUTPUT!r}; not served")
-    transformer = module_path(folder, modules[0])
-    max_seq_length, lower = transformer_settings(transformer)
-    settings = _transformer_settings(transformer)
+    settings = _transformer_settings(module_path(folder, modules[0]))
     mask = _mask(module_path(folder, modules[kinds.index("MultiVectorMask")]))
-    prompts, default_prompt = prompt_settings(folder)
-    dense = tuple(dense_layer(folder, m) for k, m in zip(kinds, modules) if k == "Dense")
-    chain = Chain(
-        "sentence-transformers",
-        (),
-        True,
-        dense,
-        kinds[-1] == "Normalize",
-        prompts,
-        default_prompt,
-        max_seq_length,
-        lower,
-    )
+    chain = module_chain(folder, modules, ((), True), prompt_settings(folder), kinds)  # no pooling: token vectors
     return MultiVectorSpec(chain, *settings, *mask)
 
 
