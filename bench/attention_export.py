@@ -2,7 +2,7 @@
 
 Builds MiniLM's bucketed onnxruntime archive twice into a folder under .tmp/, its graph exported from SDPA
 attention (transformers' default) and from eager attention (no IsNaN/Where mask subgraph; what ships,
-`engines.ONNX_ATTENTION`). Each must pass the handler's 1e-5
+`onnx_engine.ONNX_ATTENTION`). Each must pass the handler's 1e-5
 start-up check against torch to register. Both are then loaded closed loop on one TorchServe in interleaved
 rounds, and the script prints each round's req/s and the eager/SDPA ratio.
 """
@@ -16,7 +16,7 @@ import shutil
 from contextlib import contextmanager
 from typing import Any
 
-from bucketing import engines
+from bucketing.engines import onnx_engine as engines
 from model_store import build
 from model_store.archives import ROOT
 from tsctl import Endpoints, TorchServe

@@ -15,14 +15,14 @@ import dataclasses
 
 import numpy as np
 
-from bucketing import precision
-from bucketing.calibrate import fit_cost, measure
 from bucketing.config import HandlerConfig
-from bucketing.engines import DTYPES, Engine, TorchEngine, open_reduced
-from bucketing.head import ModelInfo, load_head
+from bucketing.engines import Engine, precision
+from bucketing.engines.torch_engine import DTYPES, TorchEngine, open_reduced
+from bucketing.model.head import ModelInfo, load_head
+from bucketing.model.tokenizer import Tokenizer, collate
 from bucketing.pipeline import make_planner
-from bucketing.planner import CostModel
-from bucketing.tokenizer import Tokenizer, collate
+from bucketing.planning.calibrate import fit_cost, measure
+from bucketing.planning.planner import CostModel
 
 from . import models
 from .roofline import gemm_flops_per_core

@@ -15,11 +15,11 @@ def calibrated_cost(model_dir: str, engine: str, max_length: int = SERVED.max_le
 
     import torch
 
-    from bucketing.calibrate import fit_cost, measure
     from bucketing.config import HandlerConfig
-    from bucketing.planner import CostModel
-    from bucketing.task import Rows
-    from bucketing.tasks import load_task
+    from bucketing.kinds import load_task
+    from bucketing.kinds.task import Rows
+    from bucketing.planning.calibrate import fit_cost, measure
+    from bucketing.planning.planner import CostModel
     from model_store.archives import engine_model_dir
 
     torch.set_num_threads(1)

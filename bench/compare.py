@@ -28,7 +28,7 @@ from bench.run_plan import SUITES, RunPlan, peer_configs, plan_from_args, suites
 from bench.stats import Summary
 from bench.targets import TorchServeSite, build_archives
 from bench.workloads import BENCH_WORKLOADS, DOCS_PER_REQUEST, NOT_EMBEDDINGS, Workload
-from bucketing import precision
+from bucketing.engines import precision
 from bucketing.kinds import KINDS as MODEL_KINDS
 from model_store import archives
 from model_store.archives import ROOT

@@ -52,9 +52,9 @@ def _worker(model_dir: str, threads: int, engine: str, rows: list[list[list[int]
     import torch
 
     from bucketing.config import HandlerConfig
-    from bucketing.task import Rows
-    from bucketing.tasks import load_task
-    from bucketing.tokenizer import collate
+    from bucketing.kinds import load_task
+    from bucketing.kinds.task import Rows
+    from bucketing.model.tokenizer import collate
 
     torch.set_num_threads(threads)
     task = load_task(HandlerConfig(engine=engine, torch_threads=threads), model_dir)  # as the handler runs it
@@ -95,7 +95,7 @@ def _rate(
     max_batch_tokens: int,
     engine: str,
 ) -> dict[str, Any]:
-    from bucketing.tokenizer import Tokenizer
+    from bucketing.model.tokenizer import Tokenizer
 
     encoded = Tokenizer(model_dir, max_length).encode(texts)
     lengths = [len(e.ids) for e in encoded]

@@ -101,7 +101,7 @@ def archive_max_length(model: str | None) -> int | None:
 
 def tokenizer(model: str | None, task: str = "embedding") -> Any:
     """The model's tokenizer as the handler runs it (at its archives' max_length), for token counts."""
-    from bucketing.tokenizer import Tokenizer
+    from bucketing.model.tokenizer import Tokenizer
     from model_store.archives import check_model_dir
 
     folder = model_dir(model)

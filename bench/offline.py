@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from bucketing.planner import CostModel, plan_bucketed
+from bucketing.planning.planner import CostModel, plan_bucketed
 from model_store.archives import SERVED
 
 from .workloads import make_workload

@@ -236,9 +236,9 @@ def reference_embeddings(
 ) -> list[list[float]]:
     """Our handler's answer to each text served alone (torch engine, batch of one), in this process."""
     from bucketing.config import HandlerConfig
-    from bucketing.task import Rows
-    from bucketing.tasks import load_task
-    from bucketing.tokenizer import Tokenizer, collate
+    from bucketing.kinds import load_task
+    from bucketing.kinds.task import Rows
+    from bucketing.model.tokenizer import Tokenizer, collate
 
     task = load_task(HandlerConfig(engine="torch", torchscript=False), str(model_dir))
     tokenizer = Tokenizer(str(model_dir), max_length)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bucketing.planner import CostModel
+from bucketing.planning.planner import CostModel
 from model_store.archives import SERVED
 
 from . import offline, plots, report, stats

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from bucketing.config import ENGINES, SCHEDULES, STRATEGIES
-from bucketing.precision import CPU_DTYPES
+from bucketing.engines.precision import CPU_DTYPES
 
 from . import models, traffic
 from .configuration import Configuration

@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from bucketing.tokenizer import Tokenizer
+from bucketing.model.tokenizer import Tokenizer
 from model_store.archives import SERVED, minilm_dir
 
 SHAPES = {

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bucketing.config import STRATEGIES
-from bucketing.planner import CostModel
+from bucketing.planning.planner import CostModel
 from model_store import archives
 from model_store.archives import SERVED
 

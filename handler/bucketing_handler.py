@@ -10,17 +10,17 @@ from typing import Any
 
 import torch
 
-from bucketing.calibrate import fit_cost, measure
 from bucketing.config import HandlerConfig
-from bucketing.continuous import Pool, check_model_config
+from bucketing.kinds import load_task
+from bucketing.kinds.task import Rows, reach
 from bucketing.metrics import emit
+from bucketing.model.tokenizer import Tokenizer
 from bucketing.pipeline import Pipeline, make_planner
-from bucketing.planner import CostModel
+from bucketing.planning.calibrate import fit_cost, measure
+from bucketing.planning.continuous import Pool, check_model_config
+from bucketing.planning.planner import CostModel
 from bucketing.protocols import Reply
 from bucketing.protocols.base import Meta
-from bucketing.task import Rows, reach
-from bucketing.tasks import load_task
-from bucketing.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
 

@@ -127,10 +127,10 @@ def report_fidelity(configs: Mapping[str, dict[str, Any]], model_dir: Path) -> N
 
     import torch
 
-    from bucketing import precision
-    from bucketing.engines import DTYPES as TORCH_DTYPES
-    from bucketing.engines import open_reduced
-    from bucketing.head import EngineError, load_head
+    from bucketing.engines import precision
+    from bucketing.engines.torch_engine import DTYPES as TORCH_DTYPES
+    from bucketing.engines.torch_engine import open_reduced
+    from bucketing.model.head import EngineError, load_head
 
     if handler.engine != "torch":
         raise BuildError(f"handler.dtype {handler.dtype} runs on engine torch; got engine {handler.engine}")

@@ -35,7 +35,7 @@ def stage(staging: Path, model_dir: Path, engine: str, task: str) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, target)
     from bucketing.engines import ENGINE_KINDS
-    from bucketing.head import EngineError
+    from bucketing.model.head import EngineError
 
     try:
         ENGINE_KINDS[engine].prepare_into(task, str(model_dir), staging / "model")

@@ -126,7 +126,7 @@ def check_model_dir(model_dir: Path, task: str, dtype: str | None = None, chaine
     refusal = kind.refused("torch", dtype or "float32", "--dtype")
     if refusal is not None:
         raise ModelFolderError(refusal)
-    from bucketing.chain import ChainError
+    from bucketing.model.chain import ChainError
 
     try:
         encoder = kind.implementation().encoder_folder(model_dir)
@@ -147,12 +147,12 @@ def check_model_dir(model_dir: Path, task: str, dtype: str | None = None, chaine
     auto = AutoModelForSequenceClassification if task == "classification" else AutoModel
     if type(config) not in auto._model_mapping:  # noqa: SLF001 - the mapping is what from_pretrained consults
         raise ModelFolderError(f"{model_dir}: architecture {config.model_type!r} has no {auto.__name__} class")
-    from bucketing.head import REDUCED_SAVED, reduced_weights, saved_dtype
+    from bucketing.model.head import REDUCED_SAVED, reduced_weights, saved_dtype
 
     if (dtype or "float32") == "float32" and saved_dtype(config) in REDUCED_SAVED:
         raise ModelFolderError(reduced_weights(model_dir, saved_dtype(config)))
     if task == "classification":
-        from bucketing.head import EngineError, activation, class_labels
+        from bucketing.model.head import EngineError, activation, class_labels
 
         try:
             class_labels(config)
@@ -160,15 +160,15 @@ def check_model_dir(model_dir: Path, task: str, dtype: str | None = None, chaine
         except (ValueError, EngineError) as e:
             raise ModelFolderError(f"{model_dir}: {e}") from None
     chain = read_model_chain(model_dir, task) if task != "classification" and chained else None
-    from bucketing.tokenizer import Tokenizer
+    from bucketing.model.tokenizer import Tokenizer
 
     try:
         tokenizer = Tokenizer(str(model_dir), 8)
     except Exception as e:  # noqa: BLE001 - reported in one line
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise ModelFolderError(f"no usable fast tokenizer: {first}") from e
-    from bucketing.chain import sentence_transformers_limit
-    from bucketing.head import usable_positions
+    from bucketing.model.chain import sentence_transformers_limit
+    from bucketing.model.head import usable_positions
 
     try:
         positions = usable_positions(config)
@@ -186,9 +186,9 @@ def detect_task(model_dir: Path) -> str:
 
 
 def read_model_chain(model_dir: Path, task: str = "embedding") -> Any:
-    """The folder's sentence-transformers settings as its kind reads them (`bucketing.chain.Chain`; a classifier's:
-    a CrossEncoder's prompts alone, as its worker reads them), or ModelFolderError in one line."""
-    from bucketing.chain import ChainError
+    """The folder's sentence-transformers settings as its kind reads them (`bucketing.model.chain.Chain`; a
+    classifier's: a CrossEncoder's prompts alone, as its worker reads them), or ModelFolderError in one line."""
+    from bucketing.model.chain import ChainError
 
     try:
         return KINDS[task].implementation().read_settings(model_dir)
@@ -220,8 +220,8 @@ ST_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transf
 def model_files(model_dir: Path) -> list[str]:
     """What an archive carries of a model folder: its top-level files (the bundled MiniLM: those the handler
     reads) but exported graphs, and the folders its sentence-transformers chain reads (`1_Pooling`, `2_Dense`)."""
-    from bucketing.chain import ChainError, module_folders
-    from bucketing.sparse_folder import sparse_folders
+    from bucketing.kinds.sparse.folder import sparse_folders
+    from bucketing.model.chain import ChainError, module_folders
 
     bundled = model_dir.resolve() == minilm_dir().resolve()
     files = [p.name for p in sorted(model_dir.iterdir()) if p.is_file() and p.suffix != ".onnx"]

@@ -46,6 +46,8 @@ def tiny_embedder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def bf16_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """A CPU that says it multiplies bfloat16 natively (AMX), whatever this one does: where it does not, torch
     emulates the same products (float32 accumulation), only slower."""
-    import bucketing.precision
+    import bucketing.engines.precision
 
-    monkeypatch.setattr(bucketing.precision, "cpu_info", lambda: "flags\t\t: fpu avx2 avx512_bf16 amx_bf16 amx_tile\n")
+    monkeypatch.setattr(
+        bucketing.engines.precision, "cpu_info", lambda: "flags\t\t: fpu avx2 avx512_bf16 amx_bf16 amx_tile\n"
+    )

@@ -75,7 +75,7 @@ def run_tune(ctx: RunContext) -> tune.TuneResult:
     """Rank candidates offline, measure what fits the budget (delays around the best), recommend, re-measure.
     `ctx.min_cosine`: the fidelity floor that lets bfloat16 compete (where the CPU multiplies it natively)."""
     from bench.calibration import calibrated_cost
-    from bucketing import precision
+    from bucketing.engines import precision
 
     plan, budget_min, min_cosine, t0, record = ctx.plan, ctx.budget_min, ctx.min_cosine, ctx.t0, ctx.record
     space, settings = plan.options, ctx.settings

@@ -9,8 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from .kinds import KINDS
-
 ACTIVATIONS = ("softmax", "sigmoid", "identity")  # how a classifier's logits become its scores
 
 
@@ -60,7 +58,8 @@ class Answer:
 
     def fields(self, options: Options | None = None) -> dict[str, Any]:
         """Our native answer object: `embedding`; or a one-label model's `score`; or `label` (the top one) and
-        `scores` by label; then `tokens` and `truncated` (`answer_fields` names them). `options`: the request's."""
+        `scores` by label; then `tokens` and `truncated` (`kinds.answer_fields` names them). `options`: the
+        request's."""
         o = options or Options()
         if self.sparse:
             indices, values = self.sparse_vector(o.max_active_dims)
@@ -89,12 +88,6 @@ class Options:
     truncation_direction: str = "right"  # which end of a text over max_length is cut: right or left
     input_type: str | None = None  # "query" | "document": as encode_query / encode_document; None: as encode()
     max_active_dims: int | None = None  # sparse: keep this many non-zeros (None: the model's max_active_dims)
-
-
-def answer_fields(task: str, labels: int = 2) -> tuple[str, ...]:
-    """The fields of an answer of this task (and number of labels), in order (what `Answer.fields` gives)."""
-    head = KINDS[task].head or (("score",) if labels == 1 else ("label", "scores"))
-    return (*head, "tokens", "truncated")
 
 
 def keep_top(row: Any, k: int) -> Any:

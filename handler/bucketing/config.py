@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .kinds import KINDS
+from bucketing.kinds import KINDS
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance

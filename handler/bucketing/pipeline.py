@@ -19,16 +19,16 @@ from typing import Any
 
 import numpy as np
 
-from . import protocols
-from .answers import Answer, Options
-from .config import HandlerConfig
-from .metrics import BatchStats
-from .planner import CostModel, Plan, plan_bucketed, plan_dynamic, plan_static
-from .protocols import Incoming, Reply, tei
-from .protocols.base import Limits, Meta, Pair, Request, RequestError
-from .startup_checks import check_fits, model_prompts
-from .task import Rows, Task
-from .tokenizer import Encoded, Tokenizer, collate
+from bucketing import protocols
+from bucketing.answers import Answer, Options
+from bucketing.config import HandlerConfig
+from bucketing.kinds.task import Rows, Task
+from bucketing.metrics import BatchStats
+from bucketing.model.tokenizer import Encoded, Tokenizer, collate
+from bucketing.planning.planner import CostModel, Plan, plan_bucketed, plan_dynamic, plan_static
+from bucketing.protocols import Incoming, Reply, tei
+from bucketing.protocols.base import Limits, Meta, Pair, Request, RequestError
+from bucketing.startup_checks import check_fits, model_prompts
 
 logger = logging.getLogger(__name__)
 

@@ -4,14 +4,14 @@ the prompts a request may name, max_length against the model's own limits, and t
 
 from __future__ import annotations
 
-from . import protocols
-from .chain import Chain, sentence_transformers_limit
-from .config import ConfigError, HandlerConfig
-from .kinds import KINDS
-from .planner import round_up
-from .protocols.base import Limits
-from .task import Task
-from .tokenizer import Tokenizer
+from bucketing import protocols
+from bucketing.config import ConfigError, HandlerConfig
+from bucketing.kinds import KINDS
+from bucketing.kinds.task import Task
+from bucketing.model.chain import Chain, sentence_transformers_limit
+from bucketing.model.tokenizer import Tokenizer
+from bucketing.planning.planner import round_up
+from bucketing.protocols.base import Limits
 
 
 def model_prompts(config: HandlerConfig, chain: Chain | None) -> tuple[dict[str, str], str | None]:

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from bucketing.config import ConfigError
-from bucketing.head import EngineError
+from bucketing.model.head import EngineError
 from model_store import archives, build
 from tests.handler.test_handler import make_handler, serve
 from tests.models import build_sentence_transformer

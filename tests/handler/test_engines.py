@@ -11,8 +11,10 @@ import pytest
 import torch
 
 from bucketing.config import ConfigError, HandlerConfig
-from bucketing.engines import ONNX_FILE, TorchEngine, check_dtype, select_device
-from bucketing.head import EngineError
+from bucketing.engines import check_dtype, select_device
+from bucketing.engines.onnx_engine import ONNX_FILE
+from bucketing.engines.torch_engine import TorchEngine
+from bucketing.model.head import EngineError
 from model_store.archives import engine_model_dir
 from tests.handler.test_handler import STRATEGIES, alone, make_handler, mixed_texts, serve
 
@@ -150,9 +152,9 @@ def test_token_ids_cut_either_side_as_their_text_and_the_kept_ids_are_checked(on
 
 
 def test_bfloat16_is_refused_on_a_cpu_that_would_emulate_it(tiny_embedder_dir, monkeypatch):
-    import bucketing.precision
+    import bucketing.engines.precision
 
-    monkeypatch.setattr(bucketing.precision, "cpu_info", lambda: "flags\t\t: fpu sse4_2 avx avx2 fma\n")
+    monkeypatch.setattr(bucketing.engines.precision, "cpu_info", lambda: "flags\t\t: fpu sse4_2 avx avx2 fma\n")
     with pytest.raises(ConfigError, match="without native bfloat16 .* it would emulate it, slower than float32"):
         make_handler(tiny_embedder_dir, dtype="bfloat16")
 

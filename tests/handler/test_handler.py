@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from bucketing.config import ConfigError
-from bucketing.engines import TorchEngine
+from bucketing.engines.torch_engine import TorchEngine
 from bucketing_handler import BucketingHandler
 from tsctl.inprocess import LocalContext
 

@@ -196,7 +196,7 @@ def test_token_pooling_is_refused_at_build_and_worker_start(folders, tmp_path):
     from sentence_transformers import MultiVectorEncoder
     from sentence_transformers.multi_vector_encoder.modules import HierarchicalTokenPooling
 
-    from bucketing.head import EngineError
+    from bucketing.model.head import EngineError
     from model_store.build import ArchiveSpec, BuildError
 
     model = MultiVectorEncoder(str(folders["colbert"]), device="cpu")
@@ -284,7 +284,7 @@ def test_a_worker_refuses_a_cap_one_text_cannot_fit(folders):
 
 
 def test_a_multi_vector_model_runs_in_float32_only(folders):
-    from bucketing.head import EngineError
+    from bucketing.model.head import EngineError
 
     with pytest.raises(EngineError, match="float32 only"):
         make_handler(folders["colbert"], task="multivector", max_length=MAX_LENGTH, dtype="bfloat16")

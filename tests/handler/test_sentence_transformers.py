@@ -159,7 +159,7 @@ def test_a_module_we_cannot_serve_stops_the_build_and_the_worker_in_one_line(fol
     import json
     import shutil
 
-    from bucketing.head import EngineError
+    from bucketing.model.head import EngineError
     from model_store import archives, build
 
     folder = tmp_path / "odd"
@@ -291,7 +291,7 @@ def test_a_graph_that_does_not_export_is_one_line_naming_the_torch_engine(gemma3
 def test_request_prompts_are_not_kept_without_bound(folders, tmp_path):
     """A pooling that leaves the prompt out counts each prompt's tokens; a request's own prompts are counted in a
     bounded cache (4000 distinct 4 KB prompts once kept 107 MB), and an answer stays exact after eviction."""
-    from bucketing.tokenizer import PROMPT_CACHE
+    from bucketing.model.tokenizer import PROMPT_CACHE
 
     folder = folders["prompt-excluded"]
     handler, context = make_handler(folder, max_length=128)

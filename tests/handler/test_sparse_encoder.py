@@ -289,7 +289,7 @@ def test_token_ids_take_their_requests_route(folders, handlers):
 def test_a_static_route_text_past_what_is_read_is_refused_in_one_line(folders, monkeypatch):
     """A static route's text is read up to STATIC_REACH of its tokens: one that sentence-transformers cuts further
     (or not at all) is a 413 past it, in one line; its other texts are served."""
-    from bucketing import sparse
+    from bucketing.kinds.sparse import task as sparse
 
     monkeypatch.setattr(sparse, "STATIC_REACH", 16)
     handler, context = make_handler(folders["router"], task="sparse", max_length=MAX_LENGTH)
@@ -309,7 +309,7 @@ def test_a_dense_model_refuses_embed_sparse(tiny_embedder_dir):
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_reduced_dtypes_are_refused_at_worker_start(folders, engine):
-    from bucketing.head import EngineError
+    from bucketing.model.head import EngineError
 
     with pytest.raises(EngineError, match="handler.dtype bfloat16: a sparse model is served in float32 only"):
         make_handler(folders["splade-max"], task="sparse", max_length=MAX_LENGTH, engine=engine, dtype="bfloat16")
@@ -337,7 +337,7 @@ def test_an_onnxruntime_archive_carries_its_graph_and_serves(folders, csr_folder
 def test_a_missing_foreign_or_tampered_graph_stops_the_worker_in_one_line(folders, archives, tmp_path):
     """No model.onnx, another model's graph, or weights the graph was not exported from: the worker does not
     start, and says why in one line."""
-    from bucketing.head import EngineError
+    from bucketing.model.head import EngineError
 
     def start(folder):
         with pytest.raises(EngineError) as raised:
@@ -359,7 +359,7 @@ def test_a_missing_foreign_or_tampered_graph_stops_the_worker_in_one_line(folder
 
 def test_calibration_times_the_sparse_head(folders, monkeypatch):
     """The cost model is fitted on passes through the MLM head and SPLADE pooling (the task's own forward)."""
-    from bucketing.sparse_engines import SparseEngine
+    from bucketing.kinds.sparse.engines import SparseEngine
 
     shapes = []
     original = SparseEngine.__call__
@@ -615,7 +615,7 @@ def test_csr_router_rows_of_both_routes_share_a_batch(csr_routers, variant, max_
 def test_several_csr_routes_are_refused_on_onnxruntime_in_one_line(csr_routers, tmp_path, capsys):
     """One exported graph holds one dense chain: a Router of two CSR routes is refused on onnxruntime at build and
     at worker start, in one line naming --engine torch."""
-    from bucketing.head import EngineError
+    from bucketing.model.head import EngineError
     from model_store import build
 
     folder = csr_routers["csr-shared-router"]
@@ -634,8 +634,8 @@ def test_a_router_of_splade_and_csr_routes_over_one_transformer_is_refused_in_on
     import json
     import shutil
 
-    from bucketing.chain import ChainError
-    from bucketing.sparse_folder import read_sparse
+    from bucketing.kinds.sparse.folder import read_sparse
+    from bucketing.model.chain import ChainError
 
     folder = shutil.copytree(csr_routers["csr-shared-router"], tmp_path / "splade-and-csr")
     (folder / "query_9_SpladePooling").mkdir()
@@ -651,7 +651,7 @@ def test_a_router_of_splade_and_csr_routes_over_one_transformer_is_refused_in_on
 
 
 def test_build_carries_every_module_of_a_csr_router(csr_routers, tmp_path):
-    from bucketing.head import EngineError
+    from bucketing.model.head import EngineError
     from model_store import archives
     from model_store.build import ArchiveSpec, BuildError
 
@@ -671,7 +671,7 @@ def test_build_carries_every_module_of_a_csr_router(csr_routers, tmp_path):
 
 
 def test_build_detects_a_sparse_folder_and_refuses_what_is_not_served(folders, tmp_path):
-    from bucketing.head import EngineError
+    from bucketing.model.head import EngineError
     from model_store import archives
     from model_store.build import ArchiveSpec, BuildError
 
@@ -709,7 +709,7 @@ def test_continuous_batching_plans_static_route_rows_as_one_token(folders, monke
     """Under `schedule: continuous` too, a static route's rows (130 tokens here) are planned (scheduled and costed)
     as one token: they fit a budget of 128 beside documents cut at max_length, each answered as encode_query /
     encode_document answers it."""
-    from bucketing import scheduler
+    from bucketing.planning import scheduler
     from tests.handler.test_continuous import continuous
     from tsctl.inprocess import ContinuousFrontend
 
@@ -738,8 +738,8 @@ def test_continuous_batching_plans_static_route_rows_as_one_token(folders, monke
 def test_a_router_whose_static_weights_are_unreadable_is_refused_in_one_line(tmp_path):
     """A CSR Router's static route whose model.safetensors is not one: read_sparse (build and worker start) says so
     in one ChainError line, not a safetensors traceback."""
-    from bucketing.chain import ChainError
-    from bucketing.sparse_folder import read_sparse
+    from bucketing.kinds.sparse.folder import read_sparse
+    from bucketing.model.chain import ChainError
 
     folder = build_csr_router(tmp_path / "unreadable")
     (weights,) = [p for p in folder.rglob("model.safetensors") if "SparseStaticEmbedding" in str(p)]

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from bucketing.tokenizer import Encoded, Tokenizer
+from bucketing.model.tokenizer import Encoded, Tokenizer
 from tests.models import TOKENIZER_WORDS, build_tokenizer
 
 WORDS = TOKENIZER_WORDS[:18]

@@ -133,14 +133,14 @@ def test_dtypes_are_an_axis_and_name_their_archives():
 
 
 def test_bfloat16_on_a_cpu_without_it_is_refused_before_any_server_starts(monkeypatch):
-    import bucketing.precision
+    import bucketing.engines.precision
     from bench.compare import check_args, parse_args, plan_from_args
 
     args = parse_args(["--strategies", "bucketed", "--dtypes", "float32,bfloat16"])
-    monkeypatch.setattr(bucketing.precision, "cpu_info", lambda: "flags\t\t: fpu avx2\n")
+    monkeypatch.setattr(bucketing.engines.precision, "cpu_info", lambda: "flags\t\t: fpu avx2\n")
     with pytest.raises(SystemExit, match=r"^--dtypes bfloat16: this CPU has no native bfloat16 .*bench.bf16"):
         check_args(args, plan_from_args(args))
-    monkeypatch.setattr(bucketing.precision, "cpu_info", lambda: "flags\t\t: fpu avx2 amx_bf16\n")
+    monkeypatch.setattr(bucketing.engines.precision, "cpu_info", lambda: "flags\t\t: fpu avx2 amx_bf16\n")
     assert check_args(args, plan_from_args(args)) is None
 
 

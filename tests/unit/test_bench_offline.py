@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import cast
 
 from bench import offline
-from bucketing.planner import CostModel
+from bucketing.planning.planner import CostModel
 
 
 def test_offline_policies_on_a_literal_batch():

@@ -12,7 +12,7 @@ from bench import capacity, report, stats
 from bench import tune_search as tune
 from bench.configuration import Configuration
 from bucketing.config import HandlerConfig
-from bucketing.planner import CostModel
+from bucketing.planning.planner import CostModel
 from tests.unit.summaries import GOLDEN
 
 # --- --texts ---------------------------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ def test_texts_are_words_with_the_target_token_count():
 
 
 def test_minilm_tokenizes_workloads_to_their_targets(minilm_dir):
-    from bucketing.tokenizer import Tokenizer
+    from bucketing.model.tokenizer import Tokenizer
 
     w = make_workload("longtail", 200, seed=1)
     real = [len(e.ids) for e in Tokenizer(str(minilm_dir), 256).encode(w.texts)]

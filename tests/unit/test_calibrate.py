@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bucketing.calibrate import SHAPES, fit_cost, measure
-from bucketing.planner import CostModel
+from bucketing.planning.calibrate import SHAPES, fit_cost, measure
+from bucketing.planning.planner import CostModel
 
 FALLBACK = CostModel(1.0, 2.0, 3.0)
 

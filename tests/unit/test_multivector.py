@@ -12,13 +12,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bucketing.answers import Options, answer_fields
-from bucketing.chain import Chain, ChainError
-from bucketing.multivector import Keep, MultiVectorAnswer
-from bucketing.multivector_folder import Expansion, MultiVectorSpec, is_multivector, read_multivector
+from bucketing.answers import Options
+from bucketing.kinds import answer_fields
+from bucketing.kinds.multivector.folder import Expansion, MultiVectorSpec, is_multivector, read_multivector
+from bucketing.kinds.multivector.task import Keep, MultiVectorAnswer
+from bucketing.model.chain import Chain, ChainError
+from bucketing.model.tokenizer import Encoded, recut
 from bucketing.protocols import parse
 from bucketing.protocols.base import Limits, Meta, RequestError
-from bucketing.tokenizer import Encoded, recut
 
 ST = "sentence_transformers."
 TRANSFORMER = {"idx": 0, "name": "0", "path": "", "type": ST + "base.modules.transformer.Transformer"}

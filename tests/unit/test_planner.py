@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bucketing.planner import CostModel, Plan, plan_bucketed, plan_dynamic, plan_static, round_up
+from bucketing.planning.planner import CostModel, Plan, plan_bucketed, plan_dynamic, plan_static, round_up
 
 COST = CostModel(overhead_us=5000, per_token_us=230, per_token_sq_us=0.2)
 

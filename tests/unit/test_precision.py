@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from bucketing.config import ConfigError, HandlerConfig
-from bucketing.precision import Fidelity, check_cpu_dtype, cpu_flags, measure, native_bf16, order_changes
+from bucketing.engines.precision import Fidelity, check_cpu_dtype, cpu_flags, measure, native_bf16, order_changes
 
 SAPPHIRE_RAPIDS = (
     "processor\t: 0\nvendor_id\t: GenuineIntel\n"

@@ -13,7 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bucketing import protocols
-from bucketing.answers import Answer, Options, activate, answer_fields
+from bucketing.answers import Answer, Options, activate
+from bucketing.kinds import answer_fields
 from bucketing.protocols import kserve_v1, kserve_v2, native, openai
 from bucketing.protocols.base import Binary, Limits, Meta, Request, RequestError, quote, snake
 from bucketing.protocols.kserve_v1 import V1Request

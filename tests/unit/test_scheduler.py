@@ -1,12 +1,12 @@
-"""bucketing.scheduler: which pending texts a continuous call runs, simulated call by call on a fake clock."""
+"""bucketing.planning.scheduler: which pending texts a continuous call runs, simulated call by call on a fake clock."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bucketing.planner import CostModel
-from bucketing.scheduler import Pending, order, pick, work_us
+from bucketing.planning.planner import CostModel
+from bucketing.planning.scheduler import Pending, order, pick, work_us
 
 COST = CostModel(overhead_us=2000.0, per_token_us=20.0, per_token_sq_us=0.05)
 BUDGET = 8192

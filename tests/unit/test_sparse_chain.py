@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from bucketing.answers import Answer, keep_top
-from bucketing.chain import ChainError
+from bucketing.kinds.sparse.folder import is_sparse, read_sparse
+from bucketing.model.chain import ChainError
 from bucketing.protocols import ROUTES, tei_embed_sparse
 from bucketing.protocols.base import Limits, RequestError
 from bucketing.protocols.options import read_options
-from bucketing.sparse_folder import is_sparse, read_sparse
 
 MLM = "sentence_transformers.sparse_encoder.modules.mlm_transformer.MLMTransformer"
 SPLADE = "sentence_transformers.sparse_encoder.modules.splade_pooling.SpladePooling"
@@ -174,7 +174,7 @@ def test_tei_embed_sparse_maps_prompt_name_to_input_type():
 def test_a_routers_csr_route_is_cut_at_its_own_k_and_its_static_route_not_at_all():
     """SparseEncoder takes max_active_dims from a SparseAutoEncoder only outside a Router: inside one, a CSR route
     keeps its own top-k and a static route is not cut, unless the folder saves a max_active_dims."""
-    from bucketing.sparse_folder import Route, SparseSpec
+    from bucketing.kinds.sparse.folder import Route, SparseSpec
 
     routes = {"query": Route("static", "q_0"), "document": Route("csr", "t", pooling_folder="d_2", k=12, hidden_dim=64)}
     spec = SparseSpec(routes, default_route="document")

@@ -8,10 +8,10 @@ from functools import partial
 
 import numpy as np
 
+from bucketing.kinds.task import Rows, TaskHooks, reach
+from bucketing.model.tokenizer import Encoded
 from bucketing.pipeline import Item, compute
-from bucketing.planner import plan_static
-from bucketing.task import Rows, TaskHooks, reach
-from bucketing.tokenizer import Encoded
+from bucketing.planning.planner import plan_static
 
 
 class Static(TaskHooks):

@@ -18,9 +18,9 @@ from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any
 
-from ..answers import Answer
-from ..kinds import KINDS, Kind
-from . import (
+from bucketing.answers import Answer
+from bucketing.kinds import KINDS, Kind
+from bucketing.protocols import (
     cohere_rerank,
     kserve_v1,
     kserve_v2,
@@ -37,8 +37,8 @@ from . import (
     tei_similarity,
     tei_tokenize,
 )
-from .base import Binary, Limits, Meta, Request, RequestError, quote
-from .body import decode
+from bucketing.protocols.base import Binary, Limits, Meta, Request, RequestError, quote
+from bucketing.protocols.body import decode
 
 # Body claims are tried in this order at the plain path; the wire that routes "" answers what none claims.
 WIRES: tuple[ModuleType, ...] = (

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..answers import Answer, Options
+from bucketing.answers import Answer, Options
 
 QUOTE_CHARS = 100  # at most this much of anything a client sent is quoted back in an error message
 NAMES_SHOWN = 5  # at most this many unknown keys are named in one message

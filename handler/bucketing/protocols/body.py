@@ -8,7 +8,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from .base import RequestError, bad
+from bucketing.protocols.base import RequestError, bad
 
 BODY_KEYS = ("body", "data")
 BOM = "\ufeff"

@@ -13,13 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..answers import Answer, Options
-from .base import Limits, Pair, RequestError, bad, check_count, is_int, json_type
-from .inputs import texts
-from .openai import MAX_MODEL_CHARS
-from .openai import error_body as error_body
-from .options import read_options
-from .tei_rerank import rerank_query
+from bucketing.answers import Answer, Options
+from bucketing.protocols.base import Limits, Pair, RequestError, bad, check_count, is_int, json_type
+from bucketing.protocols.inputs import texts
+from bucketing.protocols.openai import MAX_MODEL_CHARS
+from bucketing.protocols.openai import error_body as error_body
+from bucketing.protocols.options import read_options
+from bucketing.protocols.tei_rerank import rerank_query
 
 NAME = "cohere-rerank"
 PATH = "v1/rerank"

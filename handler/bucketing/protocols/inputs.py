@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Limits, Pair, RequestError, bad, json_type
+from bucketing.protocols.base import Limits, Pair, RequestError, bad, json_type
 
 
 def check_text(text: str, where: str) -> RequestError | None:

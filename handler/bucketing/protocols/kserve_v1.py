@@ -9,11 +9,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..answers import Answer, Options
-from .base import Limits, RequestError, bad, check_count, json_type
-from .base import error_body as error_body
-from .inputs import texts
-from .options import read_options
+from bucketing.answers import Answer, Options
+from bucketing.protocols.base import Limits, RequestError, bad, check_count, json_type
+from bucketing.protocols.base import error_body as error_body
+from bucketing.protocols.inputs import texts
+from bucketing.protocols.options import read_options
 
 NAME = "kserve-v1"
 SERVED = 'POST /v1/models/NAME:predict (KServe v1 {"instances"})'

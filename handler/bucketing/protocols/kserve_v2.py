@@ -27,11 +27,23 @@ from typing import Any
 
 import numpy as np
 
-from ..answers import Answer, Options, answer_fields
-from .base import Binary, Limits, Pair, RequestError, bad, check_count, is_int, json_type, names, quote
-from .base import error_body as error_body
-from .inputs import pairs, texts, too_many
-from .options import read_options
+from bucketing.answers import Answer, Options
+from bucketing.kinds import answer_fields
+from bucketing.protocols.base import (
+    Binary,
+    Limits,
+    Pair,
+    RequestError,
+    bad,
+    check_count,
+    is_int,
+    json_type,
+    names,
+    quote,
+)
+from bucketing.protocols.base import error_body as error_body
+from bucketing.protocols.inputs import pairs, texts, too_many
+from bucketing.protocols.options import read_options
 
 NAME = "kserve-v2"
 SERVED = "POST /v2/models/NAME/infer (KServe v2, one BYTES input of texts; a classifier: text and text_pair)"

@@ -14,11 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..answers import Answer, Options
-from .base import Limits, Pair, RequestError, bad, check_count, json_type, names
-from .base import error_body as error_body
-from .inputs import check_text, pairs, texts
-from .options import OPTION_FIELDS, read_options
+from bucketing.answers import Answer, Options
+from bucketing.protocols.base import Limits, Pair, RequestError, bad, check_count, json_type, names
+from bucketing.protocols.base import error_body as error_body
+from bucketing.protocols.inputs import check_text, pairs, texts
+from bucketing.protocols.options import OPTION_FIELDS, read_options
 
 NAME = "native"
 SERVED = (

@@ -19,11 +19,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..answers import Answer, Options
-from ..kinds import KINDS
-from .base import Input, Limits, RequestError, bad, check_count, is_int, json_type, quote, snake
-from .inputs import check_text, too_many
-from .options import read_options
+from bucketing.answers import Answer, Options
+from bucketing.kinds import KINDS
+from bucketing.protocols.base import Input, Limits, RequestError, bad, check_count, is_int, json_type, quote, snake
+from bucketing.protocols.inputs import check_text, too_many
+from bucketing.protocols.options import read_options
 
 NAME = "openai"
 EMBEDDINGS = "v1/embeddings"

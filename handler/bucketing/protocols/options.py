@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..answers import Options
-from ..chain import DOCUMENT_PROMPTS, INPUT_TYPES
-from ..kinds import KINDS
-from .base import Limits, RequestError, bad, is_int, json_type, quote
-from .inputs import check_text
+from bucketing.answers import Options
+from bucketing.kinds import KINDS
+from bucketing.model.chain import DOCUMENT_PROMPTS, INPUT_TYPES
+from bucketing.protocols.base import Limits, RequestError, bad, is_int, json_type, quote
+from bucketing.protocols.inputs import check_text
 
 MAX_PROMPT_CHARS = 4096  # a request's own `prompt`
 OPTION_FIELDS = (

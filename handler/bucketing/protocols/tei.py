@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
-from ..answers import Options
-from .base import Input, Limits, RequestError, json_type
-from .inputs import check_text
-from .options import read_options
+from bucketing.answers import Options
+from bucketing.protocols.base import Input, Limits, RequestError, json_type
+from bucketing.protocols.inputs import check_text
+from bucketing.protocols.options import read_options
 
 VERSION = "0.2.0"  # this package's version, answered as /info's `version`
 STATUS = {"Validation": 422, "Tokenizer": 422, "Backend": 424, "Overloaded": 429, "Unhealthy": 503, "Empty": 400}

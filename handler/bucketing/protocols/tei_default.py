@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from . import tei_embed, tei_predict, tei_rerank, tei_similarity
-from .base import Limits, Request, RequestError
-from .tei import error_body as error_body
-from .tei import own_error as own_error
+from bucketing.protocols import tei_embed, tei_predict, tei_rerank, tei_similarity
+from bucketing.protocols.base import Limits, Request, RequestError
+from bucketing.protocols.tei import error_body as error_body
+from bucketing.protocols.tei import own_error as own_error
 
 NAME = "tei"
 SERVED = (

@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..answers import Answer
-from ..chain import DOCUMENT_PROMPTS
-from . import tei
-from .base import Limits, RequestError, check_count
-from .tei import error_body as error_body
-from .tei import own_error as own_error
+from bucketing.answers import Answer
+from bucketing.model.chain import DOCUMENT_PROMPTS
+from bucketing.protocols import tei
+from bucketing.protocols.base import Limits, RequestError, check_count
+from bucketing.protocols.tei import error_body as error_body
+from bucketing.protocols.tei import own_error as own_error
 
 NAME = "tei-embed-sparse"
 PATH = "embed_sparse"

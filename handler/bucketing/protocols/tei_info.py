@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..answers import Answer, Options
-from . import tei
-from .base import Input, Limits, RequestError, check_count
-from .tei import error_body as error_body
-from .tei import own_error as own_error
-from .tei_tokenize import facts
+from bucketing.answers import Answer, Options
+from bucketing.protocols import tei
+from bucketing.protocols.base import Input, Limits, RequestError, check_count
+from bucketing.protocols.tei import error_body as error_body
+from bucketing.protocols.tei import own_error as own_error
+from bucketing.protocols.tei_tokenize import facts
 
 NAME = "tei-info"
 PATH = "info"

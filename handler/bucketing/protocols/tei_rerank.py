@@ -12,10 +12,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..answers import Answer, Options
-from .base import Limits, Pair, RequestError, bad, check_count, json_type
-from .inputs import check_text, texts
-from .options import read_options
+from bucketing.answers import Answer, Options
+from bucketing.protocols.base import Limits, Pair, RequestError, bad, check_count, json_type
+from bucketing.protocols.inputs import check_text, texts
+from bucketing.protocols.options import read_options
 
 NAME = "tei-rerank"
 PATH = "rerank"

@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from ..answers import Answer, Options
-from . import tei
-from .base import Limits, RequestError, check_count, json_type
-from .options import read_options
-from .tei import error_body as error_body
-from .tei import own_error as own_error
+from bucketing.answers import Answer, Options
+from bucketing.protocols import tei
+from bucketing.protocols.base import Limits, RequestError, check_count, json_type
+from bucketing.protocols.options import read_options
+from bucketing.protocols.tei import error_body as error_body
+from bucketing.protocols.tei import own_error as own_error
 
 NAME = "tei-similarity"
 PATH = "similarity"

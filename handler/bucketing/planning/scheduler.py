@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .planner import CostModel
+from bucketing.planning.planner import CostModel
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .answers import Answer, Options
-from .chain import INPUT_TYPES, Chain
-from .tokenizer import Encoded
+from bucketing.answers import Answer, Options
+from bucketing.model.chain import INPUT_TYPES, Chain
+from bucketing.model.tokenizer import Encoded
 
 
 @dataclass(frozen=True)

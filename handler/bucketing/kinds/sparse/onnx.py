@@ -1,4 +1,4 @@
-"""Sparse encoders on the onnxruntime engine: the graph exported at build (`load_head`: what `engines.export_onnx`
+"""Sparse encoders on the onnxruntime engine: the graph exported at build (`load_head`: what `onnx_engine.export_onnx`
 exports for the sparse kind) and the engine that runs it at worker start (`open_engine`), checked against the torch
 engine (`sparse_engines.SparseEngine` / `sparse_engines.CsrEngine`) on padded inputs.
 
@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .chain import ChainError
-from .sparse_folder import SparseSpec, read_sparse
+from bucketing.kinds.sparse.folder import SparseSpec, read_sparse
+from bucketing.model.chain import ChainError
 
 
 def pools(spec: SparseSpec) -> tuple[tuple[str, str], ...]:
@@ -79,10 +79,10 @@ class SpladeHead(torch.nn.Module):
 
 def load_head(model_dir: str, attention: str | None = None) -> tuple[Any, Any]:
     """What the sparse kind exports: SPLADE's `SpladeHead`, or CSR's dense chain (`head.Head`); and the facts
-    `engines.export_onnx` reads (its vocabulary, its positions)."""
+    `onnx_engine.export_onnx` reads (its vocabulary, its positions)."""
     from transformers import AutoModel, AutoModelForMaskedLM
 
-    from .head import EngineError, Head, ModelInfo, dense_layers, usable_positions
+    from bucketing.model.head import EngineError, Head, ModelInfo, dense_layers, usable_positions
 
     try:
         spec = read_sparse(model_dir)
@@ -161,9 +161,10 @@ class OrtHead:
 
 def open_onnxruntime(task: Any, config: Any, model_dir: str) -> Any:
     """The exported graph in the task's engine's place, checked against it on padded inputs for every route that
-    runs the transformer (an EngineError in one line past engines.TOLERANCE, or on any failure)."""
-    from .engines import TOLERANCE, OrtEngine, exported_graph, probe
-    from .head import EngineError
+    runs the transformer (an EngineError in one line past engines.base.TOLERANCE, or on any failure)."""
+    from bucketing.engines.base import TOLERANCE, probe
+    from bucketing.engines.onnx_engine import OrtEngine, exported_graph
+    from bucketing.model.head import EngineError
 
     torch_engine = task.engine
     several = several_csr(task.spec)

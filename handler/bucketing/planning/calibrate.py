@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .planner import CostModel, row_features
+from bucketing.planning.planner import CostModel, row_features
 
 # (rows, padded length) pairs timed at worker start: a spread of shapes, about 2k tokens in all.
 SHAPES = ((1, 8), (1, 32), (1, 128), (8, 16), (8, 64), (4, 128), (16, 32), (2, 256))

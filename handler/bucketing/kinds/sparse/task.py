@@ -16,9 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from .chain import Chain, ChainError
-from .sparse_engines import CsrEngine, SparseEngine, bytes_per_pass
-from .sparse_folder import (
+from bucketing.kinds.sparse.engines import CsrEngine, SparseEngine, bytes_per_pass
+from bucketing.kinds.sparse.folder import (
     Route,
     SparseSpec,
     is_sparse,
@@ -26,8 +25,9 @@ from .sparse_folder import (
     static_weights,
     tokenizer_file,
 )
-from .task import Rows, TaskHooks
-from .tokenizer import recut
+from bucketing.kinds.task import Rows, TaskHooks
+from bucketing.model.chain import Chain, ChainError
+from bucketing.model.tokenizer import recut
 
 
 class SparseTask(TaskHooks):
@@ -44,7 +44,7 @@ class SparseTask(TaskHooks):
 
     @staticmethod
     def load(config: Any, model_dir: str, gpu_id: Any = None) -> SparseTask:
-        from .sparse_onnx import open_engine
+        from bucketing.kinds.sparse.onnx import open_engine
 
         task = load_sparse_task(config, model_dir, gpu_id)
         task.engine = open_engine(task, config, model_dir)  # on onnxruntime: the graph, checked against torch
@@ -53,7 +53,7 @@ class SparseTask(TaskHooks):
     @staticmethod
     def load_head(model_dir: str, attention: str | None = None) -> tuple[Any, Any]:
         """What the onnxruntime engine's graph is exported from (`sparse_onnx`)."""
-        from .sparse_onnx import load_head
+        from bucketing.kinds.sparse.onnx import load_head
 
         return load_head(model_dir, attention)
 
@@ -187,7 +187,7 @@ class SparseTask(TaskHooks):
         )
 
     def answer(self, output: np.ndarray, encoded: Any) -> Any:
-        from .answers import Answer
+        from bucketing.answers import Answer
 
         return Answer(
             output, len(encoded.ids), encoded.truncated, sparse=True, max_active_dims=self.spec.cut(encoded.input_type)
@@ -200,8 +200,8 @@ def load_sparse_task(config: Any, model_dir: str, gpu_id: Any = None) -> SparseT
     import torch
     from transformers import AutoModelForMaskedLM
 
-    from .engines import select_device
-    from .head import EngineError, reduced_weights, usable_positions
+    from bucketing.engines import select_device
+    from bucketing.model.head import EngineError, reduced_weights, usable_positions
 
     try:
         spec = read_sparse(model_dir)
@@ -228,8 +228,8 @@ def load_csr_task(spec: SparseSpec, route: Route, model_dir: str, folder: str, g
     from safetensors.torch import load_file
     from transformers import AutoModel
 
-    from .engines import select_device
-    from .head import EngineError, Head, dense_layers, reduced_weights, usable_positions
+    from bucketing.engines import select_device
+    from bucketing.model.head import EngineError, Head, dense_layers, reduced_weights, usable_positions
 
     model = AutoModel.from_pretrained(folder).eval()
     saved = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
@@ -270,7 +270,7 @@ def load_csr_task(spec: SparseSpec, route: Route, model_dir: str, folder: str, g
 def static_routes(spec: SparseSpec, model_dir: str, size: int) -> dict[str, np.ndarray]:
     """Each static route's weights, checked: its tokenizer is the transformer's, and every route of the model
     answers vectors of one size (`size`: the MLM's vocabulary, or a CSR route's latents); EngineError in one line."""
-    from .head import EngineError
+    from bucketing.model.head import EngineError
 
     weights = {}
     try:

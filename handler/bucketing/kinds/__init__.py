@@ -1,8 +1,8 @@
 """Model kinds, one declaration each: what differs between an embedding, a classifier, a sparse and a multi-vector
 model is read from its `Kind` here, never tested by name elsewhere.
 
-A kind declares its name (`handler.task`, `--task`), the task class that serves it (`module:Class` in `bucketing`,
-imported when first used: this module stays light, `config` reads its names), the engines and dtypes it serves (and
+A kind declares its name (`handler.task`, `--task`), the task class that serves it (`module:Class` in this package,
+imported when first used: the registry stays light, `config` reads its names), the engines and dtypes it serves (and
 its refusal line for others), its answer's fields, how large an answer can be (for the start-up size check), the
 wire formats that answer it and a request's options of its own. The task class says the rest, as static methods
 (`task.TaskHooks` holds the defaults): `load` (the task on its engine), `read_settings` (its sentence-transformers
@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 if TYPE_CHECKING:
     from types import ModuleType
 
-    from .chain import Chain
-    from .task import Task
+    from bucketing.config import HandlerConfig
+    from bucketing.kinds.task import Task
+    from bucketing.model.chain import Chain
 
 DEFAULT = "embedding"  # what a folder is served as when no kind detects it
 ANSWER_BOUNDS = ("texts", "one_text", "checked")
@@ -50,7 +51,7 @@ class Kind:
     """One model kind, as the handler, the wire formats and the build read it."""
 
     name: str
-    task: str  # its task class, `module:Class` in bucketing
+    task: str  # its task class, `module:Class` in this package
     title: str  # how a line names it: "a {title} model"
     head: tuple[str, ...] | None = ("embedding",)  # its answer's leading fields; None: a classifier's, by labels
     detects: int = 0  # over 0: a folder is detected as this kind by its task's `detects` (higher: asked first)
@@ -69,7 +70,7 @@ class Kind:
     def implementation(self) -> Implementation:
         """Its task class, imported now."""
         module, _, name = self.task.partition(":")
-        loaded: ModuleType = importlib.import_module(f"{__name__.rpartition('.')[0]}.{module}")
+        loaded: ModuleType = importlib.import_module(f"{__name__}.{module}")
         return cast("Implementation", getattr(loaded, name))
 
     def refused(self, engine: str, dtype: str, setting: str) -> str | None:
@@ -87,11 +88,11 @@ class Kind:
 KINDS: dict[str, Kind] = {
     k.name: k
     for k in (
-        Kind("embedding", "tasks:EmbeddingTask", "embedding"),
-        Kind("classification", "tasks:ClassificationTask", "classification", head=None),
+        Kind("embedding", "embedding:EmbeddingTask", "embedding"),
+        Kind("classification", "classification:ClassificationTask", "classification", head=None),
         Kind(
             "sparse",
-            "sparse:SparseTask",
+            "sparse.task:SparseTask",
             "sparse",
             detects=1,
             saved_as="SparseEncoder",
@@ -106,7 +107,7 @@ KINDS: dict[str, Kind] = {
         ),
         Kind(
             "multivector",
-            "multivector:MultiVectorTask",
+            "multivector.task:MultiVectorTask",
             "multi-vector",
             head=("embeddings",),
             detects=2,
@@ -137,3 +138,20 @@ def refused_folder(kind: Kind, folder: Path | str) -> Kind | None:
     if kind.name != DEFAULT:
         return None
     return next((k for k in KINDS.values() if k.own_head and k.implementation().detects(folder)), None)
+
+
+def load_task(config: HandlerConfig, model_dir: str, gpu_id: int | None = None) -> Task:
+    """The configured task (its kind's) on the configured engine, on the worker's GPU when it has one."""
+    from bucketing.model.head import EngineError
+
+    kind = KINDS[config.task]
+    refusal = kind.refused(config.engine, config.dtype, "handler.dtype")
+    if refusal is not None:
+        raise EngineError(refusal)
+    return kind.implementation().load(config, model_dir, gpu_id)
+
+
+def answer_fields(task: str, labels: int = 2) -> tuple[str, ...]:
+    """The fields of an answer of this task (and number of labels), in order (what `Answer.fields` gives)."""
+    head = KINDS[task].head or (("score",) if labels == 1 else ("label", "scores"))
+    return (*head, "tokens", "truncated")

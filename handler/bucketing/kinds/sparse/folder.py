@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .chain import (
+from bucketing.model.chain import (
     INPUT_TYPES,
     Chain,
     ChainError,

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar, cast
 
-from .config import CostConfig
+from bucketing.config import CostConfig
 
 _Row = TypeVar("_Row")  # one text's result
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .chain import (
+from bucketing.model.chain import (
     Chain,
     ChainError,
     json_file,

@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from .answers import Answer, Options
-from .chain import (
+from bucketing.answers import Answer, Options
+from bucketing.kinds.multivector.folder import TASK, MultiVectorSpec, is_multivector, read_multivector
+from bucketing.kinds.task import Rows, TaskHooks
+from bucketing.model.chain import (
     Chain,
     ChainError,
 )
-from .multivector_folder import TASK, MultiVectorSpec, is_multivector, read_multivector
-from .task import Rows, TaskHooks
-from .tokenizer import Encoded, recut
+from bucketing.model.tokenizer import Encoded, recut
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,8 @@ class MultiVectorTask(TaskHooks):
     @staticmethod
     def load(config: Any, model_dir: str, gpu_id: Any = None) -> MultiVectorTask:
         """Its token head on the configured engine (float32: its kind refuses others)."""
-        from .engines import load_engine
-        from .tasks import normalizes
+        from bucketing.engines import load_engine
+        from bucketing.kinds.embedding import normalizes
 
         engine, info = load_engine(config, model_dir, gpu_id)
         return MultiVectorTask(
@@ -177,7 +177,7 @@ def load_token_head(model_dir: str, attention: str | None = None) -> tuple[Any, 
     """The encoder and the chain's Dense layers over every token, in eval mode, and the model's facts."""
     from transformers import AutoModel
 
-    from .head import EngineError, ModelInfo, dense_layers, usable_positions
+    from bucketing.model.head import EngineError, ModelInfo, dense_layers, usable_positions
 
     try:
         spec = read_multivector(model_dir)

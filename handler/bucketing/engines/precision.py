@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .config import ConfigError
-from .tokenizer import collate
+from bucketing.config import ConfigError
+from bucketing.model.tokenizer import collate
 
 if TYPE_CHECKING:
-    from .tokenizer import Tokenizer
+    from bucketing.model.tokenizer import Tokenizer
 
 CPU_DTYPES = ("float32", "bfloat16")  # what a CPU worker may run (bfloat16 where NATIVE_BF16)
 # /proc/cpuinfo flags of a CPU that multiplies bfloat16 in hardware (Intel AMX tiles; AVX512-BF16 dot products).

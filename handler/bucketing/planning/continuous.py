@@ -21,13 +21,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import protocols, scheduler
-from .config import ConfigError
-from .metrics import BatchStats
-from .pipeline import Item, Pipeline, call_stats
-from .planner import CostModel
-from .protocols import Incoming, Reply
-from .protocols.base import Meta
+from bucketing import protocols
+from bucketing.config import ConfigError
+from bucketing.metrics import BatchStats
+from bucketing.pipeline import Item, Pipeline, call_stats
+from bucketing.planning import scheduler
+from bucketing.planning.planner import CostModel
+from bucketing.protocols import Incoming, Reply
+from bucketing.protocols.base import Meta
 
 
 @dataclass

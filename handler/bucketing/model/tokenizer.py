@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .normalizers import EXPANSION, check_normalizer, lowercase_first
+from bucketing.model.normalizers import EXPANSION, check_normalizer, lowercase_first
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .sparse_folder import Route
+from bucketing.kinds.sparse.folder import Route
 
 
 def bytes_per_pass(max_batch_tokens: int, vocab_size: int) -> int:

@@ -1,0 +1,80 @@
+"""Forward-pass engines, one module each behind one interface (`base.Engine`): the model's output from padded ids
+and mask (for embeddings, the module chain of a sentence-transformers folder after the encoder: its pooling over a
+pooling mask, then its Dense layers; for classification, the logits), as float32 numpy, on the CPU or the worker's
+GPU. `torch_engine` runs the Hugging Face model (and every reduced dtype), `onnx_engine` the exported graph.
+
+A worker runs on `cuda:<gpu_id>` when TorchServe gave it a GPU (`gpu_id` in its system properties) and CUDA is
+there, else on the CPU. `ENGINE_KINDS` below is the registry: adding an engine is its module and one line there
+(and its name in `config.ENGINES`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bucketing.config import ENGINES, ConfigError, HandlerConfig
+from bucketing.engines import precision
+from bucketing.engines.base import Engine, select_device
+from bucketing.engines.onnx_engine import ONNX_FILE, export_onnx, open_onnxruntime
+from bucketing.engines.torch_engine import DTYPES, open_reduced, open_torch
+from bucketing.model.head import EngineError, Head, ModelInfo, load_head, reduced_weights
+
+__all__ = ["ENGINE_KINDS", "Engine", "EngineKind", "check_dtype", "load_engine", "select_device"]
+
+
+def check_dtype(config: HandlerConfig, device: str) -> torch.dtype:
+    if device == "cpu":
+        precision.check_cpu_dtype(config.dtype, precision.cpu_info())
+    if config.dtype != "float32" and ENGINE_KINDS[config.engine].float32_only:
+        raise ConfigError(
+            f"handler.dtype: got {config.dtype!r} with handler.engine {config.engine}; allowed: float32 "
+            f"(the {config.engine} engine runs float32 only; use engine: torch for float16/bfloat16)"
+        )
+    return DTYPES[config.dtype]
+
+
+@dataclass(frozen=True)
+class EngineKind:
+    """An engine as the handler and the archive builder see it: how it opens, and what its archive carries."""
+
+    name: str
+    open: Callable[[Head, ModelInfo, HandlerConfig, str, str, Any], Engine]  # head, info, config, folder, device, dtype
+    files: tuple[str, ...] = ()  # what it reads beside the model's files; `prepare` writes them at build time
+    prepare: Callable[[str, str, Path], Path] | None = None  # (task, model folder, target file)
+    float32_only: bool = False
+
+    def prepare_into(self, task: str, model_dir: str, folder: Path) -> None:
+        """Write the files this engine needs into the archive's model folder."""
+        if self.prepare is not None:
+            for name in self.files:
+                self.prepare(task, model_dir, folder / name)
+
+
+# The engines, by `handler.engine` name: adding one is its module (its class and `open`), and a line here (and in
+# ENGINES).
+ENGINE_KINDS = {
+    kind.name: kind
+    for kind in (
+        EngineKind("torch", open_torch),
+        EngineKind("onnxruntime", open_onnxruntime, (ONNX_FILE,), export_onnx, float32_only=True),
+    )
+}
+assert tuple(ENGINE_KINDS) == ENGINES, "bucketing.config.ENGINES and engines.ENGINE_KINDS must name the same engines"
+
+
+def load_engine(config: HandlerConfig, model_dir: str, gpu_id: Any = None) -> tuple[Engine, ModelInfo]:
+    """The configured engine for the model, checked; and what the handler needs to know of the model."""
+    device = select_device(gpu_id, torch.cuda.is_available())
+    dtype = check_dtype(config, device)
+    head, info = load_head(config.task, model_dir)
+    if dtype == torch.float32:
+        saved = next((p.dtype for p in head.model.parameters() if p.is_floating_point()), torch.float32)
+        if saved != torch.float32:
+            raise EngineError(reduced_weights(model_dir, str(saved).removeprefix("torch.")))
+        return ENGINE_KINDS[config.engine].open(head, info, config, model_dir, device, dtype), info
+    return open_reduced(head, info, config, model_dir, device, dtype), info

@@ -1,0 +1,86 @@
+"""The `torch` engine: the Hugging Face model, eager or traced with TorchScript (the trace is checked against eager
+at load and dropped on any mismatch: both give the same numbers, the trace only faster); in a reduced dtype (float16
+on CUDA; bfloat16 on CUDA or a CPU that multiplies it natively) its encoder runs in that dtype and the pooling and
+Dense after it in float32, with its fidelity to float32 measured at load (`precision`)."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+
+from bucketing.config import HandlerConfig
+from bucketing.engines import precision
+from bucketing.engines.base import TOLERANCE, Engine, head_inputs, probe, probe_types
+from bucketing.model.head import EngineError, Head, ModelInfo
+
+logger = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+class TorchEngine:
+    """The model on torch, eager or traced with TorchScript."""
+
+    name = "torch"
+    fidelity: precision.Fidelity | None = None  # a reduced dtype's, measured against float32 at load
+
+    def __init__(self, head: Head, device: str, dtype: torch.dtype, torchscript: bool, vocab_size: int) -> None:
+        self.device = device
+        self.head = head.to(device)
+        self.head.model.to(dtype=dtype)  # the encoder only: pooling and Dense after it stay float32
+        self.traced: torch.jit.ScriptModule | None = self._trace(vocab_size) if torchscript else None
+
+    def _run(self, module: Any, *arrays: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            out = module(*(torch.from_numpy(a).to(self.device) for a in arrays))
+            result: np.ndarray = out.float().cpu().numpy()
+            return result
+
+    def _trace(self, vocab_size: int) -> torch.jit.ScriptModule | None:
+        ids, mask, pool_mask = probe(vocab_size)
+        inputs = head_inputs(self.head, ids, mask, pool_mask, probe_types(mask))
+        try:
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                first = torch.from_numpy(inputs[0][:2, :16]).to(self.device)
+                ones = torch.ones((2, 16), dtype=torch.long, device=self.device)
+                traced: torch.jit.ScriptModule = torch.jit.trace(
+                    self.head, (first, *[ones] * (len(inputs) - 1)), strict=False
+                )
+            diff = float(np.abs(self._run(traced, *inputs) - self._run(self.head, *inputs)).max())
+            if diff > TOLERANCE:
+                raise ValueError(f"traced output differs from eager by {diff:.2e}")
+            return traced
+        except Exception as e:  # noqa: BLE001 - tracing is an optimisation; eager gives the same numbers
+            logger.warning("TorchScript trace unusable (%s: %s); using the eager model", type(e).__name__, str(e)[:200])
+            return None
+
+    def __call__(
+        self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None, types: np.ndarray | None = None
+    ) -> np.ndarray:
+        module = self.traced if self.traced is not None else self.head
+        return self._run(module, *head_inputs(self.head, ids, mask, pool_mask, types))
+
+
+def open_torch(head: Head, info: ModelInfo, config: HandlerConfig, model_dir: str, device: str, dtype: Any) -> Engine:
+    return TorchEngine(head, device, dtype, config.torchscript, info.vocab_size)
+
+
+def open_reduced(head: Head, info: ModelInfo, config: HandlerConfig, model_dir: str, device: str, dtype: Any) -> Engine:
+    """The torch engine in a reduced dtype, its fidelity to the float32 model measured on `precision.PROBE_TEXTS`
+    (an EngineError below `handler.min_cosine`)."""
+    from bucketing.model.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer(model_dir, min(config.max_length, info.max_positions), bool(info.chain.do_lower_case))
+    probes = precision.probe_inputs(tokenizer, pairs=config.task == "classification")
+    reference = TorchEngine(head, device, torch.float32, False, info.vocab_size)(*probes)
+    engine = TorchEngine(head, device, dtype, config.torchscript, info.vocab_size)
+    engine.fidelity = precision.measure(config.dtype, reference, engine(*probes), config.task, info.activation)
+    refusal = engine.fidelity.refusal(config.min_cosine)
+    if refusal:
+        raise EngineError(refusal)
+    return engine

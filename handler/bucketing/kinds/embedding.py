@@ -1,0 +1,68 @@
+"""The embedding kind: the model's module chain (pooling, Dense) in the engine, answered as one embedding per
+text, L2-normalised as the chain says (or as `handler.normalize` forces)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bucketing.answers import Answer
+from bucketing.engines import Engine, load_engine
+from bucketing.kinds import KINDS, refused_folder
+from bucketing.kinds.task import Rows, TaskHooks
+from bucketing.model.chain import Chain, ChainError, read_chain
+from bucketing.model.head import ModelInfo
+from bucketing.model.tokenizer import Encoded
+
+
+class EmbeddingTask(TaskHooks):
+    """The model's module chain (pooling, Dense) in the engine; normalised when answered (`normalize`: the
+    chain's Normalize, or the handler's setting; a request may ask otherwise)."""
+
+    name = "embedding"
+    labels = None
+
+    def __init__(self, engine: Engine, info: ModelInfo, normalize: bool) -> None:
+        self.engine = engine
+        self.max_positions = info.max_positions
+        self.dimensions = info.hidden_size
+        self.chain = info.chain
+        self.normalize = normalize
+
+    def forward(self, rows: Rows) -> np.ndarray:
+        """Pooled outputs of a padded sub-batch, each row's leading (prompt) tokens `skips` left out of pooling."""
+        return self.engine(rows.ids, rows.mask, rows.pool_mask())
+
+    @property
+    def settings(self) -> Chain:
+        return self.chain
+
+    def answer(self, output: np.ndarray, encoded: Encoded) -> Answer:
+        return Answer(output, len(encoded.ids), encoded.truncated, normalize=self.normalize)
+
+    @staticmethod
+    def load(config: Any, model_dir: str, gpu_id: Any = None) -> EmbeddingTask:
+        engine, info = load_engine(config, model_dir, gpu_id)
+        return EmbeddingTask(engine, info, normalizes(config.normalize, info.chain))
+
+    @staticmethod
+    def read_settings(folder: Path) -> Chain:
+        """The folder's module chain; ChainError for a folder of a kind with a head of its own."""
+        other = refused_folder(KINDS["embedding"], folder)
+        if other is not None:
+            raise ChainError(f"{folder}: a {other.saved_as} folder; build it with --task {other.name}")
+        return read_chain(folder)
+
+    @staticmethod
+    def describe(folder: Path) -> dict[str, Any] | None:
+        return read_chain(folder).describe()
+
+
+def normalizes(setting: str, chain: Chain) -> bool:
+    """Whether embeddings are L2-normalised by default: forced by `handler.normalize: true|false`; with `auto`,
+    as the sentence-transformers chain says (it ends in Normalize), and always for a plain Hugging Face folder."""
+    if setting != "auto":
+        return setting == "true"
+    return chain.normalize if chain.normalize is not None else True

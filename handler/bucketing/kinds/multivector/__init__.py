@@ -1,0 +1,1 @@
+"""The multi-vector kind (MultiVectorEncoder, ColBERT-style): its task and folder reader."""
