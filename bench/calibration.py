@@ -15,10 +15,8 @@ def calibrated_cost(model_dir: str, engine: str, max_length: int = SERVED.max_le
 
     import torch
 
+    from bucketing import worker
     from bucketing.config import HandlerConfig
-    from bucketing.kinds import load_task
-    from bucketing.kinds.task import Rows
-    from bucketing.planning.calibrate import fit_cost, measure
     from bucketing.planning.planner import CostModel
     from model_store.archives import engine_model_dir
 
@@ -26,9 +24,4 @@ def calibrated_cost(model_dir: str, engine: str, max_length: int = SERVED.max_le
     with tempfile.TemporaryDirectory() as tmp:
         folder = engine_model_dir(Path(model_dir), engine, "embedding", Path(tmp))
         config = HandlerConfig(engine=engine, torch_threads=1, dtype=dtype or HandlerConfig.dtype)
-        task = load_task(config, str(folder))
-
-        def forward(rows: int, length: int) -> None:
-            task.forward(Rows.plain(rows, length, 1000))
-
-        return fit_cost(measure(forward, max_length), CostModel())
+        return worker.calibrated(worker.load(config, str(folder)), max_length, CostModel())

@@ -51,13 +51,13 @@ def _worker(model_dir: str, threads: int, engine: str, rows: list[list[list[int]
     """One worker: the handler's task on its share of exact-length chunks, timed after a common start."""
     import torch
 
+    from bucketing import worker
     from bucketing.config import HandlerConfig
-    from bucketing.kinds import load_task
     from bucketing.kinds.task import Rows
     from bucketing.model.tokenizer import collate
 
     torch.set_num_threads(threads)
-    task = load_task(HandlerConfig(engine=engine, torch_threads=threads), model_dir)  # as the handler runs it
+    task = worker.load(HandlerConfig(engine=engine, torch_threads=threads), model_dir).task  # as the handler runs it
     for chunk in rows[:2]:
         task.forward(Rows(*collate(chunk, len(chunk[0]), 0)))
     barrier.wait(timeout=START_TIMEOUT_S)  # a sibling that died breaks the barrier instead of hanging this one
@@ -95,9 +95,11 @@ def _rate(
     max_batch_tokens: int,
     engine: str,
 ) -> dict[str, Any]:
-    from bucketing.model.tokenizer import Tokenizer
+    from bucketing import worker
+    from bucketing.config import HandlerConfig
 
-    encoded = Tokenizer(model_dir, max_length).encode(texts)
+    config = HandlerConfig(engine=engine, max_length=max_length)
+    encoded = worker.load(config, model_dir).tokenizer.encode(texts)  # as the handler reads them
     lengths = [len(e.ids) for e in encoded]
     chunks = chunks_by_length(lengths, max_batch_tokens)
     shares = balance(chunks, lengths, workers)

@@ -235,13 +235,14 @@ def reference_embeddings(
     texts: Sequence[str], model_dir: Path, max_length: int = SERVED.max_length
 ) -> list[list[float]]:
     """Our handler's answer to each text served alone (torch engine, batch of one), in this process."""
+    from bucketing import worker
     from bucketing.config import HandlerConfig
-    from bucketing.kinds import load_task
     from bucketing.kinds.task import Rows
-    from bucketing.model.tokenizer import Tokenizer, collate
+    from bucketing.model.tokenizer import collate
 
-    task = load_task(HandlerConfig(engine="torch", torchscript=False), str(model_dir))
-    tokenizer = Tokenizer(str(model_dir), max_length)
+    config = HandlerConfig(engine="torch", torchscript=False, max_length=max_length)
+    model = worker.load(config, str(model_dir))  # the handler's task and tokenizer, as a worker opens them
+    task, tokenizer = model.task, model.tokenizer
     out = []
     for encoded in tokenizer.encode(list(texts)):
         ids, mask = collate([encoded.ids], len(encoded.ids), 0)

@@ -10,16 +10,9 @@ from typing import Any
 
 import torch
 
+from bucketing import worker
 from bucketing.config import HandlerConfig
-from bucketing.kinds import load_task
-from bucketing.kinds.task import Rows, reach
 from bucketing.metrics import emit
-from bucketing.model.tokenizer import Tokenizer
-from bucketing.pipeline import Pipeline, make_planner
-from bucketing.planning.calibrate import fit_cost, measure
-from bucketing.planning.continuous import Pool, check_model_config
-from bucketing.planning.planner import CostModel
-from bucketing.protocols import Reply
 from bucketing.protocols.base import Meta
 
 logger = logging.getLogger(__name__)
@@ -32,50 +25,22 @@ class BucketingHandler:
         self.initialized = False
 
     def initialize(self, context: Any) -> None:
-        self.config = HandlerConfig.from_yaml(getattr(context, "model_yaml_config", None))
+        model_config = getattr(context, "model_yaml_config", None)
+        self.config = HandlerConfig.from_yaml(model_config)
         torch.set_num_threads(self.config.torch_threads)
         model_dir = os.path.join(context.system_properties.get("model_dir", "."), self.config.model_path)
-        self.task = load_task(self.config, model_dir, context.system_properties.get("gpu_id"))
-        chain = self.task.chain
-        self.tokenizer = Tokenizer(
-            self.task.tokenizer_dir or model_dir,  # a sparse Router's: its MLM transformer's folder
-            reach(self.task, self.config.max_length),  # max_length, or where the task cuts an input type further
-            lower_case=bool(chain and chain.do_lower_case),
-        )
-        self.cost = self._cost_model()
-        self.pipeline = Pipeline(self.config, self.tokenizer, self.task, make_planner(self.config, self.cost))
-        self.pool = None
-        if self.config.schedule == "continuous":
-            check_model_config(getattr(context, "model_yaml_config", None))
-            self.pool = Pool(self.pipeline, self.cost)
-        described = f", model chain {chain.describe()}" if chain is not None else ""
-        described += self.task.ready_note  # a sparse model's routes and memory per pass
-        note = self.pipeline.limit_note()
+        self.worker = worker.open(self.config, model_dir, context.system_properties.get("gpu_id"), model_config)
+        self.task, self.tokenizer, self.cost = self.worker.task, self.worker.tokenizer, self.worker.cost
+        self.pipeline, self.pool = self.worker.pipeline, self.worker.pool
         self.fidelity = self.task.engine.fidelity  # a reduced dtype's, measured at load
-        described += f", {self.fidelity.describe()}" if self.fidelity is not None else ""
-        logger.info("bucketing handler ready: %s%s, cost model %s%s", self.config, described, self.cost, note)
+        logger.info("%s", self.worker.ready_line())
         self.initialized = True
-
-    def _cost_model(self) -> CostModel:
-        c = self.config.cost
-        configured = CostModel(c.forward_overhead_us, c.per_token_us, c.per_token_sq_us)
-        if not c.calibrate or self.config.strategy != "bucketed":
-            return configured
-        pad = self.tokenizer.pad_id + 1
-
-        def forward(rows: int, length: int) -> None:
-            self.task.forward(Rows.plain(rows, length, pad))
-
-        return fit_cost(measure(forward, self.config.max_length), configured)
 
     def handle(self, data: list[Any], context: Any) -> list[str | bytes]:
         meta = [request_meta(context, i) for i in range(len(data))]
         model_name = getattr(context, "model_name", "")
-        if self.pool is None:
-            served, stats = self.pipeline.serve(data, meta, model_name)
-            replies: list[Reply | None] = list(served)
-        else:
-            replies, stats = self.pool.serve(data, meta, request_keys(context, len(data)), model_name)
+        keys = request_keys(context, len(data)) if self.pool is not None else None
+        replies, stats = self.worker.serve(data, meta, keys, model_name)
         cosine = self.fidelity.cosine_min if self.fidelity is not None else None
         emit(getattr(context, "metrics", None), stats, cosine)
         for idx, reply in enumerate(replies):

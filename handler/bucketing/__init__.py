@@ -1,1 +1,84 @@
-"""Length-aware bucketing for transformer text inference under TorchServe."""
+"""Length-aware bucketing for transformer encoders behind TorchServe, in layers (README, "Layout"):
+
+- `config`, `metrics`, `answers`: the worker's settings, its figures, and what the model answered per input;
+- `kinds/`: the model kinds' registry and one package or module per kind (embedding, classification, sparse,
+  multivector), each owning its task, folder reader and engine hooks;
+- `engines/`: the engines' registry and one module per engine (torch, onnxruntime), with reduced-dtype fidelity;
+- `model/`: the model as read from its folder (the sentence-transformers chain, the torch head, the tokenizer);
+- `planning/`: the cost model and planner, calibration, the continuous scheduler and its pool;
+- `protocols/`: the wire formats' registry and one module per format;
+- `pipeline`, `startup_checks`: one delivered batch from rows to replies, and the start-up checks;
+- `worker`: the one way to open a worker (`bucketing.worker.open`), which the handler, the bench and tests use.
+
+The names below are this package's public ones, imported when first used (`bucketing.config` stays light).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bucketing.answers import Answer, Options
+    from bucketing.config import ConfigError, HandlerConfig
+    from bucketing.engines import ENGINE_KINDS, Engine, EngineKind
+    from bucketing.kinds import KINDS, Kind
+    from bucketing.kinds.task import Rows, Task
+    from bucketing.model.head import EngineError
+    from bucketing.protocols import WIRES, Reply
+    from bucketing.protocols.base import Meta, RequestError
+    from bucketing.worker import Model, Worker
+    from bucketing.worker import open as open_worker
+
+_WHERE = {
+    "Answer": "answers",
+    "Options": "answers",
+    "ConfigError": "config",
+    "HandlerConfig": "config",
+    "ENGINE_KINDS": "engines",
+    "Engine": "engines",
+    "EngineKind": "engines",
+    "KINDS": "kinds",
+    "Kind": "kinds",
+    "Rows": "kinds.task",
+    "Task": "kinds.task",
+    "EngineError": "model.head",
+    "WIRES": "protocols",
+    "Reply": "protocols",
+    "Meta": "protocols.base",
+    "RequestError": "protocols.base",
+    "Model": "worker",
+    "Worker": "worker",
+    "open_worker": "worker:open",
+}
+
+__all__ = [
+    "Answer",
+    "ConfigError",
+    "ENGINE_KINDS",
+    "Engine",
+    "EngineError",
+    "EngineKind",
+    "HandlerConfig",
+    "KINDS",
+    "Kind",
+    "Meta",
+    "Model",
+    "Options",
+    "Reply",
+    "RequestError",
+    "Rows",
+    "Task",
+    "WIRES",
+    "Worker",
+    "open_worker",
+]
+assert sorted(__all__) == sorted(_WHERE), "__all__ and _WHERE name the same public names"
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, from the module that defines it (imported now)."""
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, _, attribute = _WHERE[name].partition(":")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), attribute or name)

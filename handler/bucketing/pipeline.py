@@ -112,34 +112,9 @@ class Pipeline:
             dimensions=task.dimensions,
             prompts=tuple(prompts.items()),
             default_prompt=default_prompt,
-            model=self.model_facts(),
+            model=tei.model_facts(config, task, tokenizer),
         )
         self.model_limit = check_fits(config, task, tokenizer, self.limits)
-
-    def tools_backend(self) -> Any:
-        """The tokenizer TEI's /tokenize and /decode use: the one the handler cuts texts with, or, where a task reads
-        texts past max_length (`task.reach`: a sparse Router's static route), a copy of it cut at max_length (the
-        tokens the transformer sees)."""
-        backend = self.tokenizer._backend  # noqa: SLF001 - the one tokenizer, as it cuts texts
-        if self.tokenizer.max_length == self.config.max_length:
-            return backend
-        copy = type(backend).from_str(backend.to_str())
-        copy.enable_truncation(self.config.max_length)
-        return copy
-
-    def model_facts(self) -> tei.ModelFacts:
-        """What TEI's /info, /tokenize and /decode read: settings, the model's kind, and its tokenizer."""
-        chain = self.task.chain
-        labels = self.task.labels
-        return tei.ModelFacts(
-            dtype=self.config.dtype,
-            pooling=None if labels is not None else (chain.pooling if chain is not None else ("mean",)),
-            labels=tuple(labels) if labels is not None else None,
-            max_batch_tokens=self.config.max_batch_tokens,
-            auto_truncate=self.config.on_overflow == "truncate",
-            max_chars=self.tokenizer.max_cut_chars,
-            tools=tei.BackendTools(self.tools_backend()),
-        )
 
     def limit_note(self) -> str:
         """For the ready line: what a max_length below the model's own limit means (empty when it is that limit)."""

@@ -1,5 +1,6 @@
 """What Text Embeddings Inference's routes share (not a wire format itself): its error shape and status codes,
-its `inputs` field, and the model facts its `/info`, `/tokenize` and `/decode` read.
+its `inputs` field, and the model facts its `/info`, `/tokenize` and `/decode` read (`model_facts`, built once per
+worker from its settings, task and tokenizer).
 
 TEI answers an error as `{"error": message, "error_type": Validation | Tokenizer | Backend | Overloaded |
 Unhealthy | Empty}` with the status its type implies (router/src/http/server.rs): 422 Validation (a malformed
@@ -13,12 +14,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from bucketing.answers import Options
 from bucketing.protocols.base import Input, Limits, RequestError, json_type
 from bucketing.protocols.inputs import check_text
 from bucketing.protocols.options import read_options
+
+if TYPE_CHECKING:
+    from bucketing.config import HandlerConfig
+    from bucketing.kinds.task import Task
+    from bucketing.model.tokenizer import Tokenizer
 
 VERSION = "0.2.0"  # this package's version, answered as /info's `version`
 STATUS = {"Validation": 422, "Tokenizer": 422, "Backend": 424, "Overloaded": 429, "Unhealthy": 503, "Empty": 400}
@@ -217,3 +223,30 @@ def byte_offsets(text: str) -> list[int]:
     for ch in text:
         out.append(out[-1] + len(ch.encode("utf-8", "surrogatepass")))
     return out
+
+
+def model_facts(config: HandlerConfig, task: Task, tokenizer: Tokenizer) -> ModelFacts:
+    """What TEI's /info, /tokenize and /decode read of a worker: its settings, the model's kind, and its tokenizer."""
+    chain = task.chain
+    labels = task.labels
+    return ModelFacts(
+        dtype=config.dtype,
+        pooling=None if labels is not None else (chain.pooling if chain is not None else ("mean",)),
+        labels=tuple(labels) if labels is not None else None,
+        max_batch_tokens=config.max_batch_tokens,
+        auto_truncate=config.on_overflow == "truncate",
+        max_chars=tokenizer.max_cut_chars,
+        tools=BackendTools(tools_backend(tokenizer, config.max_length)),
+    )
+
+
+def tools_backend(tokenizer: Tokenizer, max_length: int) -> Any:
+    """The tokenizer TEI's /tokenize and /decode use: the one the handler cuts texts with, or, where a task reads
+    texts past max_length (`task.reach`: a sparse Router's static route), a copy of it cut at max_length (the tokens
+    the transformer sees)."""
+    backend = tokenizer._backend  # noqa: SLF001 - the one tokenizer, as it cuts texts
+    if tokenizer.max_length == max_length:
+        return backend
+    copy = type(backend).from_str(backend.to_str())
+    copy.enable_truncation(max_length)
+    return copy

@@ -1,0 +1,120 @@
+"""The one way to open a worker: the task on its engine, the tokenizer as that task reads texts, the cost model
+(calibrated on the engine when the config says so) and the pipeline over them. The handler, the bench's references
+and calibration, and the tests all open a worker (or just its model, `load`) here, so none can drift from another."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from bucketing.config import HandlerConfig
+from bucketing.kinds import load_task
+from bucketing.kinds.task import Rows, Task, reach
+from bucketing.metrics import BatchStats
+from bucketing.model.tokenizer import Tokenizer
+from bucketing.pipeline import Pipeline, make_planner
+from bucketing.planning.calibrate import fit_cost, measure
+from bucketing.planning.continuous import Pool, check_model_config
+from bucketing.planning.planner import CostModel
+from bucketing.protocols import Reply
+from bucketing.protocols.base import Meta
+
+
+@dataclass(frozen=True)
+class Model:
+    """A worker's model: its task on the configured engine, and the tokenizer that reads texts for it."""
+
+    task: Task
+    tokenizer: Tokenizer
+
+
+def load(config: HandlerConfig, model_dir: str, gpu_id: int | None = None) -> Model:
+    """The configured task and its tokenizer: the model folder's (a sparse Router's: its MLM transformer's), cut
+    where the task reads texts (`reach`), lower-cased where the model's chain says so."""
+    task = load_task(config, model_dir, gpu_id)
+    chain = task.chain
+    tokenizer = Tokenizer(
+        task.tokenizer_dir or model_dir,
+        reach(task, config.max_length),
+        lower_case=bool(chain and chain.do_lower_case),
+    )
+    return Model(task, tokenizer)
+
+
+def cost_model(config: HandlerConfig, model: Model) -> CostModel:
+    """The configured cost model, or, for the bucketed strategy with `cost.calibrate`, one fitted to passes timed
+    on this engine (the configured one where the fit fails)."""
+    c = config.cost
+    configured = CostModel(c.forward_overhead_us, c.per_token_us, c.per_token_sq_us)
+    if not c.calibrate or config.strategy != "bucketed":
+        return configured
+    return calibrated(model, config.max_length, configured)
+
+
+def calibrated(model: Model, max_length: int, fallback: CostModel) -> CostModel:
+    """A cost model fitted to passes of padding-free rows timed on this model's engine."""
+    token = model.tokenizer.pad_id + 1
+
+    def forward(rows: int, length: int) -> None:
+        model.task.forward(Rows.plain(rows, length, token))
+
+    return fit_cost(measure(forward, max_length), fallback)
+
+
+@dataclass(frozen=True)
+class Worker:
+    """An opened worker: its model, cost model and pipeline, and the continuous pool when it schedules so."""
+
+    config: HandlerConfig
+    model: Model
+    cost: CostModel
+    pipeline: Pipeline
+    pool: Pool | None
+
+    @property
+    def task(self) -> Task:
+        return self.model.task
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.model.tokenizer
+
+    def ready_line(self) -> str:
+        """What the worker logs once it is ready: its settings, the model's chain, routes and fidelity, its cost
+        model, and what its max_length means."""
+        chain = self.task.chain
+        described = f", model chain {chain.describe()}" if chain is not None else ""
+        described += self.task.ready_note  # a sparse model's routes and memory per pass
+        fidelity = self.task.engine.fidelity  # a reduced dtype's, measured at load
+        described += f", {fidelity.describe()}" if fidelity is not None else ""
+        return f"bucketing handler ready: {self.config}{described}, cost model {self.cost}{self.pipeline.limit_note()}"
+
+    def serve(
+        self, rows: list[Any], meta: list[Meta], keys: list[str] | None, model_name: str
+    ) -> tuple[list[Reply | None], BatchStats]:
+        """One reply per row (None: pending, answered on a later call under continuous batching); `keys`:
+        TorchServe's id of each request (read only by the continuous pool)."""
+        if self.pool is None:
+            served, stats = self.pipeline.serve(rows, meta, model_name)
+            return list(served), stats
+        if keys is None:
+            raise ValueError("continuous batching needs TorchServe's id of each request")
+        return self.pool.serve(rows, meta, keys, model_name)
+
+
+def open(  # `bucketing.worker.open`; shadows the builtin in this module only
+    config: HandlerConfig, model_dir: str, gpu_id: int | None = None, model_yaml_config: Any = None
+) -> Worker:
+    """A worker of this config over the model folder (on the worker's GPU when it has one), ready to serve;
+    `model_yaml_config`: TorchServe's whole model-config, which continuous batching checks."""
+    model = load(config, model_dir, gpu_id)
+    cost = cost_model(config, model)
+    pipeline = Pipeline(config, model.tokenizer, model.task, make_planner(config, cost))
+    pool = None
+    if config.schedule == "continuous":
+        check_model_config(model_yaml_config)
+        pool = Pool(pipeline, cost)
+    return Worker(config, model, cost, pipeline, pool)
+
+
+__all__ = ["Model", "Worker", "calibrated", "cost_model", "load", "open"]
