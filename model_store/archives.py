@@ -144,14 +144,15 @@ def check_model_dir(model_dir: Path, task: str, dtype: str | None = None, chaine
     except Exception as e:  # noqa: BLE001 - reported in one line
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
         raise ModelFolderError(f"{model_dir}: config.json is not a model config transformers knows ({first})") from e
-    auto = AutoModelForSequenceClassification if task == "classification" else AutoModel
+    classifier = KINDS[task].classifier
+    auto = AutoModelForSequenceClassification if classifier else AutoModel
     if type(config) not in auto._model_mapping:  # noqa: SLF001 - the mapping is what from_pretrained consults
         raise ModelFolderError(f"{model_dir}: architecture {config.model_type!r} has no {auto.__name__} class")
     from bucketing.model.head import REDUCED_SAVED, reduced_weights, saved_dtype
 
     if (dtype or "float32") == "float32" and saved_dtype(config) in REDUCED_SAVED:
         raise ModelFolderError(reduced_weights(model_dir, saved_dtype(config)))
-    if task == "classification":
+    if classifier:
         from bucketing.model.head import EngineError, activation, class_labels
 
         try:
@@ -159,7 +160,7 @@ def check_model_dir(model_dir: Path, task: str, dtype: str | None = None, chaine
             activation(config, model_dir)
         except (ValueError, EngineError) as e:
             raise ModelFolderError(f"{model_dir}: {e}") from None
-    chain = read_model_chain(model_dir, task) if task != "classification" and chained else None
+    chain = read_model_chain(model_dir, task) if not classifier and chained else None
     from bucketing.model.tokenizer import Tokenizer
 
     try:

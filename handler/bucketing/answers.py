@@ -1,5 +1,5 @@
 """What the model answered for one input (`Answer`), and what a request asked of its answers (`Options`): the one
-type the torch side (`tasks`) makes and every wire format (`protocols`) reads."""
+type the kinds' tasks make and every wire format (`protocols`) reads."""
 
 from __future__ import annotations
 

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from bucketing.config import HandlerConfig
-from bucketing.kinds import load_task
+from bucketing.kinds import KINDS
 from bucketing.kinds.task import Rows, Task, reach
 from bucketing.metrics import BatchStats
+from bucketing.model.head import EngineError
 from bucketing.model.tokenizer import Tokenizer
 from bucketing.pipeline import Pipeline, make_planner
 from bucketing.planning.calibrate import fit_cost, measure
@@ -39,6 +40,15 @@ def load(config: HandlerConfig, model_dir: str, gpu_id: int | None = None) -> Mo
         lower_case=bool(chain and chain.do_lower_case),
     )
     return Model(task, tokenizer)
+
+
+def load_task(config: HandlerConfig, model_dir: str, gpu_id: int | None = None) -> Task:
+    """The configured task (its kind's) on the configured engine, on the worker's GPU when it has one."""
+    kind = KINDS[config.task]
+    refusal = kind.refused(config.engine, config.dtype, "handler.dtype")
+    if refusal is not None:
+        raise EngineError(refusal)
+    return kind.implementation().load(config, model_dir, gpu_id)
 
 
 def cost_model(config: HandlerConfig, model: Model) -> CostModel:
@@ -117,4 +127,4 @@ def open(  # `bucketing.worker.open`; shadows the builtin in this module only
     return Worker(config, model, cost, pipeline, pool)
 
 
-__all__ = ["Model", "Worker", "calibrated", "cost_model", "load", "open"]
+__all__ = ["Model", "Worker", "calibrated", "cost_model", "load", "load_task", "open"]

@@ -27,11 +27,18 @@ def test_each_kind_resolves_to_its_task_class(name):
 
 
 @pytest.mark.parametrize("name", list(KINDS))
-def test_a_kinds_wires_are_wire_formats(name):
-    served = KINDS[name].wires
-    names = {w.NAME for w in protocols.WIRES}
-    assert served is None or set(served) <= names
-    assert sum(KINDS[name].serves(w) for w in protocols.WIRES) == len(served or names)
+def test_a_wire_formats_kinds_are_model_kinds(name):
+    for wire in protocols.WIRES:
+        assert wire.ANSWERS is None or set(wire.ANSWERS) <= set(KINDS)
+        assert protocols.serves(wire, KINDS[name]) == (wire.ANSWERS is None or name in wire.ANSWERS)
+    assert any(protocols.serves(w, KINDS[name]) for w in protocols.WIRES)  # every kind is answered somewhere
+
+
+def test_a_kind_refused_by_a_wire_format_has_its_own_line():
+    for wire in protocols.WIRES:
+        for kind in KINDS.values():
+            if not protocols.serves(wire, kind):
+                assert kind.wire_refusal, f"{kind.name} is refused by {wire.NAME} without a line of its own"
 
 
 def test_refusals_are_the_kinds_own_lines():

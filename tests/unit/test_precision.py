@@ -74,7 +74,7 @@ def test_a_worker_below_min_cosine_is_refused_naming_the_figure():
 def test_classifier_fidelity_counts_changed_top_labels_and_ties():
     ref = np.array([[2.0, 0.0], [0.0, 0.01], [1.0, -1.0]])
     got = np.array([[2.0, 0.0], [0.01, 0.0], [1.0, -1.0]])  # the near-tie of row 1 flips
-    fid = measure("bfloat16", ref, got, "classification", "identity")
+    fid = measure("bfloat16", ref, got, True, "identity")
     assert (fid.changed, fid.compared, fid.ties) == (1, 3, 1)
     assert fid.max_abs_diff == pytest.approx(0.01)
     assert fid.describe().endswith(", 1 of 3 top labels/orders changed (1 within the error)")
@@ -85,7 +85,7 @@ def test_reranker_fidelity_counts_flipped_pairs():
     got = np.array([[0.9], [0.52], [0.5], [0.1]])
     assert order_changes(ref, got, 0.02) == (1, 6, 1)  # 6 pairs; (1, 2) flips, 0.01 apart in float32
     assert order_changes(ref, ref, 0.0) == (0, 6, 0)
-    fid = measure("bfloat16", ref, got, "classification", "sigmoid")
+    fid = measure("bfloat16", ref, got, True, "sigmoid")
     assert 0.99 < fid.cosine_min < 1.0 and fid.changed == 1  # the scores' correlation across the texts
 
 
@@ -94,6 +94,6 @@ def test_a_reranker_whose_scores_move_is_refused():
     the texts (their centred cosine): a reranker whose order moves is refused under min_cosine."""
     ref = np.array([[2.0], [-1.0], [0.5], [0.4]])
     got = np.array([[0.9], [-0.1], [0.3], [0.6]])
-    fid = measure("bfloat16", ref, got, "classification", "identity")
+    fid = measure("bfloat16", ref, got, True, "identity")
     assert fid.cosine_min < 0.95 and fid.changed == 1
     assert fid.refusal(0.999) is not None and fid.refusal(0.9) is None

@@ -161,11 +161,11 @@ def scores(logits: np.ndarray, activation: str) -> np.ndarray:
 
 
 def measure(
-    dtype: str, reference: np.ndarray, candidate: np.ndarray, task: str = "embedding", activation: str = "softmax"
+    dtype: str, reference: np.ndarray, candidate: np.ndarray, classifier: bool = False, activation: str = "softmax"
 ) -> Fidelity:
     """The fidelity of `candidate` (a reduced-precision engine's outputs) to `reference` (float32's), row for row."""
     cos = cosines(reference, candidate)
-    if task != "classification":
+    if not classifier:
         diff = float(np.abs(unit(reference) - unit(candidate)).max())
         return Fidelity(dtype, len(cos), float(cos.min()), float(cos.mean()), diff)
     ref, got = scores(reference, activation), scores(candidate, activation)

@@ -15,6 +15,7 @@ import torch
 from bucketing.config import HandlerConfig
 from bucketing.engines import precision
 from bucketing.engines.base import TOLERANCE, Engine, head_inputs, probe, probe_types
+from bucketing.kinds import KINDS
 from bucketing.model.head import EngineError, Head, ModelInfo
 
 logger = logging.getLogger(__name__)
@@ -76,10 +77,11 @@ def open_reduced(head: Head, info: ModelInfo, config: HandlerConfig, model_dir: 
     from bucketing.model.tokenizer import Tokenizer
 
     tokenizer = Tokenizer(model_dir, min(config.max_length, info.max_positions), bool(info.chain.do_lower_case))
-    probes = precision.probe_inputs(tokenizer, pairs=config.task == "classification")
+    probes = precision.probe_inputs(tokenizer, pairs=KINDS[config.task].classifier)
     reference = TorchEngine(head, device, torch.float32, False, info.vocab_size)(*probes)
     engine = TorchEngine(head, device, dtype, config.torchscript, info.vocab_size)
-    engine.fidelity = precision.measure(config.dtype, reference, engine(*probes), config.task, info.activation)
+    classifier = KINDS[config.task].classifier
+    engine.fidelity = precision.measure(config.dtype, reference, engine(*probes), classifier, info.activation)
     refusal = engine.fidelity.refusal(config.min_cosine)
     if refusal:
         raise EngineError(refusal)

@@ -15,16 +15,16 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 if TYPE_CHECKING:
     from types import ModuleType
 
-    from bucketing.config import HandlerConfig
     from bucketing.kinds.task import Task
     from bucketing.model.chain import Chain
 
-DEFAULT = "embedding"  # what a folder is served as when no kind detects it
+KindName = Literal["embedding", "classification", "sparse", "multivector"]  # `handler.task`, `--task`
+DEFAULT: KindName = "embedding"  # what a folder is served as when no kind detects it
 ANSWER_BOUNDS = ("texts", "one_text", "checked")
 
 
@@ -50,7 +50,7 @@ class Implementation(Protocol):
 class Kind:
     """One model kind, as the handler, the wire formats and the build read it."""
 
-    name: str
+    name: KindName
     task: str  # its task class, `module:Class` in this package
     title: str  # how a line names it: "a {title} model"
     head: tuple[str, ...] | None = ("embedding",)  # its answer's leading fields; None: a classifier's, by labels
@@ -61,11 +61,18 @@ class Kind:
     engines: tuple[str, ...] | None = None  # the engines it serves on (the first is its default); None: all
     dtypes: tuple[str, ...] | None = None  # the dtypes it serves in; None: all
     refusal: str = ""  # the line for another engine or dtype: {engine}, {dtype}, {setting} (the flag or key)
-    wires: tuple[str, ...] | None = None  # the wire formats (their NAME) that answer it; None: all
-    wire_refusal: str = ""  # the line from any other wire format: {wire}
+    wire_refusal: str = ""  # the line from a wire format that does not answer it (its ANSWERS): {wire}
     answer_bound: str = "texts"  # the start-up bound: per text; "one_text": one text must fit; "checked": per answer
     options: tuple[str, ...] = ()  # a request's options of its own
     normalized: bool = True  # a request may normalise its answer or cut it to `dimensions`
+    classifier: bool = False  # a sequence classifier: logits scored by labels, text pairs taken (a cross-encoder)
+    sparse: bool = False  # answers a vocabulary-size vector, as indices and values
+    per_token: bool = False  # answers one vector per kept token
+
+    @property
+    def dense_vector(self) -> bool:
+        """Whether it answers one dense vector per input (what an embeddings route carries)."""
+        return self.head == ("embedding",) and not self.sparse
 
     def implementation(self) -> Implementation:
         """Its task class, imported now."""
@@ -80,16 +87,12 @@ class Kind:
             return None
         return self.refusal.format(engine=engine, dtype=dtype, setting=setting)
 
-    def serves(self, wire: ModuleType) -> bool:
-        """Whether this wire format answers this kind."""
-        return self.wires is None or wire.NAME in self.wires
 
-
-KINDS: dict[str, Kind] = {
+KINDS: dict[str, Kind] = {  # by name (a str key: config and requests look names up)
     k.name: k
     for k in (
         Kind("embedding", "embedding:EmbeddingTask", "embedding"),
-        Kind("classification", "classification:ClassificationTask", "classification", head=None),
+        Kind("classification", "classification:ClassificationTask", "classification", head=None, classifier=True),
         Kind(
             "sparse",
             "sparse.task:SparseTask",
@@ -104,6 +107,7 @@ KINDS: dict[str, Kind] = {
             answer_bound="checked",
             options=("max_active_dims",),
             normalized=False,
+            sparse=True,
         ),
         Kind(
             "multivector",
@@ -116,10 +120,10 @@ KINDS: dict[str, Kind] = {
             own_head=True,
             dtypes=("float32",),
             refusal="{setting} {dtype}: a multi-vector model is served in float32 only",
-            wires=("native", "tei-embed-all", "tei-tokenize", "tei-decode", "tei-info"),
             wire_refusal="this is a multi-vector model (one vector per token), which {wire} cannot answer; served at "
             'POST /predictions/NAME (`{{"texts": [...], "input_type": "query" | "document"}}`) and .../embed_all (TEI)',
             answer_bound="one_text",
+            per_token=True,
         ),
     )
 }
@@ -138,17 +142,6 @@ def refused_folder(kind: Kind, folder: Path | str) -> Kind | None:
     if kind.name != DEFAULT:
         return None
     return next((k for k in KINDS.values() if k.own_head and k.implementation().detects(folder)), None)
-
-
-def load_task(config: HandlerConfig, model_dir: str, gpu_id: int | None = None) -> Task:
-    """The configured task (its kind's) on the configured engine, on the worker's GPU when it has one."""
-    from bucketing.model.head import EngineError
-
-    kind = KINDS[config.task]
-    refusal = kind.refused(config.engine, config.dtype, "handler.dtype")
-    if refusal is not None:
-        raise EngineError(refusal)
-    return kind.implementation().load(config, model_dir, gpu_id)
 
 
 def answer_fields(task: str, labels: int = 2) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from bucketing.kinds import KINDS
 from bucketing.model.chain import Chain, ChainError, check_dense_weights, read_chain, read_prompts
 
 # Encoders whose position ids start after the padding index: max_position_embeddings - pad_token_id - 1 usable.
@@ -149,7 +150,7 @@ def load_head(task: str, model_dir: str, attention: str | None = None) -> tuple[
     the attention implementation to load it with; None: transformers' default, SDPA)."""
     from transformers import AutoModel, AutoModelForSequenceClassification
 
-    from bucketing.kinds import KINDS, refused_folder
+    from bucketing.kinds import refused_folder
 
     kind = KINDS[task]
     if kind.own_head:
@@ -161,19 +162,20 @@ def load_head(task: str, model_dir: str, attention: str | None = None) -> tuple[
             f"{model_dir}: a {other.saved_as} folder ({other.note}); serve it with handler.task "
             f"{other.name} (`model_store.build --task {other.name}`, or let the build detect it)"
         )
-    auto = AutoModelForSequenceClassification if task == "classification" else AutoModel
+    classifier = KINDS[task].classifier
+    auto = AutoModelForSequenceClassification if classifier else AutoModel
     extra = {"attn_implementation": attention} if attention else {}
     model = auto.from_pretrained(model_dir, **extra).eval()
     cfg = model.config
     positions = usable_positions(cfg)
     try:
         labels = class_labels(cfg)
-        chain = read_chain(model_dir) if task != "classification" else read_prompts(model_dir)
+        chain = read_chain(model_dir) if not classifier else read_prompts(model_dir)
     except (ValueError, ChainError) as e:
         raise EngineError(f"{model_dir}: {e}") from None
     dims = chain.dimensions(int(cfg.hidden_size))
     info = ModelInfo(positions, dims, labels, int(cfg.vocab_size), activation(cfg, model_dir), chain)
-    head = Head(model, pooled=task != "classification", chain=chain, dense=dense_layers(model_dir, chain))
+    head = Head(model, pooled=not classifier, chain=chain, dense=dense_layers(model_dir, chain))
     return head.eval(), info
 
 

@@ -4,6 +4,7 @@ A wire format is a module that declares, in one place, how requests reach it and
 - `ROUTES`: the paths it serves after `/predictions/NAME/VERSION/` (TorchServe's `url_path`), each with its
   parser `(body, limits) -> Request | RequestError`; `""` is the plain predictions path;
 - `claims(body)` (optional): whether a body at the plain path is its own (KServe v2: `inputs`; v1: `instances`);
+- `ANSWERS`: the model kinds it answers (None: every kind), checked here once (`serves`) before its parser runs;
 - `SERVED`: what it serves, for the 404 that lists everything; `error_body(error)`: its error shape;
 - `own_error(error)` (optional): an error as the format types it, status included (TEI's 422 Validation).
 Everything below is derived from `WIRES`: adding a wire format is its module and one entry there. Each request then
@@ -130,7 +131,7 @@ def parse(row: Any, meta: Meta, limits: Limits) -> Incoming:
     try:
         header_length = meta.header(kserve_v2.HEADER_LENGTH)
         if not path and header_length is not None and isinstance(row, dict):
-            if not kind.serves(kserve_v2):
+            if not serves(kserve_v2, kind):
                 return Incoming(kserve_v2, refused_wire(kind, kserve_v2))
             return _binary_request(row, header_length, limits)
         body = decode(row, content_type)
@@ -138,7 +139,7 @@ def parse(row: Any, meta: Meta, limits: Limits) -> Incoming:
             return Incoming(wire, body)
         if not path:
             wire, parser = _by_body(body)
-        if not kind.serves(wire):
+        if not serves(wire, kind):
             return Incoming(wire, refused_wire(kind, wire))
         return Incoming(wire, parser(body, limits))
     except RecursionError:
@@ -148,8 +149,15 @@ def parse(row: Any, meta: Meta, limits: Limits) -> Incoming:
         return Incoming(wire, error)
 
 
+def serves(wire: ModuleType, kind: Kind) -> bool:
+    """Whether this wire format answers this kind: the one admission check, from the kinds each format declares it
+    answers (`ANSWERS`; None: every kind)."""
+    answers: tuple[str, ...] | None = wire.ANSWERS
+    return answers is None or kind.name in answers
+
+
 def refused_wire(kind: Kind, wire: ModuleType) -> RequestError:
-    """A wire format that does not answer this model's kind (its `wires`), asked of it."""
+    """A wire format that does not answer this model's kind (its `ANSWERS`), asked of it."""
     return RequestError(400, "InvalidRequest", kind.wire_refusal.format(wire=wire.NAME))
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from bucketing.answers import Answer, Options
+from bucketing.kinds import KINDS, Kind
 
 QUOTE_CHARS = 100  # at most this much of anything a client sent is quoted back in an error message
 NAMES_SHOWN = 5  # at most this many unknown keys are named in one message
@@ -74,6 +75,11 @@ class Limits:
     prompts: tuple[tuple[str, str], ...] = ()  # the model's prompts by name (sentence-transformers' `prompts`)
     default_prompt: str | None = None  # the prompt's name used when a request names none
     model: Any = None  # what TEI's /info, /tokenize and /decode read (protocols.tei.ModelFacts)
+
+    @property
+    def kind(self) -> Kind:
+        """The loaded model's kind (what a wire format asks of it: `kinds.Kind`)."""
+        return KINDS[self.task]
 
 
 class Request(Protocol):

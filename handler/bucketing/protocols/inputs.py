@@ -38,7 +38,7 @@ def texts(value: Any, where: str, max_texts: int) -> tuple[str, ...] | RequestEr
 
 def pairs(value: Any, where: str, limits: Limits) -> tuple[Pair, ...] | RequestError:
     """A non-empty list of at most max_texts [query, document] pairs of texts, for a classification model."""
-    if limits.task != "classification":
+    if not limits.kind.classifier:
         return bad(
             "InvalidRequest",
             f'"{where}": text pairs need a classification model (a cross-encoder); this is an {limits.task} model',

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from bucketing.answers import Answer, Options
-from bucketing.kinds import answer_fields
+from bucketing.kinds import KindName, answer_fields
 from bucketing.protocols.base import (
     Binary,
     Limits,
@@ -46,6 +46,7 @@ from bucketing.protocols.inputs import pairs, texts, too_many
 from bucketing.protocols.options import read_options
 
 NAME = "kserve-v2"
+ANSWERS: tuple[KindName, ...] | None = ("embedding", "classification", "sparse")  # not a multi-vector model
 SERVED = "POST /v2/models/NAME/infer (KServe v2, one BYTES input of texts; a classifier: text and text_pair)"
 ROUTES: dict[str, Any] = {}  # reached at the plain predictions path; its body is claimed (`claims`)
 MAX_RANK = 2  # [n] or [n, 1]
@@ -177,7 +178,7 @@ def parse(body: Any, limits: Limits, binary: bytes | None = None) -> V2Request |
     """A v2 request from its JSON (and, with the binary extension, the bytes after it)."""
     if not isinstance(body, Mapping) or "inputs" not in body:
         return bad("InvalidRequest", f'expected a JSON object with "inputs", got a JSON {json_type(body)}')
-    if limits.task == "sparse":
+    if limits.kind.sparse:
         return bad(
             "InvalidRequest",
             "KServe v2 answers dense tensors; this is a sparse model, answered as indices and values at "

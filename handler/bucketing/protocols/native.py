@@ -15,12 +15,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from bucketing.answers import Answer, Options
+from bucketing.kinds import KindName
 from bucketing.protocols.base import Limits, Pair, RequestError, bad, check_count, json_type, names
 from bucketing.protocols.base import error_body as error_body
 from bucketing.protocols.inputs import check_text, pairs, texts
 from bucketing.protocols.options import OPTION_FIELDS, read_options
 
 NAME = "native"
+ANSWERS: tuple[KindName, ...] | None = None  # the model kinds it answers: every kind
 SERVED = (
     'POST /predictions/NAME[/VERSION]: JSON {"text"} or {"texts"}, a classifier\'s {"text", "text_pair"} or '
     '{"pairs"}, text/plain, and KServe v1/v2 bodies'

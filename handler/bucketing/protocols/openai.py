@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from bucketing.answers import Answer, Options
-from bucketing.kinds import KINDS
+from bucketing.kinds import KindName
 from bucketing.protocols.base import Input, Limits, RequestError, bad, check_count, is_int, json_type, quote, snake
 from bucketing.protocols.inputs import check_text, too_many
 from bucketing.protocols.options import read_options
 
 NAME = "openai"
+ANSWERS: tuple[KindName, ...] | None = ("embedding", "classification", "sparse")  # not a multi-vector model
 EMBEDDINGS = "v1/embeddings"
 MODELS = "v1/models"
 MAX_MODEL_CHARS = 256
@@ -91,7 +92,7 @@ def parse_models(body: Any, limits: Limits) -> ModelsRequest:
 
 def parse(body: Any, limits: Limits) -> EmbeddingsRequest | RequestError:
     """An embeddings request, or the client's mistake with the parameter at fault."""
-    if KINDS[limits.task].head != ("embedding",):  # one vector per input: what OpenAI's answer holds
+    if limits.kind.head != ("embedding",):  # one vector per input: what OpenAI's answer holds
         return RequestError(
             404,
             "NotFound",
@@ -150,10 +151,10 @@ def _options(body: Mapping[str, Any], limits: Limits) -> dict[str, Any] | Reques
             "encoding_format",
         )
     fields = ("prompt_name", "prompt", "normalize", "dimensions", "truncate", "truncation_direction", "input_type")
-    options = read_options(body, limits, (*fields, *KINDS[limits.task].options))
+    options = read_options(body, limits, (*fields, *limits.kind.options))
     if isinstance(options, RequestError):
         return options
-    if limits.task == "sparse" and encoding != "float":
+    if limits.kind.sparse and encoding != "float":
         return bad(
             "InvalidRequest",
             "'encoding_format' base64 is a dense float32 vector; a sparse model answers 'float' only, each embedding "

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bucketing.answers import Answer, Options
+from bucketing.kinds import KindName
 from bucketing.protocols import tei
 from bucketing.protocols.base import Input, Limits, RequestError, check_count, is_int, json_type
 from bucketing.protocols.tei import error_body as error_body
@@ -18,6 +19,7 @@ from bucketing.protocols.tei import own_error as own_error
 from bucketing.protocols.tei_tokenize import facts
 
 NAME = "tei-decode"
+ANSWERS: tuple[KindName, ...] | None = None  # the model kinds it answers: every kind
 PATH = "decode"
 SERVED = f"POST /predictions/NAME/VERSION/{PATH} (TEI's decode)"
 

@@ -15,12 +15,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from bucketing.kinds import KindName
 from bucketing.protocols import tei_embed, tei_predict, tei_rerank, tei_similarity
 from bucketing.protocols.base import Limits, Request, RequestError
 from bucketing.protocols.tei import error_body as error_body
 from bucketing.protocols.tei import own_error as own_error
 
 NAME = "tei"
+ANSWERS: tuple[KindName, ...] | None = ("embedding", "classification", "sparse")  # not a multi-vector model
 SERVED = (
     "POST /predictions/NAME[/VERSION] with TEI's {\"inputs\"} (embed, or a classifier's predict) or "
     '{"query", "texts"} (rerank), {"inputs": {"source_sentence", "sentences"}} (similarity)'
@@ -48,6 +50,6 @@ def parse(body: Any, limits: Limits) -> Request | RequestError:
         return own_error(rerank) if isinstance(rerank, RequestError) else rerank
     if isinstance(body["inputs"], Mapping):
         return tei_similarity.parse(body, limits)
-    if limits.task == "classification":
+    if limits.kind.classifier:
         return tei_predict.parse(body, limits)
     return tei_embed.parse(body, limits)

@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from bucketing.answers import Answer
+from bucketing.kinds import KindName
 from bucketing.protocols import tei
 from bucketing.protocols.base import Limits, RequestError, check_count
 from bucketing.protocols.tei import error_body as error_body
 from bucketing.protocols.tei import own_error as own_error
 
 NAME = "tei-embed"
+ANSWERS: tuple[KindName, ...] | None = ("embedding", "classification", "sparse")  # not a multi-vector model
 PATH = "embed"
 SERVED = f"POST /predictions/NAME/VERSION/{PATH} (TEI's embed, embedding models)"
 FIELDS = ("normalize", "truncate", "truncation_direction", "prompt_name", "dimensions")
@@ -34,11 +36,11 @@ class EmbedRequest(tei.TeiInputs):
 
 
 def parse(body: Any, limits: Limits) -> EmbedRequest | RequestError:
-    if limits.task == "sparse":
+    if limits.kind.sparse:
         return tei.backend(
             "Model is not a dense embedding model: this is a sparse (SPLADE) model, served at /embed_sparse"
         )
-    if limits.task != "embedding":
+    if not limits.kind.dense_vector:
         return tei.backend(
             f"Model is not an embedding model: this is a {limits.task} model, served at /predict "
             "(TEI's classification route)"

@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from bucketing.answers import Answer
+from bucketing.kinds import KindName
 from bucketing.protocols import tei
 from bucketing.protocols.base import Limits, RequestError, check_count
 from bucketing.protocols.tei import error_body as error_body
 from bucketing.protocols.tei import own_error as own_error
 
 NAME = "tei-embed-all"
+ANSWERS: tuple[KindName, ...] | None = None  # the model kinds it answers: every kind
 PATH = "embed_all"
 SERVED = f"POST /predictions/NAME/VERSION/{PATH} (TEI's token embeddings, multi-vector models)"
 FIELDS = ("truncate", "truncation_direction", "prompt_name", "input_type")
@@ -33,7 +35,7 @@ class EmbedAllRequest(tei.TeiInputs):
 
 
 def parse(body: Any, limits: Limits) -> EmbedAllRequest | RequestError:
-    if limits.task != "multivector":
+    if not limits.kind.per_token:
         return tei.backend(
             f"/embed_all (token embeddings) is served for multi-vector models; this is a {limits.task} model "
             "answered with one vector per input: use /embed"

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from bucketing.answers import Answer
+from bucketing.kinds import KindName
 from bucketing.model.chain import DOCUMENT_PROMPTS
 from bucketing.protocols import tei
 from bucketing.protocols.base import Limits, RequestError, check_count
@@ -22,6 +23,7 @@ from bucketing.protocols.tei import error_body as error_body
 from bucketing.protocols.tei import own_error as own_error
 
 NAME = "tei-embed-sparse"
+ANSWERS: tuple[KindName, ...] | None = ("embedding", "classification", "sparse")  # not a multi-vector model
 PATH = "embed_sparse"
 SERVED = f"POST /predictions/NAME/VERSION/{PATH} (TEI's embed_sparse, sparse models)"
 FIELDS = ("truncate", "truncation_direction", "prompt_name")
@@ -44,10 +46,10 @@ def input_type(prompt_name: Any) -> str | None:
 
 
 def parse(body: Any, limits: Limits) -> EmbedSparseRequest | RequestError:
-    if limits.task != "sparse":
+    if not limits.kind.sparse:
         return tei.backend(
             f"Model is not an embedding model with SPLADE pooling: this is a dense {limits.task} model; use "
-            f"{'/embed' if limits.task == 'embedding' else '/predict'}"
+            f"{'/embed' if limits.kind.dense_vector else '/predict'}"
         )
     parsed = tei.parse_texts(EmbedSparseRequest, body, limits, FIELDS)
     if isinstance(parsed, RequestError):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bucketing.answers import Answer, Options
+from bucketing.kinds import KindName
 from bucketing.protocols import tei
 from bucketing.protocols.base import Input, Limits, RequestError, check_count
 from bucketing.protocols.tei import error_body as error_body
@@ -24,6 +25,7 @@ from bucketing.protocols.tei import own_error as own_error
 from bucketing.protocols.tei_tokenize import facts
 
 NAME = "tei-info"
+ANSWERS: tuple[KindName, ...] | None = None  # the model kinds it answers: every kind
 PATH = "info"
 SERVED = f"GET /predictions/NAME/VERSION/{PATH} (TEI's info)"
 

@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from bucketing.answers import Answer, Options
+from bucketing.kinds import KindName
 from bucketing.protocols.base import Limits, Pair, RequestError, bad, check_count, json_type
 from bucketing.protocols.inputs import check_text, texts
 from bucketing.protocols.options import read_options
 
 NAME = "tei-rerank"
+ANSWERS: tuple[KindName, ...] | None = ("embedding", "classification", "sparse")  # not a multi-vector model
 PATH = "rerank"
 SERVED = f"POST /predictions/NAME/VERSION/{PATH} (TEI's rerank, one-label classifiers)"
 FIELDS = ("raw_scores", "truncate", "truncation_direction", "prompt_name", "prompt")  # prompts: CrossEncoder.rank's
@@ -48,8 +50,8 @@ class RerankRequest:
 
 def one_label_classifier(limits: Limits, route: str) -> RequestError | None:
     """Reranking needs a classification model with one label (a relevance score)."""
-    if limits.task != "classification" or limits.dimensions != 1:
-        what = f"an {limits.task} model" if limits.task != "classification" else f"{limits.dimensions} labels"
+    if not limits.kind.classifier or limits.dimensions != 1:
+        what = f"an {limits.task} model" if not limits.kind.classifier else f"{limits.dimensions} labels"
         return RequestError(
             404, "NotFound", f"{route} serves one-label classification models (cross-encoders); this model has {what}"
         )

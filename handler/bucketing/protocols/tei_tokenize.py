@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bucketing.answers import Answer, Options
+from bucketing.kinds import KindName
 from bucketing.protocols import tei
 from bucketing.protocols.base import Input, Limits, RequestError, check_count, json_type
 from bucketing.protocols.options import read_options
@@ -21,6 +22,7 @@ from bucketing.protocols.tei import error_body as error_body
 from bucketing.protocols.tei import own_error as own_error
 
 NAME = "tei-tokenize"
+ANSWERS: tuple[KindName, ...] | None = None  # the model kinds it answers: every kind
 PATH = "tokenize"
 SERVED = f"POST /predictions/NAME/VERSION/{PATH} (TEI's tokenize)"
 

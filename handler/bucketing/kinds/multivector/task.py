@@ -1,5 +1,5 @@
 """Multi-vector (ColBERT-style late-interaction) models as sentence-transformers 6.2's `MultiVectorEncoder` saves
-them: one vector per kept token, its own query/document handling (the folder is read in `multivector_folder`).
+them: one vector per kept token, its own query/document handling (the folder is read in `folder`).
 
 A request's `input_type` is the `task` of `encode_query` ("query"), `encode_document` ("document") or `encode()`
 (absent): the prompt, where the text is cut, query expansion (`[MASK]` ids up to the expansion length, attended or

@@ -19,7 +19,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -42,11 +42,14 @@ SPLADE_ACTIVATIONS = ("relu", "log1p_relu")
 MODALITY = "text"  # what sentence-transformers infers for a batch of strings, for a Router's route mappings
 
 
+RouteKind = Literal["splade", "static", "csr"]  # SPLADE over an MLM, a static weight per token, CSR over a chain
+
+
 @dataclass(frozen=True)
 class Route:
     """One way to a sparse vector: SPLADE over an MLM transformer's logits, or a static weight per token id."""
 
-    kind: str  # "splade", "static" or "csr"
+    kind: RouteKind
     folder: str  # the MLM transformer's, the SparseStaticEmbedding's or (csr) the Transformer's folder (relative)
     pooling: str = "max"  # splade: max or sum over the tokens
     activation: str = "relu"  # splade: relu (log1p(relu(x))) or log1p_relu (log1p(log1p(relu(x))))
@@ -56,6 +59,23 @@ class Route:
     hidden_dim: int = 0  # csr: its latents (the answer's dimensions)
     layer_norm: bool = False  # csr: its `normalize` (a layer norm of the input before the encoder)
     modules: tuple[str, ...] = ()  # every module folder the route reads (relative), for the archive to carry
+
+    @property
+    def is_splade(self) -> bool:
+        return self.kind == "splade"
+
+    @property
+    def is_csr(self) -> bool:
+        return self.kind == "csr"
+
+    @property
+    def is_static(self) -> bool:
+        return self.kind == "static"
+
+    @property
+    def runs_transformer(self) -> bool:
+        """Whether its rows run a transformer (SPLADE's MLM, CSR's dense chain); a static route's do not."""
+        return not self.is_static
 
 
 @dataclass(frozen=True)
@@ -71,7 +91,7 @@ class SparseSpec:
     @property
     def mlm(self) -> str | None:
         """The one transformer's folder (relative; MLM, or csr's dense one), if a route runs one."""
-        return next((r.folder for r in self.routes.values() if r.kind in ("splade", "csr")), None)
+        return next((r.folder for r in self.routes.values() if r.runs_transformer), None)
 
     def route(self, input_type: str | None) -> str:
         """The route `encode(task=input_type)` takes, as sentence-transformers' Router resolves it for text."""
@@ -95,7 +115,7 @@ class SparseSpec:
         if self.max_active_dims is not None:
             return self.max_active_dims
         route = self.routes[self.route(input_type)]
-        return route.k if route.kind == "csr" else None
+        return route.k if route.is_csr else None
 
     def describe(self) -> dict[str, Any]:
         """What was read, as plain data (the archive's model-config and the ready line)."""
@@ -110,9 +130,9 @@ class SparseSpec:
 
 
 def _describe(route: Route) -> str:
-    if route.kind == "splade":
+    if route.is_splade:
         return f"splade {route.pooling} {route.activation}"
-    if route.kind == "csr" and route.dense is not None:
+    if route.is_csr and route.dense is not None:
         d = route.dense.describe()
         return (
             f"csr: pooling {'+'.join(d['pooling'])}, dense {d['dense']}, normalize {d['normalize']}, "
@@ -172,21 +192,21 @@ def read_sparse(model_dir: Path | str) -> SparseSpec:
             None,
             {},
         )
-    csr = [r for r in routes.values() if r.kind == "csr"]
+    csr = [r for r in routes.values() if r.is_csr]
     if csr and max_active is None and kinds != ["Router"]:
         max_active = csr[0].k  # as SparseEncoder sets it from its SparseAutoEncoder (not from one in a Router)
-    mlm = {r.folder for r in routes.values() if r.kind in ("splade", "csr")}
+    mlm = {r.folder for r in routes.values() if r.runs_transformer}
     if len(mlm) != 1:
         raise ChainError(
             f"{folder}: a sparse model with {len(mlm)} transformers (MLM or CSR's) is not served (served: exactly "
             "one, which routes of a Router may share); this model cannot be served exactly"
         )
-    if csr and any(r.kind == "splade" for r in routes.values()):
+    if csr and any(r.is_splade for r in routes.values()):
         raise ChainError(
             f"{folder}: a Router with both SPLADE and CSR routes is not served (its one transformer runs as a masked "
             "LM or as an encoder, not both); this model cannot be served exactly"
         )
-    sizes = {n: r.hidden_dim if r.kind == "csr" else _static_size(folder, r) for n, r in routes.items()} if csr else {}
+    sizes = {n: r.hidden_dim if r.is_csr else _static_size(folder, r) for n, r in routes.items()} if csr else {}
     if len(set(sizes.values())) > 1:  # (a SPLADE route's vocabulary is checked against the MLM's at load)
         raise ChainError(
             f"{folder}: its routes answer vectors of different sizes ("
@@ -333,7 +353,7 @@ def _router(folder: Path, path: Path) -> tuple[dict[str, Route], str | None, dic
 def _static_size(folder: Path, route: Route) -> int:
     """A static route's weights (its output size) as its safetensors header says, without reading them; 0 for a
     route of another kind."""
-    if route.kind != "static":
+    if not route.is_static:
         return 0
     shape = safetensors_shapes(folder / route.folder / "model.safetensors").get("weight", [])  # ChainError: 1 line
     return int(shape[0]) if len(shape) == 1 else 0

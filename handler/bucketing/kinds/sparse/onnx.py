@@ -1,6 +1,6 @@
 """Sparse encoders on the onnxruntime engine: the graph exported at build (`load_head`: what `onnx_engine.export_onnx`
 exports for the sparse kind) and the engine that runs it at worker start (`open_engine`), checked against the torch
-engine (`sparse_engines.SparseEngine` / `sparse_engines.CsrEngine`) on padded inputs.
+engine (`engines.SparseEngine` / `engines.CsrEngine`) on padded inputs.
 
 SPLADE: the graph runs (input_ids, attention_mask) to the pooled vocabulary-size vectors, the masked-LM logits,
 the mask, relu, log1p and max or sum over the tokens inside it, so each run hands back rows x vocabulary floats,
@@ -33,7 +33,7 @@ from bucketing.model.chain import ChainError
 
 def pools(spec: SparseSpec) -> tuple[tuple[str, str], ...]:
     """The (pooling, activation) pairs of the folder's SPLADE routes, in the graph's output order."""
-    return tuple(sorted({(r.pooling, r.activation) for r in spec.routes.values() if r.kind == "splade"}))
+    return tuple(sorted({(r.pooling, r.activation) for r in spec.routes.values() if r.is_splade}))
 
 
 def log1p(x: torch.Tensor) -> torch.Tensor:
@@ -90,7 +90,7 @@ def load_head(model_dir: str, attention: str | None = None) -> tuple[Any, Any]:
         raise EngineError(f"{model_dir}: {e}") from None
     folder = str(Path(model_dir) / (spec.mlm or ""))
     extra = {"attn_implementation": attention} if attention else {}
-    csr = next((r for r in spec.routes.values() if r.kind == "csr"), None)
+    csr = next((r for r in spec.routes.values() if r.is_csr), None)
     several = several_csr(spec)
     if several:
         raise EngineError(f"{model_dir}: {several}")
@@ -111,7 +111,7 @@ def load_head(model_dir: str, attention: str | None = None) -> tuple[Any, Any]:
 def several_csr(spec: SparseSpec) -> str | None:
     """Why this folder is not served on onnxruntime: a Router of several CSR routes (one dense chain each, one graph
     exported); None when it is."""
-    csr = [name for name, r in spec.routes.items() if r.kind == "csr"]
+    csr = [name for name, r in spec.routes.items() if r.is_csr]
     if len(csr) < 2:
         return None
     return (
@@ -171,11 +171,11 @@ def open_onnxruntime(task: Any, config: Any, model_dir: str) -> Any:
     if several:
         raise EngineError(f"handler.engine onnxruntime: {model_dir}: {several}")
     path = exported_graph(model_dir)
-    routes = [r for r in task.spec.routes.values() if r.kind in ("splade", "csr")]
+    routes = [r for r in task.spec.routes.values() if r.runs_transformer]
     try:
         graph = OrtEngine(path, config.torch_threads, torch_engine.device)
         engine: Any
-        if routes[0].kind == "csr":  # the one CSR route's dense chain on the graph, its autoencoder on torch
+        if routes[0].is_csr:  # the one CSR route's dense chain on the graph, its autoencoder on torch
             engine = copy.copy(torch_engine)
             engine.parts = {k: (OrtHead(graph), *v[1:]) for k, v in torch_engine.parts.items()}
             engine.name = OrtSpladeEngine.name
@@ -188,7 +188,7 @@ def open_onnxruntime(task: Any, config: Any, model_dir: str) -> Any:
         diff = max(
             float(np.abs(engine(ids, mask, r, *extra) - torch_engine(ids, mask, r, *extra)).max())
             for r in routes
-            for extra in (((), (pool_mask,)) if r.kind == "csr" else ((),))
+            for extra in (((), (pool_mask,)) if r.is_csr else ((),))
         )
     except Exception as e:
         raise EngineError(

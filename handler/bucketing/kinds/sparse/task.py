@@ -1,11 +1,11 @@
 """Sparse encoders (sentence-transformers' `SparseEncoder`): the task that runs one exactly as
-`SparseEncoder(dir).encode()`, `encode_query()` and `encode_document()` do (the folder is read in `sparse_folder`).
+`SparseEncoder(dir).encode()`, `encode_query()` and `encode_document()` do (the folder is read in `folder`).
 
 One route is chosen per request by its `input_type` as `encode_query` (`"query"`), `encode_document` (`"document"`)
 and `encode()` (none) choose it. The answer is the vocabulary-size vector, cut to the model's `max_active_dims` (or
 the request's) by torch's top-k of absolute values as sentence-transformers cuts it (`answers.keep_top`).
 
-The torch engines (SPLADE in bounded row groups, CSR) are in `sparse_engines`; onnxruntime's in `sparse_onnx`.
+The torch engines (SPLADE in bounded row groups, CSR) are in `engines`; onnxruntime's in `onnx`.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class SparseTask(TaskHooks):
 
     @staticmethod
     def load_head(model_dir: str, attention: str | None = None) -> tuple[Any, Any]:
-        """What the onnxruntime engine's graph is exported from (`sparse_onnx`)."""
+        """What the onnxruntime engine's graph is exported from (`onnx`)."""
         from bucketing.kinds.sparse.onnx import load_head
 
         return load_head(model_dir, attention)
@@ -90,7 +90,7 @@ class SparseTask(TaskHooks):
         self.weights = dict(weights)
         self.tokenizer_dir = str(Path(model_dir) / (spec.mlm or ""))
         # Each static route's own cut (its tokens, without special tokens): its tokenizer's model_max_length
-        self.static_cuts = {n: static_cut(model_dir, r) for n, r in spec.routes.items() if r.kind == "static"}
+        self.static_cuts = {n: static_cut(model_dir, r) for n, r in spec.routes.items() if r.is_static}
         if isinstance(engine, CsrEngine):
             self.ready_note = (
                 f", sparse model {spec.describe()}, CSR: no vocabulary logits; a pass holds rows x {vocab_size} "
@@ -120,7 +120,7 @@ class SparseTask(TaskHooks):
         for name in dict.fromkeys(names):
             picked = [r for r, n in enumerate(names) if n == name]
             route = self.spec.routes[name]
-            if route.kind in ("splade", "csr"):  # beside another route's rows: padded only to its own longest
+            if route.runs_transformer:  # beside another route's rows: padded only to its own longest
                 width = ids.shape[1] if len(picked) == len(names) else int(mask[picked].sum(axis=1).max())
                 mine = rows.take(picked, width)
                 skips = route.dense is not None and not route.dense.include_prompt  # its Pooling leaves prompts out
@@ -208,7 +208,7 @@ def load_sparse_task(config: Any, model_dir: str, gpu_id: Any = None) -> SparseT
     except ChainError as e:
         raise EngineError(f"{model_dir}: {e}") from None
     folder = str(Path(model_dir) / (spec.mlm or ""))
-    csr = next((r for r in spec.routes.values() if r.kind == "csr"), None)
+    csr = next((r for r in spec.routes.values() if r.is_csr), None)
     if csr is not None:
         return load_csr_task(spec, csr, model_dir, folder, gpu_id)
     model = AutoModelForMaskedLM.from_pretrained(folder).eval()
@@ -237,7 +237,7 @@ def load_csr_task(spec: SparseSpec, route: Route, model_dir: str, folder: str, g
         raise EngineError(reduced_weights(model_dir, str(saved).removeprefix("torch.")))
     device = select_device(gpu_id, torch.cuda.is_available())
     engine: CsrEngine | None = None
-    for csr in {r.modules: r for r in spec.routes.values() if r.kind == "csr"}.values():  # a chain per route's modules
+    for csr in {r.modules: r for r in spec.routes.values() if r.is_csr}.values():  # a chain per route's modules
         assert csr.dense is not None
         head = Head(model, pooled=True, chain=csr.dense, dense=dense_layers(model_dir, csr.dense))
         where = Path(model_dir) / csr.pooling_folder
@@ -276,12 +276,12 @@ def static_routes(spec: SparseSpec, model_dir: str, size: int) -> dict[str, np.n
     try:
         mlm_tokenizer = tokenizer_file(model_dir, spec.mlm or "")
         for name, route in spec.routes.items():
-            if route.kind == "csr" and route.hidden_dim != size:
+            if route.is_csr and route.hidden_dim != size:
                 raise ChainError(
                     f"its routes answer vectors of different sizes (route {name!r}: {route.hidden_dim}, another: "
                     f"{size}); served: one size for every route"
                 )
-            if route.kind == "static":
+            if route.is_static:
                 if tokenizer_file(model_dir, route.folder) != mlm_tokenizer:
                     raise ChainError(
                         f"route {name!r} ({route.folder}) has a tokenizer other than the transformer's; served: "
