@@ -19,13 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
 
 from model_store.archives import ROOT, SERVED
 from tsctl import free_ports, group_cpu_seconds
 
-if TYPE_CHECKING:
-    from .jobs import Job
+from .job import Job
 
 PEER_ROOT = ROOT / ".tmp" / "peers"
 REQUIREMENTS = Path(__file__).resolve().parent / "peer-requirements"
