@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from model_store import archives
 
@@ -20,6 +20,9 @@ from .workloads import DOCS_PER_REQUEST, NOT_EMBEDDINGS, RERANK, TEXTS_OF, Workl
 WORKLOAD_TEXTS = 2000  # texts drawn for a generated workload
 FIDELITY_TEXTS = 32  # texts of the run, spread over its lengths, each configuration's answers are checked on
 EXACT_LENGTH_TEXTS = 800  # texts of the workload the exact-length grouping runs
+
+if TYPE_CHECKING:
+    from bucketing.model.tokenizer import Tokenizer
 
 __all__ = ["EXACT_LENGTH_TEXTS", "FIDELITY_TEXTS", "WORKLOAD_TEXTS", "Bodies", "Job", "Resolver"]
 
@@ -74,7 +77,7 @@ class Resolver:
         tokens = [len(e.ids) for e in tokenizer.encode(w.texts)]  # as served: cut at max_length
         return Bodies(w, bodies, tokens)
 
-    def _rerank_load(self, tokenizer: Any) -> Bodies:
+    def _rerank_load(self, tokenizer: Tokenizer) -> Bodies:
         """Cohere-style rerank bodies (a query, `docs_per_request` documents) and each request's pair tokens."""
         requests = rerank_requests(WORKLOAD_TEXTS // self.docs_per_request + 1, self.docs_per_request, self.seed)
         documents = tuple(d for _, docs in requests for d in docs)

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib as urllib  # exported: the peer tests patch urllib.request.urlopen through this module
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
