@@ -13,8 +13,8 @@ import argparse
 import asyncio
 import json
 import shutil
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from bucketing.engines import onnx_engine as engines
 from model_store import build
@@ -28,7 +28,7 @@ NAMES = ("minilm-sdpa", "minilm-eager")
 
 
 @contextmanager
-def export_attention(attention: str) -> Any:
+def export_attention(attention: str) -> Iterator[None]:
     """Archives built while this lasts export their ONNX graph from this attention implementation."""
     shipped = engines.ONNX_ATTENTION
     engines.ONNX_ATTENTION = attention

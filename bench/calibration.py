@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from model_store.archives import SERVED
 
+if TYPE_CHECKING:
+    from bucketing.planning.planner import CostModel
 
-def calibrated_cost(model_dir: str, engine: str, max_length: int = SERVED.max_length, dtype: str | None = None) -> Any:
+
+def calibrated_cost(
+    model_dir: str, engine: str, max_length: int = SERVED.max_length, dtype: str | None = None
+) -> CostModel:
     """The planner's cost model fitted to this machine: the handler's own calibration, one thread, in process (in
     `dtype` where given: bfloat16 on the torch engine)."""
     import tempfile

@@ -11,13 +11,28 @@ import multiprocessing as mp
 import queue
 import time
 from collections.abc import Callable, Sequence
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from model_store.archives import SERVED
 
 START_TIMEOUT_S = 300.0  # a worker loads the model and warms up within this, or the measurement stops
 RUN_TIMEOUT_S = 600.0  # the timed passes of every worker end within this
+
+
+class ExactLengthRate(TypedDict):
+    """What one measurement gives (bound.json's rows beside the workload and model)."""
+
+    tokens_per_s: float
+    texts: int
+    real_tokens: int
+    forwards: int
+    workers: int
+    threads: int
+    engine: str
+    wall_s: float
 
 
 class ExactLengthError(RuntimeError):
@@ -47,7 +62,9 @@ def balance(chunks: list[list[int]], lengths: Sequence[int], workers: int) -> li
     return shares
 
 
-def _worker(model_dir: str, threads: int, engine: str, rows: list[list[list[int]]], barrier: Any, out: Any) -> None:
+def _worker(
+    model_dir: str, threads: int, engine: str, rows: list[list[list[int]]], barrier: Barrier, out: Queue[float]
+) -> None:
     """One worker: the handler's task on its share of exact-length chunks, timed after a common start."""
     import torch
 
@@ -75,7 +92,7 @@ def exact_length_rate(
     max_length: int = SERVED.max_length,
     max_batch_tokens: int = SERVED.max_batch_tokens,
     engine: str = "torch",
-) -> dict[str, Any]:
+) -> ExactLengthRate:
     """Real tokens per second of the same texts grouped by exact length (no padding), on the given engine."""
     import tempfile
 
@@ -94,7 +111,7 @@ def _rate(
     max_length: int,
     max_batch_tokens: int,
     engine: str,
-) -> dict[str, Any]:
+) -> ExactLengthRate:
     from bucketing import worker
     from bucketing.config import HandlerConfig
 
@@ -118,7 +135,7 @@ def _rate(
     }
 
 
-def run_workers(target: Callable[..., None], args: Sequence[tuple[Any, ...]], timeout: float) -> list[float]:
+def run_workers(target: Callable[..., None], args: Sequence[tuple[object, ...]], timeout: float) -> list[float]:
     """Run `target(*a, barrier, out)` in one spawned process per `a`, started together; each puts its seconds on
     `out`. A worker that exits without a result, or no result within `timeout`, is a ExactLengthError; on every path
     (Ctrl-C and SIGTERM included) every worker still alive is killed and reaped before this returns."""

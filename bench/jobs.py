@@ -7,60 +7,24 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from model_store import archives
 
 from . import models, peers, traffic
 from .configuration import Configuration
-from .load import Sample
+from .job import Bodies, Job
 from .workloads import DOCS_PER_REQUEST, NOT_EMBEDDINGS, RERANK, TEXTS_OF, Workload, make_workload, rerank_requests
 
 WORKLOAD_TEXTS = 2000  # texts drawn for a generated workload
 FIDELITY_TEXTS = 32  # texts of the run, spread over its lengths, each configuration's answers are checked on
 EXACT_LENGTH_TEXTS = 800  # texts of the workload the exact-length grouping runs
 
+if TYPE_CHECKING:
+    from bucketing.model.tokenizer import Tokenizer
 
-@dataclass(frozen=True)
-class Bodies:
-    """A configuration's load: the texts, the request bodies, and each body's tokens as served."""
-
-    workload: Workload
-    bodies: list[bytes]
-    tokens: list[int]
-    pair_tokens: list[list[int]] | None = None  # the rerank workload: each body's pair token counts
-
-    @property
-    def lengths(self) -> list[int]:
-        """Every sequence the model runs: each text, or each (query, document) pair of a rerank body."""
-        return [n for p in self.pair_tokens for n in p] if self.pair_tokens is not None else self.tokens
-
-    def sent(self, samples: Sequence[Sample]) -> list[int]:
-        """Token counts of what these samples sent: each text (each pair of a rerank request)."""
-        if self.pair_tokens is not None:
-            return [n for s in samples for n in self.pair_tokens[s.body_index]]
-        return [self.tokens[s.body_index] for s in samples]
-
-    def spread(self, count: int) -> list[str]:
-        """`count` texts spread over the load's token lengths, shortest first."""
-        by_length = sorted(range(len(self.workload.texts)), key=lambda i: self.tokens[i])
-        step = max(1, len(by_length) // count)
-        return [self.workload.texts[i] for i in by_length[::step][:count]]
-
-
-@dataclass(frozen=True)
-class Job:
-    """One configuration, resolved: what it sends, what its answers must equal, and the figures it is held to."""
-
-    config: Configuration
-    load: Bodies
-    picks: tuple[str, ...] = ()  # the texts its answers are checked on
-    references: list[list[float]] | None = None  # float32 batch-of-one answers to `picks`; None: not checked
-    roofline_tps: float | None = None  # the GEMM roofline of its dtype, model, texts and cores (real tokens/s)
-    exact_tps: float | None = None  # exact-length grouping of its workload and layout in process (real tokens/s)
+__all__ = ["EXACT_LENGTH_TEXTS", "FIDELITY_TEXTS", "WORKLOAD_TEXTS", "Bodies", "Job", "Resolver"]
 
 
 class Resolver:
@@ -113,7 +77,7 @@ class Resolver:
         tokens = [len(e.ids) for e in tokenizer.encode(w.texts)]  # as served: cut at max_length
         return Bodies(w, bodies, tokens)
 
-    def _rerank_load(self, tokenizer: Any) -> Bodies:
+    def _rerank_load(self, tokenizer: Tokenizer) -> Bodies:
         """Cohere-style rerank bodies (a query, `docs_per_request` documents) and each request's pair tokens."""
         requests = rerank_requests(WORKLOAD_TEXTS // self.docs_per_request + 1, self.docs_per_request, self.seed)
         documents = tuple(d for _, docs in requests for d in docs)

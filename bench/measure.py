@@ -11,7 +11,7 @@ from typing import Protocol
 
 from . import capacity, load, stats
 from .capacity import START_SHARE, STEP_REQUESTS, CapacitySettings
-from .jobs import Job
+from .job import Job
 from .targets import Target
 
 WARMUP_S = 3.0

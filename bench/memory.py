@@ -46,7 +46,9 @@ def workers_peak_rss_mb(pgid: int, proc: Path = Path("/proc")) -> float | None:
     return max(peaks) if peaks else None
 
 
-def _case(strategy: str, requests: int, texts_per_request: int, max_length: int, max_batch_tokens: int) -> dict:
+def _case(
+    strategy: str, requests: int, texts_per_request: int, max_length: int, max_batch_tokens: int
+) -> dict[str, str | int]:
     from bucketing_handler import BucketingHandler
     from model_store.archives import minilm_dir
     from tsctl.inprocess import LocalContext

@@ -21,11 +21,16 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from model_store.archives import PREFIX, ROOT, copy_minilm_tokenizer, default_engine, max_length, minilm_dir
 
 from .workloads import RERANK, SPARSE
+
+if TYPE_CHECKING:  # imported where used (transformers loads torch; the tokenizer, numpy and tokenizers)
+    from transformers import PreTrainedModel
+
+    from bucketing.model.tokenizer import Tokenizer
 
 BERT_BASE = "bert-base-random"
 CROSS_ENCODER = "minilm-cross-encoder-random"  # the rerank workload's default model
@@ -99,7 +104,7 @@ def archive_max_length(model: str | None) -> int | None:
     return max_length() if model in GENERATED else None
 
 
-def tokenizer(model: str | None, task: str = "embedding") -> Any:
+def tokenizer(model: str | None, task: str = "embedding") -> Tokenizer:
     """The model's tokenizer as the handler runs it (at its archives' max_length), for token counts."""
     from bucketing.model.tokenizer import Tokenizer
     from model_store.archives import check_model_dir
@@ -120,7 +125,7 @@ def minilm_cross_encoder_random(target: Path) -> Path:
     """MiniLM's geometry as a one-label cross-encoder with random weights (seeded), built once."""
     from transformers import AutoConfig, BertForSequenceClassification
 
-    def make() -> Any:
+    def make() -> PreTrainedModel:
         config = AutoConfig.from_pretrained(minilm_dir())
         config.num_labels, config.id2label, config.label2id = 1, {0: "relevance"}, {"relevance": 0}
         return BertForSequenceClassification(config)
@@ -169,7 +174,7 @@ GENERATED: dict[str, Callable[[Path], Path]] = {  # each built once into CACHE /
 }
 
 
-def _generated(target: Path, make: Callable[[], Any], files: Callable[[Path], None] | None = None) -> Path:
+def _generated(target: Path, make: Callable[[], PreTrainedModel], files: Callable[[Path], None] | None = None) -> Path:
     """A model `make()` builds (seeded), saved with MiniLM's tokenizer into `target`, and `files` written into
     `target`, once (atomically; a folder there without a root config.json, an older layout, is built anew)."""
     if (target / "config.json").exists():

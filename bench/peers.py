@@ -13,19 +13,18 @@ import signal
 import subprocess
 import sys
 import time
+import urllib as urllib  # exported: the peer tests patch urllib.request.urlopen through this module
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
 
 from model_store.archives import ROOT, SERVED
 from tsctl import free_ports, group_cpu_seconds
 
-if TYPE_CHECKING:
-    from .jobs import Job
+from .job import Job
 
 PEER_ROOT = ROOT / ".tmp" / "peers"
 REQUIREMENTS = Path(__file__).resolve().parent / "peer-requirements"

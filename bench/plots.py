@@ -125,13 +125,13 @@ def capacity_comparison(summaries: Sequence[Summary], out: Path) -> str | None:
     return _save(fig, out, "capacity_comparison")
 
 
-def short_frac_sweep(rows: Sequence[Mapping[str, object]], out: Path) -> str | None:
+def short_frac_sweep(rows: Sequence[Mapping[str, float]], out: Path) -> str | None:
     """Share of padded tokens the planner saves against dynamic padding, against the short fraction."""
     if not rows:
         return None
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for bs in sorted({int(r["batch_size"]) for r in rows}):  # type: ignore[call-overload]
-        pts = sorted((float(r["short_frac"]), float(r["saved_vs_arrival"])) for r in rows if r["batch_size"] == bs)  # type: ignore[arg-type]
+    for bs in sorted({int(r["batch_size"]) for r in rows}):
+        pts = sorted((float(r["short_frac"]), float(r["saved_vs_arrival"])) for r in rows if r["batch_size"] == bs)
         ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], "o-", label=f"batch size {bs}")
     ax.set_xlabel("share of short texts (mixed workload)")
     ax.set_ylabel("padded tokens saved vs dynamic padding (%)")
@@ -140,7 +140,7 @@ def short_frac_sweep(rows: Sequence[Mapping[str, object]], out: Path) -> str | N
     return _save(fig, out, "short_frac_sweep")
 
 
-def all_plots(summaries: Sequence[Summary], sweep_rows: Sequence[Mapping[str, object]], out: Path) -> list[str]:
+def all_plots(summaries: Sequence[Summary], sweep_rows: Sequence[Mapping[str, float]], out: Path) -> list[str]:
     made = [
         batching_comparison(summaries, out),
         batch_size_comparison(summaries, out),

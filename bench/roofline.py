@@ -17,12 +17,13 @@ from pathlib import Path
 def flops_per_token(model_dir: Path, mean_length: float) -> float:
     """Forward FLOPs per real token of a BERT-family encoder (from its config.json) at this mean text length."""
     cfg = json.loads((model_dir / "config.json").read_text())
-    d = cfg.get("hidden_size") or cfg.get("dim")
-    ff = cfg.get("intermediate_size") or cfg.get("hidden_dim") or 4 * d
-    layers = cfg.get("num_hidden_layers") or cfg.get("n_layers")
+    d: int = cfg.get("hidden_size") or cfg.get("dim")
+    ff: int = cfg.get("intermediate_size") or cfg.get("hidden_dim") or 4 * d
+    layers: int = cfg.get("num_hidden_layers") or cfg.get("n_layers")
     encoder = layers * (2 * (4 * d * d + 2 * d * ff) + 4 * mean_length * d)
     if any(str(a).endswith("ForMaskedLM") for a in cfg.get("architectures") or ()):  # SPLADE: the MLM head per token
-        return encoder + 2 * (d * d + d * cfg["vocab_size"])
+        vocab: int = cfg["vocab_size"]
+        return encoder + 2 * (d * d + d * vocab)
     return encoder
 
 

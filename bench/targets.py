@@ -20,7 +20,7 @@ from tsctl.process import DEFAULT_PROPERTIES
 
 from . import models, peers, stats
 from .configuration import Configuration
-from .jobs import Job
+from .job import Job
 from .workloads import RERANK
 
 

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from ..capacity import CapacitySettings
 from ..configuration import Configuration
-from ..jobs import Bodies, Job
+from ..job import Bodies, Job
 from ..results import ReportInputs
 from ..run_plan import RunPlan
 from ..stats import Summary
