@@ -1,14 +1,15 @@
 """`tune` (`--suite tune`) on a server: calibrate the cost model, rank the candidates offline, measure what the
 budget allows (`tune_search.explore`), re-measure the top two, write the winner's model-config and the commands that
-deploy it, then build that archive and measure it again from the YAML."""
+deploy it, then build that archive and measure it again from the YAML; its report section is the recommendation
+(`report.tune_section`).
+Its own flag: --min-cosine (the fidelity floor that lets bfloat16 compete)."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 import urllib.parse
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import yaml
 
@@ -21,6 +22,7 @@ from .. import models, report, stats
 from .. import tune_search as tune
 from ..configuration import Configuration
 from ..measure import WARMUP_S
+from ..options import Options, flag
 from ..run_plan import RunPlan
 from ..targets import TorchServeModel, TorchServeSite
 from ..workloads import NOT_EMBEDDINGS
@@ -30,6 +32,20 @@ NAME = "tune"
 TITLE = "Tuning"
 TUNED_NAME = "minilm-tuned"
 START_S = 25.0  # a configuration's registration and worker start, before its first measurement
+
+
+@dataclass(frozen=True)
+class TuneFlags:
+    """tune's own flags (`options.flag` declarations, as the bench's in `options.Options`)."""
+
+    min_cosine: float | None = flag(
+        None,
+        "--suite tune: also consider bfloat16 (where the CPU multiplies it natively), eligible only when its "
+        "answers' cosine min against float32 on the run's texts reaches this floor (e.g. 0.999)",
+    )
+
+
+FLAGS = TuneFlags
 
 
 def deploy_commands(yaml_shown: str, management_url: str, name: str = TUNED_NAME) -> tuple[str, str, str]:
@@ -43,25 +59,37 @@ def deploy_commands(yaml_shown: str, management_url: str, name: str = TUNED_NAME
     return query, build, register
 
 
-def check(args: argparse.Namespace, plan: RunPlan) -> None:
+def check(options: Options, plan: RunPlan) -> None:
     """A p99 target is needed; a peer, a workload whose answers are not embeddings (rerank, sparse) and a floor
     outside (0, 1] are refused."""
-    if not args.p99_ms:
+    min_cosine = options.of(TuneFlags).min_cosine
+    if not options.p99_ms:
         raise SystemExit("--suite tune needs --p99-ms: the p99 latency target (ms) to tune for")
-    if args.peer:
+    if options.peer:
         raise SystemExit("--peer: not with --suite tune (measure the peer next to the tuned settings in a second run)")
     for c in plan.configs:
         if c.workload in NOT_EMBEDDINGS:
             raise SystemExit(
                 f"--workload {c.workload}: not with --peer, --suite tune or --bound (they measure embeddings)"
             )
-    if args.min_cosine is not None and not 0 < args.min_cosine <= 1:
-        raise SystemExit(f"--min-cosine: got {args.min_cosine:g}; allowed: with --suite tune, a floor in (0, 1]")
+    if min_cosine is not None and not 0 < min_cosine <= 1:
+        raise SystemExit(_floor_refused(min_cosine))
 
 
-def run(ctx: RunContext) -> None:
-    """Measure, recommend, re-measure; the tune section after the comparisons."""
-    ctx.inputs.extra.append(report.tune_section(run_tune(ctx)))
+def refuse(options: Options) -> None:
+    """`--min-cosine` is tune's floor: refused where another kind runs."""
+    min_cosine = options.of(TuneFlags).min_cosine
+    if min_cosine is not None:
+        raise SystemExit(_floor_refused(min_cosine))
+
+
+def _floor_refused(min_cosine: float) -> str:
+    return f"--min-cosine: got {min_cosine:g}; allowed: with --suite tune, a floor in (0, 1]"
+
+
+def run(ctx: RunContext) -> list[str]:
+    """Measure, recommend, re-measure; the recommendation is its report section (after the comparisons)."""
+    return [report.tune_section(run_tune(ctx))]
 
 
 def measure_config(ctx: RunContext, config: Configuration) -> stats.Summary:
@@ -73,11 +101,12 @@ def measure_config(ctx: RunContext, config: Configuration) -> stats.Summary:
 
 def run_tune(ctx: RunContext) -> tune.TuneResult:
     """Rank candidates offline, measure what fits the budget (delays around the best), recommend, re-measure.
-    `ctx.min_cosine`: the fidelity floor that lets bfloat16 compete (where the CPU multiplies it natively)."""
+    --min-cosine (`TuneFlags`): the fidelity floor that lets bfloat16 compete (where the CPU multiplies it natively)."""
     from bench.calibration import calibrated_cost
     from bucketing.engines import precision
 
-    plan, budget_min, min_cosine, t0, record = ctx.plan, ctx.budget_min, ctx.min_cosine, ctx.t0, ctx.record
+    plan, budget_min, t0, record = ctx.plan, ctx.options.budget_min, ctx.t0, ctx.record
+    min_cosine = ctx.options.of(TuneFlags).min_cosine
     space, settings = plan.options, ctx.settings
     assert settings is not None
     base = plan.configs[0]
@@ -161,9 +190,10 @@ def recommend(
     dtype_why: str = "",
 ) -> tune.TuneResult:
     """Write the winner's model-config YAML and the commands that deploy it; measure it again from that YAML."""
-    settings, site, min_cosine, t0, out = ctx.settings, ctx.site, ctx.min_cosine, ctx.t0, ctx.out
+    settings, site, t0, out = ctx.settings, ctx.site, ctx.t0, ctx.out
+    min_cosine = ctx.options.of(TuneFlags).min_cosine
     assert settings is not None and site is not None
-    budget_s = ctx.budget_min * 60
+    budget_s = ctx.options.budget_min * 60
     ranking = tune.rank(measured, min_cosine)
     if not ranking:
         raise SystemExit("tune: no measured configuration is eligible (see above)")
