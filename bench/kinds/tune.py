@@ -1,7 +1,6 @@
 """`tune` (`--suite tune`) on a server: calibrate the cost model, rank the candidates offline, measure what the
 budget allows (`tune_search.explore`), re-measure the top two, write the winner's model-config and the commands that
-deploy it, then build that archive and measure it again from the YAML; its report section is the recommendation
-(`report.tune_section`).
+deploy it, then build that archive and measure it again from the YAML; its report section is the recommendation.
 Its own flag: --min-cosine (the fidelity floor that lets bfloat16 compete)."""
 
 from __future__ import annotations
@@ -89,7 +88,7 @@ def _floor_refused(min_cosine: float) -> str:
 
 def run(ctx: RunContext) -> list[str]:
     """Measure, recommend, re-measure; the recommendation is its report section (after the comparisons)."""
-    return [report.tune_section(run_tune(ctx))]
+    return [tune_section(run_tune(ctx))]
 
 
 def measure_config(ctx: RunContext, config: Configuration) -> stats.Summary:
@@ -251,3 +250,104 @@ def remeasure_from_yaml(
         print(f"\n{config.name} on {config.workload_label}")
         job = ctx.resolver.job(config, check=False)
         return ctx.measurer.measure(job, target), described
+
+
+# Its report section: the recommendation, and what was estimated, measured, pruned and skipped.
+
+
+def _settings(s: stats.Summary) -> str:
+    c = s.config
+    layout = report.layout(c)
+    return f"strategy `{c.strategy}`, batch_size {c.batch_size}, max_batch_delay {c.max_batch_delay} ms, {layout}"
+
+
+def _capacity(s: stats.Summary | None) -> str:
+    if s is None or s.capacity is None:
+        return "n/a"
+    if s.capacity.best is None:
+        return f"none within {s.capacity.target_ms:g} ms"
+    return f"{s.capacity.rate:.1f} req/s (p99 {s.capacity.best.p99_ms:.0f} ms there)"
+
+
+def tune_section(t: tune.TuneResult) -> str:
+    """The tune suite's recommendation: winner, runner-up, both measurements, the YAML, how to apply it,
+    and what was estimated, measured, pruned and skipped."""
+    ranking = t.ranking
+    winner = ranking[0]
+    runner = ranking[1] if len(ranking) > 1 else None
+    parts = [
+        f"## Recommendation for p99 <= {t.target_ms:g} ms",
+        "",
+        f"- **Use**: {_settings(winner)}.",
+        f"- **Capacity** (search): {_capacity(winner)}; closed loop {winner.rps:.1f} req/s, p99 "
+        f"{report.num(winner.p99_ms)} ms.",
+    ]
+    if t.remeasured is not None:
+        r = t.remeasured
+        applied = "TorchServe applied every setting of the YAML" if not t.applied else "; ".join(t.applied)
+        parts.append(
+            f"- **Measured again from `{t.yaml_name}`** (built into an archive, registered through the management "
+            f"API as the curl line below does; {applied}): capacity {_capacity(r)}; closed loop {r.rps:.1f} req/s, "
+            f"p99 {report.num(r.p99_ms)} ms."
+        )
+    if runner is not None:
+        parts.append(
+            f"- **Runner-up**: {_settings(runner)}: capacity {_capacity(runner)}; closed loop {runner.rps:.1f} req/s."
+        )
+        ceiling = runner.capacity.ceiling if runner.capacity else None
+        sure = (
+            f"the winner's capacity is at or above the runner-up's interval (it missed the target at "
+            f"{ceiling:g} req/s): the ranking holds"
+            if tune.separated(winner, runner)
+            else "the winner's capacity lies within the runner-up's interval (below the lowest rate it missed at"
+            + (f", {ceiling:g} req/s" if ceiling else "")
+            + "): a tie at the search's resolution, broken by closed-loop throughput"
+        )
+        parts.append(f"- **How sure**: each capacity is its lower measurement when measured twice; {sure}.")
+    parts.append(
+        f"- **Time**: {t.elapsed_s / 60:.1f} of {t.budget_s / 60:g} budgeted minutes; {len(t.measured)} "
+        f"configurations measured, {len(t.skipped)} skipped to fit, "
+        f"{sum(1 for c in t.candidates if c.pruned)} pruned by the offline estimates."
+    )
+    parts += ["", f"`{t.yaml_name}` (written next to this report):", "", "```yaml", t.yaml_text.rstrip(), "```"]
+    parts += ["", "Deploy it (from the repository, with `make serve` running):", "", "```sh", *t.commands, "```"]
+    measured = {s.config: s for s in t.measured}
+    skipped = dict(t.skipped)
+    rows = []
+    for c in t.candidates:
+        s = measured.get(c.config)
+        status = c.pruned or skipped.get(c.config, "") or ("measured" if s else "not reached")
+        rows.append(
+            [
+                c.config.strategy,
+                c.config.batch_size,
+                f"{c.config.workers}x{c.config.threads}",
+                f"{c.est_rps:.0f}",
+                f"{c.est_floor_ms:.0f}",
+                f"{s.rps:.1f}" if s else "",
+                _capacity(s) if s else "",
+                status,
+            ]
+        )
+    extra = [s for s in t.measured if s.config.max_batch_delay != t.candidates[0].config.max_batch_delay]
+    extra_skipped = [(c, why) for c, why in t.skipped if c.max_batch_delay != t.candidates[0].config.max_batch_delay]
+    parts += [
+        "",
+        "### Candidates",
+        "",
+        "Offline estimates from the planner's cost model, calibrated on this machine at the start (one thread), "
+        "over the token lengths sent: `est req/s` at saturation, `floor` a lower bound on p99 (a request's own "
+        "pass, p99 over the texts, plus the batch delay); they rank and prune, measurement decides. Kept "
+        "candidates are measured best estimate first (the best of each strategy leads), then the best measured "
+        "one at other batch delays.",
+        "",
+        report.table(
+            ["strategy", "batch size", "workers x threads", "est req/s", "floor ms", "req/s", "capacity", "status"],
+            rows,
+        ),
+    ]
+    if extra or extra_skipped:
+        parts += ["", "Batch delays tried on the best configuration:", ""]
+        parts += [f"- {s.config.name}: capacity {_capacity(s)}; closed loop {s.rps:.1f} req/s" for s in extra]
+        parts += [f"- {c.name}: skipped, {why}" for c, why in extra_skipped]
+    return "\n".join(parts) + "\n"
