@@ -1,4 +1,5 @@
-"""Pure rendering: terminal blocks (hyperfine-like), closing comparison lines, and report.md."""
+"""Pure rendering: terminal blocks (hyperfine-like), closing comparison lines, and report.md (a run kind's own
+sections, `kinds/`, are built from `num`, `table` and `layout` here)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from collections.abc import Mapping, Sequence
 
 from .configuration import Configuration
 from .stats import Comparison, Summary
-from .tune_search import TuneResult, separated
 
 
-def _num(value: float | None, fmt: str = ".1f") -> str:
+def num(value: float | None, fmt: str = ".1f") -> str:
+    """A figure, or `n/a` for none (or NaN)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
     return format(value, fmt)
@@ -26,27 +27,27 @@ def render_block(s: Summary) -> str:
     """One configuration's figures, one block."""
     c, h = s.config, s.handler
     batching = (
-        f"  Batching:    {_num(h.mean_batch_size, '.1f')} requests/batch, "
-        f"{_num(h.sub_batches_per_batch, '.1f')} sub-batches/batch, "
-        f"padding efficiency {_num(h.padding_efficiency, '.2f')} "
+        f"  Batching:    {num(h.mean_batch_size, '.1f')} requests/batch, "
+        f"{num(h.sub_batches_per_batch, '.1f')} sub-batches/batch, "
+        f"padding efficiency {num(h.padding_efficiency, '.2f')} "
         f"({int(h.real_tokens)} real / {int(h.padded_tokens)} padded tokens)"
         if not c.peer
         else f"  Batching:    {c.peer}'s own (batch size {c.batch_size}); it reports no padding counters"
     )
     load = f"closed loop, {c.concurrency} clients" if c.mode == "closed" else f"open loop, {c.rate:g} req/s Poisson"
-    bound = f"   ({_num(s.bound_fraction, '.2f')} of exact-length grouping)" if s.bound_fraction is not None else ""
+    bound = f"   ({num(s.bound_fraction, '.2f')} of exact-length grouping)" if s.bound_fraction is not None else ""
     if s.roofline_fraction is not None:
-        bound += f"   ({_num(s.roofline_fraction, '.2f')} of the {GEMM_NAMES[c.dtype or 'float32']} GEMM roofline)"
+        bound += f"   ({num(s.roofline_fraction, '.2f')} of the {GEMM_NAMES[c.dtype or 'float32']} GEMM roofline)"
     errors = ", ".join(f"{k}: {v}" for k, v in sorted(s.errors.items())) or "none"
-    server = f"server {_num(s.server_cpu_cores, '.2f')} cores, " if s.server_cpu_cores is not None else ""
+    server = f"server {num(s.server_cpu_cores, '.2f')} cores, " if s.server_cpu_cores is not None else ""
     return "\n".join(
         [
             f"Config: {c.name}   [{c.workload_label}, {load}, {layout(c)}"
             f"{f', {s.engine} on {s.device}' if s.engine else ''}]",
             f"  Throughput:  {s.rps:7.1f} req/s   {s.tokens_per_s:8.0f} tokens/s{bound}",
-            f"  Latency:     p50 {_num(s.p50_ms):>7} ms   p90 {_num(s.p90_ms):>7} ms   "
-            f"p99 {_num(s.p99_ms):>7} ms   max {_num(s.max_ms):>7} ms   "
-            f"(shortest quarter p50 {_num(s.short_p50_ms)} ms)",
+            f"  Latency:     p50 {num(s.p50_ms):>7} ms   p90 {num(s.p90_ms):>7} ms   "
+            f"p99 {num(s.p99_ms):>7} ms   max {num(s.max_ms):>7} ms   "
+            f"(shortest quarter p50 {num(s.short_p50_ms)} ms)",
             batching,
             f"  Requests:    {s.requests} sent, {s.ok} ok, errors: {errors}",
             f"  CPU:         {server}load generator {s.client_cpu_cores:.2f} cores",
@@ -84,17 +85,18 @@ def render_comparison(cmp: Comparison) -> str:
     """`bucketed bs16 ran 2.1x the throughput of dynamic bs16, at 0.6x its p99`, and the capacity ratio if any."""
     capacity = cmp.capacity_ratio
     held = (
-        f"; held {_num(capacity, '.2f')}x its capacity at p99 <= {cmp.a.capacity.target_ms:g} ms"  # type: ignore[union-attr]
+        f"; held {num(capacity, '.2f')}x its capacity at p99 <= {cmp.a.capacity.target_ms:g} ms"  # type: ignore[union-attr]
         if capacity is not None
         else ""
     )
     return (
         f"{cmp.a.config.name} ran {cmp.throughput_ratio:.2f}x the throughput of {cmp.b.config.name}, "
-        f"at {_num(cmp.p99_ratio, '.2f')}x its p99 ({cmp.a.config.workload_label}, {cmp.a.config.mode} loop){held}"
+        f"at {num(cmp.p99_ratio, '.2f')}x its p99 ({cmp.a.config.workload_label}, {cmp.a.config.mode} loop){held}"
     )
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A markdown table."""
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
@@ -137,7 +139,7 @@ def results_table(summaries: Sequence[Summary]) -> str:
         columns += FIDELITY_COLUMNS
     if any(s.worker_peak_rss_mb is not None for s in summaries):
         columns += MEMORY_COLUMNS
-    return _table(columns, [[s.row()[k] for k in columns] for s in summaries])
+    return table(columns, [[s.row()[k] for k in columns] for s in summaries])
 
 
 def capacity_table(summaries: Sequence[Summary]) -> str:
@@ -149,14 +151,14 @@ def capacity_table(summaries: Sequence[Summary]) -> str:
         for i, st in enumerate(s.capacity.steps, 1):
             ok = "yes" if st.passes(s.capacity.target_ms) else "no"
             rate, seconds = f"{st.rate:g}", f"{st.duration_s:.0f}"
-            rows.append([s.config.name, i, rate, st.requests, seconds, _num(st.p99_ms), st.errors, ok])
-    return _table(["config", "step", "rate (req/s)", "requests", "seconds", "p99 ms", "errors", "within target"], rows)
+            rows.append([s.config.name, i, rate, st.requests, seconds, num(st.p99_ms), st.errors, ok])
+    return table(["config", "step", "rate (req/s)", "requests", "seconds", "p99 ms", "errors", "within target"], rows)
 
 
 def histogram_table(hist: Sequence[tuple[int, int, int]]) -> str:
     """Rows of (low, high, count) as a table with a text bar."""
     top = max((n for _, _, n in hist), default=0) or 1
-    return _table(
+    return table(
         ["tokens", "texts", ""],
         [[f"{lo}-{hi}", n, "#" * max(1 if n else 0, round(30 * n / top))] for lo, hi, n in hist],
     )
@@ -168,7 +170,7 @@ def offline_table(rows: Sequence[Mapping[str, object]]) -> str:
         return ""
     keys = [k for k in rows[0] if k.endswith(("_padded", "_est_s"))] + ["saved_vs_arrival"]
     headers = ["short_frac", "batch size", "real tokens", *[k.replace("_", " ") for k in keys]]
-    return _table(headers, [[r["short_frac"], r["batch_size"], r["real_tokens"], *[r[k] for k in keys]] for r in rows])
+    return table(headers, [[r["short_frac"], r["batch_size"], r["real_tokens"], *[r[k] for k in keys]] for r in rows])
 
 
 def render_markdown(
@@ -215,7 +217,7 @@ def render_markdown(
             "groups are small and pay more per-pass overhead, and a configuration can run faster. The limit is the "
             "fp32 GEMM roofline (`roofline_fraction`, bench/roofline.py).",
             "",
-            _table(
+            table(
                 ["workload", "model", "engine", "processes x threads", "real tokens/s", "texts", "forward passes"],
                 [
                     [
@@ -223,7 +225,7 @@ def render_markdown(
                         b.get("model", "all-MiniLM-L6-v2"),
                         b.get("engine", "torch"),
                         f"{b.get('workers')} x {b.get('threads')}",
-                        _num(b.get("tokens_per_s"), ".0f"),  # type: ignore[arg-type]
+                        num(b.get("tokens_per_s"), ".0f"),  # type: ignore[arg-type]
                         b.get("texts"),
                         b.get("forwards"),
                     ]
@@ -256,101 +258,4 @@ def render_markdown(
         ]
     if plots:
         parts += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
-    return "\n".join(parts) + "\n"
-
-
-def _settings(s: Summary) -> str:
-    c = s.config
-    return f"strategy `{c.strategy}`, batch_size {c.batch_size}, max_batch_delay {c.max_batch_delay} ms, {layout(c)}"
-
-
-def _capacity(s: Summary | None) -> str:
-    if s is None or s.capacity is None:
-        return "n/a"
-    if s.capacity.best is None:
-        return f"none within {s.capacity.target_ms:g} ms"
-    return f"{s.capacity.rate:.1f} req/s (p99 {s.capacity.best.p99_ms:.0f} ms there)"
-
-
-def tune_section(t: TuneResult) -> str:
-    """The tune suite's recommendation: winner, runner-up, both measurements, the YAML, how to apply it,
-    and what was estimated, measured, pruned and skipped."""
-    ranking = t.ranking
-    winner = ranking[0]
-    runner = ranking[1] if len(ranking) > 1 else None
-    parts = [
-        f"## Recommendation for p99 <= {t.target_ms:g} ms",
-        "",
-        f"- **Use**: {_settings(winner)}.",
-        f"- **Capacity** (search): {_capacity(winner)}; closed loop {winner.rps:.1f} req/s, p99 "
-        f"{_num(winner.p99_ms)} ms.",
-    ]
-    if t.remeasured is not None:
-        r = t.remeasured
-        applied = "TorchServe applied every setting of the YAML" if not t.applied else "; ".join(t.applied)
-        parts.append(
-            f"- **Measured again from `{t.yaml_name}`** (built into an archive, registered through the management "
-            f"API as the curl line below does; {applied}): capacity {_capacity(r)}; closed loop {r.rps:.1f} req/s, "
-            f"p99 {_num(r.p99_ms)} ms."
-        )
-    if runner is not None:
-        parts.append(
-            f"- **Runner-up**: {_settings(runner)}: capacity {_capacity(runner)}; closed loop {runner.rps:.1f} req/s."
-        )
-        ceiling = runner.capacity.ceiling if runner.capacity else None
-        sure = (
-            f"the winner's capacity is at or above the runner-up's interval (it missed the target at "
-            f"{ceiling:g} req/s): the ranking holds"
-            if separated(winner, runner)
-            else "the winner's capacity lies within the runner-up's interval (below the lowest rate it missed at"
-            + (f", {ceiling:g} req/s" if ceiling else "")
-            + "): a tie at the search's resolution, broken by closed-loop throughput"
-        )
-        parts.append(f"- **How sure**: each capacity is its lower measurement when measured twice; {sure}.")
-    parts.append(
-        f"- **Time**: {t.elapsed_s / 60:.1f} of {t.budget_s / 60:g} budgeted minutes; {len(t.measured)} "
-        f"configurations measured, {len(t.skipped)} skipped to fit, "
-        f"{sum(1 for c in t.candidates if c.pruned)} pruned by the offline estimates."
-    )
-    parts += ["", f"`{t.yaml_name}` (written next to this report):", "", "```yaml", t.yaml_text.rstrip(), "```"]
-    parts += ["", "Deploy it (from the repository, with `make serve` running):", "", "```sh", *t.commands, "```"]
-    measured = {s.config: s for s in t.measured}
-    skipped = dict(t.skipped)
-    rows = []
-    for c in t.candidates:
-        s = measured.get(c.config)
-        status = c.pruned or skipped.get(c.config, "") or ("measured" if s else "not reached")
-        rows.append(
-            [
-                c.config.strategy,
-                c.config.batch_size,
-                f"{c.config.workers}x{c.config.threads}",
-                f"{c.est_rps:.0f}",
-                f"{c.est_floor_ms:.0f}",
-                f"{s.rps:.1f}" if s else "",
-                _capacity(s) if s else "",
-                status,
-            ]
-        )
-    extra = [s for s in t.measured if s.config.max_batch_delay != t.candidates[0].config.max_batch_delay]
-    extra_skipped = [(c, why) for c, why in t.skipped if c.max_batch_delay != t.candidates[0].config.max_batch_delay]
-    parts += [
-        "",
-        "### Candidates",
-        "",
-        "Offline estimates from the planner's cost model, calibrated on this machine at the start (one thread), "
-        "over the token lengths sent: `est req/s` at saturation, `floor` a lower bound on p99 (a request's own "
-        "pass, p99 over the texts, plus the batch delay); they rank and prune, measurement decides. Kept "
-        "candidates are measured best estimate first (the best of each strategy leads), then the best measured "
-        "one at other batch delays.",
-        "",
-        _table(
-            ["strategy", "batch size", "workers x threads", "est req/s", "floor ms", "req/s", "capacity", "status"],
-            rows,
-        ),
-    ]
-    if extra or extra_skipped:
-        parts += ["", "Batch delays tried on the best configuration:", ""]
-        parts += [f"- {s.config.name}: capacity {_capacity(s)}; closed loop {s.rps:.1f} req/s" for s in extra]
-        parts += [f"- {c.name}: skipped, {why}" for c, why in extra_skipped]
     return "\n".join(parts) + "\n"

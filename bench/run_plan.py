@@ -1,8 +1,8 @@
-"""The run plan: which configurations a run measures, from a named suite (`suites.yaml`) and the command's flags."""
+"""The run plan: which configurations a run measures, from a named suite (`suites.yaml`), its configuration axes
+and matrices (`options.plan_from_args` applies the command's flags)."""
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import os
 from collections.abc import Sequence
@@ -86,52 +86,6 @@ def load_suite(name: str, path: Path = SUITES) -> RunPlan:
 
 def csv_list(text: str | None, cast: type) -> list[Any] | None:
     return [cast(x) for x in text.split(",") if x.strip()] if text else None
-
-
-def plan_from_args(args: argparse.Namespace) -> RunPlan:
-    """The suite (default `default`), with flags overriding its defaults; matrix flags replace its configs."""
-    flags = {
-        "strategy": csv_list(args.strategies, str),
-        "batch_size": csv_list(args.batch_sizes, int),
-        "max_batch_delay": csv_list(args.delays, int),
-        "rate": csv_list(args.rates, float),
-        "short_frac": csv_list(args.short_fracs, float),
-    }
-    matrix: dict[str, list[Any]] = {k: v for k, v in flags.items() if v}
-    model = str(args.model_dir) if args.model_dir else None
-    overrides = {
-        k: v
-        for k, v in {
-            "duration": args.duration,
-            "mode": args.mode,
-            "concurrency": args.concurrency,
-            "workers": args.workers,
-            "threads": args.threads,
-            "model": model,
-            "workload": traffic.workload_name(args.texts) if args.texts else args.workload,
-        }.items()
-        if v is not None
-    }
-    base = load_suite(args.suite or "default")
-    if matrix:
-        defaults = {"strategy": "bucketed", "batch_size": 16, **overrides}
-        if "rate" in matrix and "mode" not in overrides:
-            defaults["mode"] = "open"
-        configs = tuple(expand(defaults, [], matrix))
-        plan = RunPlan("custom", "configurations from flags", configs, args.bound, base.sweep if args.suite else None)
-    else:
-        configs = tuple(replace(c, **overrides) for c in base.configs)
-        bound = base.bound or args.bound
-        plan = RunPlan(base.name, base.description, configs, bound, base.sweep, base.kind, base.options)
-    for flag, (key, allowed) in AXES.items():
-        values = csv_list(getattr(args, flag, None), str)
-        if not values:
-            continue
-        bad = sorted(set(values) - set(allowed))
-        if bad:
-            raise SystemExit(f"--{flag}: got {', '.join(bad)}; allowed: {' | '.join(allowed)}")
-        plan = replace(plan, configs=tuple(replace(c, **{key: v}) for c in plan.configs for v in values))
-    return replace(plan, configs=tuple(one_worker_if_continuous(served(c)) for c in plan.configs))
 
 
 def served(config: Configuration) -> Configuration:

@@ -1,4 +1,5 @@
-"""Run kinds: what a run does with its plan. A new kind is a module here (NAME, TITLE, check, run) and a line in
+"""Run kinds: what a run does with its plan. A new kind is a module here (`context.RunKind`: NAME, TITLE, its FLAGS
+declared with `options.flag`, check and refuse of its flags, run, which returns its report sections) and a line in
 KINDS; a suite names its kind with `kind:` in suites.yaml (`matrix` when it names none)."""
 
 from __future__ import annotations

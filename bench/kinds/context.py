@@ -1,20 +1,24 @@
-"""What a run kind is given: the plan, the job resolver, the target seam, the measurer, where results go."""
+"""What a run kind is given: the plan and flags, the job resolver, the target seam, the measurer, where results go;
+and what a run kind is (`RunKind`): its flags, their checks, its run and its report sections."""
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..capacity import CapacitySettings
 from ..configuration import Configuration
 from ..job import Bodies, Job
+from ..options import Options
 from ..results import ReportInputs
 from ..run_plan import RunPlan
 from ..stats import Summary
 from ..targets import Target, TorchServeSite
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 
 class Resolves(Protocol):
@@ -50,9 +54,7 @@ class RunContext:
     t0: float
     settings: CapacitySettings | None = None
     site: TorchServeSite | None = None  # the TorchServe behind `target` (tune deploys its winner there)
-    peer: str | None = None
-    budget_min: float = 15.0
-    min_cosine: float | None = None
+    options: Options = field(default_factory=Options)  # the flags; a kind's own: `options.of(its FLAGS)`
     progress: bool = False  # progress bars on stderr
 
 
@@ -62,8 +64,15 @@ class RunKind(Protocol):
     NAME: str
     TITLE: str  # the report's title
 
-    def check(self, args: argparse.Namespace, plan: RunPlan) -> None:
-        """Refuse the flags this kind cannot honour, with one line."""
+    @property
+    def FLAGS(self) -> type[DataclassInstance] | None:  # a module constant: read-only here
+        """Its own flags: a frozen dataclass of `options.flag(...)` fields (None: it has none)."""
 
-    def run(self, ctx: RunContext) -> None:
-        """Measure, calling `ctx.record` after each configuration."""
+    def check(self, options: Options, plan: RunPlan) -> None:
+        """As the run's kind: refuse, with one line, the flags it cannot honour and bad values of its own."""
+
+    def refuse(self, options: Options) -> None:
+        """Where another kind runs: refuse, with one line, its own flags given."""
+
+    def run(self, ctx: RunContext) -> list[str]:
+        """Measure, calling `ctx.record` after each configuration; its report sections (after the comparisons)."""

@@ -3,35 +3,41 @@ own model; then, with `--peer`, the peer on each distinct load of the plan."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from .. import models, peers
+from ..options import Options
 from ..run_plan import RunPlan, peer_configs
 from .context import RunContext
 
 NAME = "matrix"
 TITLE = "Batching comparison"
+FLAGS = None  # the bench's flags are its own (--peer, --bound)
 
 
-def check(args: argparse.Namespace, plan: RunPlan) -> None:
-    """`--min-cosine` is tune's floor: refused here."""
-    if args.min_cosine is not None:
-        raise SystemExit(f"--min-cosine: got {args.min_cosine:g}; allowed: with --suite tune, a floor in (0, 1]")
+def check(options: Options, plan: RunPlan) -> None:
+    """Every flag of the bench is honoured; another kind's own are refused by that kind (`refuse`)."""
 
 
-def run(ctx: RunContext) -> None:
+def refuse(options: Options) -> None:
+    """No flags of its own to refuse."""
+
+
+def run(ctx: RunContext) -> list[str]:
+    """Every configuration, then the peer; no report section of its own (a skipped peer is said in the header)."""
     jobs = [ctx.resolver.job(c, exact=ctx.plan.bound) for c in ctx.plan.configs]
     for i, job in enumerate(jobs, 1):
         print(f"\n[{i}/{len(jobs)}] {job.config.name} on {job.config.workload_label}")
         with ctx.target(job) as target:
             ctx.record(ctx.measurer.measure(job, target))
-    if ctx.peer:
+    peer = ctx.options.peer
+    if peer:
         try:
-            measure_peer(ctx, ctx.peer)
+            measure_peer(ctx, peer)
         except peers.PeerUnavailable as e:
             print(f"\npeer skipped: {e}", file=sys.stderr)
-            ctx.inputs.header["peer"] = f"{ctx.peer} skipped: {e}"
+            ctx.inputs.header["peer"] = f"{peer} skipped: {e}"
+    return []
 
 
 def measure_peer(ctx: RunContext, name: str) -> None:

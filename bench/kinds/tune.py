@@ -1,14 +1,14 @@
 """`tune` (`--suite tune`) on a server: calibrate the cost model, rank the candidates offline, measure what the
 budget allows (`tune_search.explore`), re-measure the top two, write the winner's model-config and the commands that
-deploy it, then build that archive and measure it again from the YAML."""
+deploy it, then build that archive and measure it again from the YAML; its report section is the recommendation.
+Its own flag: --min-cosine (the fidelity floor that lets bfloat16 compete)."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 import urllib.parse
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import yaml
 
@@ -21,6 +21,7 @@ from .. import models, report, stats
 from .. import tune_search as tune
 from ..configuration import Configuration
 from ..measure import WARMUP_S
+from ..options import Options, flag
 from ..run_plan import RunPlan
 from ..targets import TorchServeModel, TorchServeSite
 from ..workloads import NOT_EMBEDDINGS
@@ -30,6 +31,20 @@ NAME = "tune"
 TITLE = "Tuning"
 TUNED_NAME = "minilm-tuned"
 START_S = 25.0  # a configuration's registration and worker start, before its first measurement
+
+
+@dataclass(frozen=True)
+class TuneFlags:
+    """tune's own flags (`options.flag` declarations, as the bench's in `options.Options`)."""
+
+    min_cosine: float | None = flag(
+        None,
+        "--suite tune: also consider bfloat16 (where the CPU multiplies it natively), eligible only when its "
+        "answers' cosine min against float32 on the run's texts reaches this floor (e.g. 0.999)",
+    )
+
+
+FLAGS = TuneFlags
 
 
 def deploy_commands(yaml_shown: str, management_url: str, name: str = TUNED_NAME) -> tuple[str, str, str]:
@@ -43,25 +58,37 @@ def deploy_commands(yaml_shown: str, management_url: str, name: str = TUNED_NAME
     return query, build, register
 
 
-def check(args: argparse.Namespace, plan: RunPlan) -> None:
+def check(options: Options, plan: RunPlan) -> None:
     """A p99 target is needed; a peer, a workload whose answers are not embeddings (rerank, sparse) and a floor
     outside (0, 1] are refused."""
-    if not args.p99_ms:
+    min_cosine = options.of(TuneFlags).min_cosine
+    if not options.p99_ms:
         raise SystemExit("--suite tune needs --p99-ms: the p99 latency target (ms) to tune for")
-    if args.peer:
+    if options.peer:
         raise SystemExit("--peer: not with --suite tune (measure the peer next to the tuned settings in a second run)")
     for c in plan.configs:
         if c.workload in NOT_EMBEDDINGS:
             raise SystemExit(
                 f"--workload {c.workload}: not with --peer, --suite tune or --bound (they measure embeddings)"
             )
-    if args.min_cosine is not None and not 0 < args.min_cosine <= 1:
-        raise SystemExit(f"--min-cosine: got {args.min_cosine:g}; allowed: with --suite tune, a floor in (0, 1]")
+    if min_cosine is not None and not 0 < min_cosine <= 1:
+        raise SystemExit(_floor_refused(min_cosine))
 
 
-def run(ctx: RunContext) -> None:
-    """Measure, recommend, re-measure; the tune section after the comparisons."""
-    ctx.inputs.extra.append(report.tune_section(run_tune(ctx)))
+def refuse(options: Options) -> None:
+    """`--min-cosine` is tune's floor: refused where another kind runs."""
+    min_cosine = options.of(TuneFlags).min_cosine
+    if min_cosine is not None:
+        raise SystemExit(_floor_refused(min_cosine))
+
+
+def _floor_refused(min_cosine: float) -> str:
+    return f"--min-cosine: got {min_cosine:g}; allowed: with --suite tune, a floor in (0, 1]"
+
+
+def run(ctx: RunContext) -> list[str]:
+    """Measure, recommend, re-measure; the recommendation is its report section (after the comparisons)."""
+    return [tune_section(run_tune(ctx))]
 
 
 def measure_config(ctx: RunContext, config: Configuration) -> stats.Summary:
@@ -73,11 +100,12 @@ def measure_config(ctx: RunContext, config: Configuration) -> stats.Summary:
 
 def run_tune(ctx: RunContext) -> tune.TuneResult:
     """Rank candidates offline, measure what fits the budget (delays around the best), recommend, re-measure.
-    `ctx.min_cosine`: the fidelity floor that lets bfloat16 compete (where the CPU multiplies it natively)."""
+    --min-cosine (`TuneFlags`): the fidelity floor that lets bfloat16 compete (where the CPU multiplies it natively)."""
     from bench.calibration import calibrated_cost
     from bucketing.engines import precision
 
-    plan, budget_min, min_cosine, t0, record = ctx.plan, ctx.budget_min, ctx.min_cosine, ctx.t0, ctx.record
+    plan, budget_min, t0, record = ctx.plan, ctx.options.budget_min, ctx.t0, ctx.record
+    min_cosine = ctx.options.of(TuneFlags).min_cosine
     space, settings = plan.options, ctx.settings
     assert settings is not None
     base = plan.configs[0]
@@ -161,9 +189,10 @@ def recommend(
     dtype_why: str = "",
 ) -> tune.TuneResult:
     """Write the winner's model-config YAML and the commands that deploy it; measure it again from that YAML."""
-    settings, site, min_cosine, t0, out = ctx.settings, ctx.site, ctx.min_cosine, ctx.t0, ctx.out
+    settings, site, t0, out = ctx.settings, ctx.site, ctx.t0, ctx.out
+    min_cosine = ctx.options.of(TuneFlags).min_cosine
     assert settings is not None and site is not None
-    budget_s = ctx.budget_min * 60
+    budget_s = ctx.options.budget_min * 60
     ranking = tune.rank(measured, min_cosine)
     if not ranking:
         raise SystemExit("tune: no measured configuration is eligible (see above)")
@@ -221,3 +250,104 @@ def remeasure_from_yaml(
         print(f"\n{config.name} on {config.workload_label}")
         job = ctx.resolver.job(config, check=False)
         return ctx.measurer.measure(job, target), described
+
+
+# Its report section: the recommendation, and what was estimated, measured, pruned and skipped.
+
+
+def _settings(s: stats.Summary) -> str:
+    c = s.config
+    layout = report.layout(c)
+    return f"strategy `{c.strategy}`, batch_size {c.batch_size}, max_batch_delay {c.max_batch_delay} ms, {layout}"
+
+
+def _capacity(s: stats.Summary | None) -> str:
+    if s is None or s.capacity is None:
+        return "n/a"
+    if s.capacity.best is None:
+        return f"none within {s.capacity.target_ms:g} ms"
+    return f"{s.capacity.rate:.1f} req/s (p99 {s.capacity.best.p99_ms:.0f} ms there)"
+
+
+def tune_section(t: tune.TuneResult) -> str:
+    """The tune suite's recommendation: winner, runner-up, both measurements, the YAML, how to apply it,
+    and what was estimated, measured, pruned and skipped."""
+    ranking = t.ranking
+    winner = ranking[0]
+    runner = ranking[1] if len(ranking) > 1 else None
+    parts = [
+        f"## Recommendation for p99 <= {t.target_ms:g} ms",
+        "",
+        f"- **Use**: {_settings(winner)}.",
+        f"- **Capacity** (search): {_capacity(winner)}; closed loop {winner.rps:.1f} req/s, p99 "
+        f"{report.num(winner.p99_ms)} ms.",
+    ]
+    if t.remeasured is not None:
+        r = t.remeasured
+        applied = "TorchServe applied every setting of the YAML" if not t.applied else "; ".join(t.applied)
+        parts.append(
+            f"- **Measured again from `{t.yaml_name}`** (built into an archive, registered through the management "
+            f"API as the curl line below does; {applied}): capacity {_capacity(r)}; closed loop {r.rps:.1f} req/s, "
+            f"p99 {report.num(r.p99_ms)} ms."
+        )
+    if runner is not None:
+        parts.append(
+            f"- **Runner-up**: {_settings(runner)}: capacity {_capacity(runner)}; closed loop {runner.rps:.1f} req/s."
+        )
+        ceiling = runner.capacity.ceiling if runner.capacity else None
+        sure = (
+            f"the winner's capacity is at or above the runner-up's interval (it missed the target at "
+            f"{ceiling:g} req/s): the ranking holds"
+            if tune.separated(winner, runner)
+            else "the winner's capacity lies within the runner-up's interval (below the lowest rate it missed at"
+            + (f", {ceiling:g} req/s" if ceiling else "")
+            + "): a tie at the search's resolution, broken by closed-loop throughput"
+        )
+        parts.append(f"- **How sure**: each capacity is its lower measurement when measured twice; {sure}.")
+    parts.append(
+        f"- **Time**: {t.elapsed_s / 60:.1f} of {t.budget_s / 60:g} budgeted minutes; {len(t.measured)} "
+        f"configurations measured, {len(t.skipped)} skipped to fit, "
+        f"{sum(1 for c in t.candidates if c.pruned)} pruned by the offline estimates."
+    )
+    parts += ["", f"`{t.yaml_name}` (written next to this report):", "", "```yaml", t.yaml_text.rstrip(), "```"]
+    parts += ["", "Deploy it (from the repository, with `make serve` running):", "", "```sh", *t.commands, "```"]
+    measured = {s.config: s for s in t.measured}
+    skipped = dict(t.skipped)
+    rows = []
+    for c in t.candidates:
+        s = measured.get(c.config)
+        status = c.pruned or skipped.get(c.config, "") or ("measured" if s else "not reached")
+        rows.append(
+            [
+                c.config.strategy,
+                c.config.batch_size,
+                f"{c.config.workers}x{c.config.threads}",
+                f"{c.est_rps:.0f}",
+                f"{c.est_floor_ms:.0f}",
+                f"{s.rps:.1f}" if s else "",
+                _capacity(s) if s else "",
+                status,
+            ]
+        )
+    extra = [s for s in t.measured if s.config.max_batch_delay != t.candidates[0].config.max_batch_delay]
+    extra_skipped = [(c, why) for c, why in t.skipped if c.max_batch_delay != t.candidates[0].config.max_batch_delay]
+    parts += [
+        "",
+        "### Candidates",
+        "",
+        "Offline estimates from the planner's cost model, calibrated on this machine at the start (one thread), "
+        "over the token lengths sent: `est req/s` at saturation, `floor` a lower bound on p99 (a request's own "
+        "pass, p99 over the texts, plus the batch delay); they rank and prune, measurement decides. Kept "
+        "candidates are measured best estimate first (the best of each strategy leads), then the best measured "
+        "one at other batch delays.",
+        "",
+        report.table(
+            ["strategy", "batch size", "workers x threads", "est req/s", "floor ms", "req/s", "capacity", "status"],
+            rows,
+        ),
+    ]
+    if extra or extra_skipped:
+        parts += ["", "Batch delays tried on the best configuration:", ""]
+        parts += [f"- {s.config.name}: capacity {_capacity(s)}; closed loop {s.rps:.1f} req/s" for s in extra]
+        parts += [f"- {c.name}: skipped, {why}" for c, why in extra_skipped]
+    return "\n".join(parts) + "\n"

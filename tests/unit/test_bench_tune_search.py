@@ -101,6 +101,7 @@ def test_model_config_yaml_is_what_the_handler_and_torchserve_read():
 
 
 def test_tune_section_golden():
+    from bench.kinds.tune import tune_section  # tune's report section, in its run kind
 
     a = summary_with_capacity(BASE, 50, 40)
     b = summary_with_capacity(replace(BASE, batch_size=8), 60, 30)
@@ -123,7 +124,7 @@ def test_tune_section_golden():
         replace(a, config=replace(a.config, label="from YAML")),
         (),
     )
-    assert report.tune_section(result) == (GOLDEN / "tune.md").read_text()
+    assert tune_section(result) == (GOLDEN / "tune.md").read_text()
 
 
 def test_capacity_and_peer_rows_render_golden():
