@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class LocalMetrics:
@@ -58,7 +58,7 @@ class LocalContext:
         extra = headers or [{}] * len(content_types)
         self.headers = [
             {**({"body": {"content-type": ct}} if ct else {}), "url_path": path, **more}
-            for ct, path, more in zip(content_types, paths, extra)
+            for ct, path, more in zip(content_types, paths, extra, strict=True)
         ]
         self.status.clear()
         self.content_types.clear()
@@ -78,6 +78,17 @@ class LocalContext:
         self.response_headers.setdefault(idx, {})[key] = value
 
 
+class Job(NamedTuple):
+    """One request waiting at the frontend: its id, its row (`{"body": ...}`), its Content-Type, its url path (what
+    follows /predictions/NAME/VERSION/; "" the plain path) and any other request headers."""
+
+    key: str
+    row: Any
+    content_type: str | None
+    url_path: str
+    headers: dict[str, str]
+
+
 class ContinuousFrontend:
     """TorchServe's `ContinuousBatching` aggregator in process: a queue, a batch of at most `batch_size` jobs;
     each call sends every job of the batch (new ones fill the free slots), and a job leaves the batch when the
@@ -85,22 +96,35 @@ class ContinuousFrontend:
 
     def __init__(self, handler: Any, context: LocalContext, batch_size: int, max_calls: int = 1000) -> None:
         self.handler, self.context, self.batch_size, self.max_calls = handler, context, batch_size, max_calls
-        self.queue: list[tuple[str, Any, str | None]] = []  # (id, row, content type)
+        self.queue: list[Job] = []
         self.calls: list[list[str]] = []  # the ids sent in each call
         self.answers: dict[str, tuple[int, bytes | str, dict[str, str]]] = {}  # id -> (status, body, headers)
-        self._batch: list[tuple[str, Any, str | None]] = []  # jobs sent and not yet answered
+        self._batch: list[Job] = []  # jobs sent and not yet answered
 
-    def submit(self, key: str, row: Any, content_type: str | None = "application/json") -> None:
-        self.queue.append((key, row, content_type))
+    def submit(
+        self,
+        key: str,
+        row: Any,
+        content_type: str | None = "application/json",
+        url_path: str = "",
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Queue a request: each call that sends it tells the handler its Content-Type, url path and headers."""
+        self.queue.append(Job(key, row, content_type, url_path, dict(headers or {})))
 
     def step(self) -> list[str]:
         """One call: the batch topped up from the queue; the ids answered in it."""
         batch = list(self._batch)
         while len(batch) < self.batch_size and self.queue:
             batch.append(self.queue.pop(0))
-        keys = [k for k, _, _ in batch]
-        self.context.with_requests([ct for _, _, ct in batch], ids=keys)
-        bodies = self.handler.handle([row for _, row, _ in batch], self.context)
+        keys = [job.key for job in batch]
+        self.context.with_requests(
+            [job.content_type for job in batch],
+            [job.url_path for job in batch],
+            [job.headers for job in batch],
+            ids=keys,
+        )
+        bodies = self.handler.handle([job.row for job in batch], self.context)
         if len(bodies) != len(batch):
             raise AssertionError(f"{len(batch)} requests but {len(bodies)} bodies")
         answered = [self.context.request_ids[i] for i in sorted(self.context.request_ids)]

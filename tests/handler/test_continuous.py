@@ -76,16 +76,9 @@ def run_batch(model_dir, rows):
 def test_every_door_gets_the_batch_answer(tiny_embedder_dir, frontend_rows):
     expected = run_batch(tiny_embedder_dir, frontend_rows)
     handler, context = continuous(tiny_embedder_dir, slice_ms=1.0)  # a tiny slice: requests span several calls
-    paths = {k: p for k, _, _, p in frontend_rows}
-    original = context.with_requests
-
-    def with_requests(content_types, url_paths=None, headers=None, ids=None):
-        return original(content_types, [paths[k] for k in ids], headers, ids)
-
-    context.with_requests = with_requests
     front = ContinuousFrontend(handler, context, batch_size=4)
-    for key, row, ct, _ in frontend_rows:
-        front.submit(key, row, ct)
+    for key, row, ct, path in frontend_rows:
+        front.submit(key, row, ct, path)
     answers = front.drain()
     assert len(front.calls) > 2  # the pool did span calls
     for key, (status, body) in expected.items():
@@ -101,16 +94,9 @@ def test_continuous_in_bfloat16_answers_every_door_as_float32_within_its_cosine(
 ):
     expected = run_batch(tiny_embedder_dir, frontend_rows)  # float32, one batch
     handler, context = continuous(tiny_embedder_dir, slice_ms=1.0, dtype="bfloat16")
-    paths = {k: p for k, _, _, p in frontend_rows}
-    original = context.with_requests
-
-    def with_requests(content_types, url_paths=None, headers=None, ids=None):
-        return original(content_types, [paths[k] for k in ids], headers, ids)
-
-    context.with_requests = with_requests
     front = ContinuousFrontend(handler, context, batch_size=4)
-    for key, row, ct, _ in frontend_rows:
-        front.submit(key, row, ct)
+    for key, row, ct, path in frontend_rows:
+        front.submit(key, row, ct, path)
     answers = front.drain()
     assert len(front.calls) > 2 and handler.task.engine.fidelity is not None
     for key, (status, body) in expected.items():
@@ -196,14 +182,9 @@ def test_rerank_routes_span_calls_and_rank_as_cross_encoder_ranks(tmp_path):
     expected = {r["corpus_id"]: r["score"] for r in cross_encoder(folder).rank(QUERY, docs)}
     scores = [expected[i] for i in range(len(docs))]
     handler, context = continuous(folder, task="classification", max_length=MAX_LENGTH, slice_ms=1.0)
-    paths = {"tei": "rerank", "cohere": "v1/rerank"}
-    original = context.with_requests
-    context.with_requests = lambda cts, url_paths=None, headers=None, ids=None: original(
-        cts, [paths[k] for k in ids], headers, ids
-    )
     front = ContinuousFrontend(handler, context, batch_size=4)
-    front.submit("tei", {"body": {"query": QUERY, "texts": docs}})
-    front.submit("cohere", {"body": {"query": QUERY, "documents": docs, "top_n": 5}})
+    front.submit("tei", {"body": {"query": QUERY, "texts": docs}}, url_path="rerank")
+    front.submit("cohere", {"body": {"query": QUERY, "documents": docs, "top_n": 5}}, url_path="v1/rerank")
     answers = front.drain()
     assert len(front.calls) > 1 and answers["tei"][0] == answers["cohere"][0] == 200
     ranked_as_expected(json.loads(answers["tei"][1]), scores, "score", len(docs))
