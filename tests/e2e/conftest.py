@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +43,17 @@ def call_all(client: Client, calls: Sequence[tuple[str, Any]]) -> list[Reply]:
         )
 
 
+# A store an outer session built, for a session run inside a test (test_signals.py): not built again.
+OUTER_STORE = "BUCKETING_TEST_OUTER_MODEL_STORE"
+
+
 @pytest.fixture(scope="session")
 def model_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from model_store import build
 
+    outer = os.environ.get(OUTER_STORE)
+    if outer:
+        return Path(outer)
     store = tmp_path_factory.mktemp("model_store")
     assert build.main(["--out", str(store)]) == 0
     continuous = ["--out", str(store), "--strategies", "bucketed", "--schedule", "continuous"]
@@ -67,6 +75,56 @@ def torchserve(tmp_path_factory: pytest.TempPathFactory, model_store: Path):
     finally:
         server.stop()
         assert processes_under(server.workdir) == [], "TorchServe left processes behind"
+
+
+@dataclass(frozen=True)
+class Shared:
+    """How a model several modules use unchanged is registered on the session's TorchServe."""
+
+    archive: str
+    batch_size: int
+    max_batch_delay: int
+    workers: int
+
+    def register(self, server: TorchServe, name: str) -> None:
+        server.client.register(self.archive, name, self.batch_size, self.max_batch_delay, self.workers)
+
+
+# By model name. `batch` and `continuous` (one worker each: the archives of SCHEDULED) serve the OpenAI, TEI and
+# KServe SDK modules; `bucketed` (two workers) test_serving.py (beside its `dynamic`, registered alike) and
+# test_resilience.py's hostile input and key rotation. A registration is a worker start (seconds of CPU each): one
+# per model for the session, not one per module. No test may kill their workers or change their settings.
+SHARED = {
+    "batch": Shared(SCHEDULED["batch"], batch_size=8, max_batch_delay=100, workers=1),
+    "continuous": Shared(SCHEDULED["continuous"], batch_size=8, max_batch_delay=100, workers=1),
+    "bucketed": Shared("minilm-bucketed.mar", batch_size=8, max_batch_delay=50, workers=2),
+}
+
+
+@pytest.fixture(scope="session")
+def shared_models(torchserve: TorchServe) -> Iterator[Callable[[str], str]]:
+    """`shared_models(name)`: the SHARED model `name`, registered on the session's TorchServe on first use and kept
+    until the session ends; its name. Tests read its metrics as deltas (others use it too)."""
+    registered: list[str] = []
+
+    def get(name: str) -> str:
+        if name not in registered:
+            SHARED[name].register(torchserve, name)
+            registered.append(name)
+        return name
+
+    try:
+        yield get
+    finally:
+        for name in registered:
+            torchserve.client.unregister(name)
+
+
+@pytest.fixture(scope="module", params=sorted(SCHEDULED))
+def scheduled(shared_models: Callable[[str], str], request: pytest.FixtureRequest) -> str:
+    """The shared model of each schedule in turn (TorchServe's batching, then continuous batching): its name, which
+    is the schedule's (SCHEDULED's key)."""
+    return shared_models(request.param)
 
 
 @pytest.fixture(scope="session")

@@ -24,10 +24,10 @@ NAME = "cont"
 def cont(tmp_path_factory, model_store):
     server = TorchServe(tmp_path_factory.mktemp("cont"), Endpoints.on_ports(*free_ports(3)), model_store=model_store)
     server.start()
-    server.client.register(
-        SCHEDULED["continuous"], NAME, batch_size=8, max_batch_delay=10, workers=1, response_timeout=20
-    )
     try:
+        server.client.register(
+            SCHEDULED["continuous"], NAME, batch_size=8, max_batch_delay=10, workers=1, response_timeout=20
+        )
         yield server
     finally:
         server.stop()

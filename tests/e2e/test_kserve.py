@@ -12,7 +12,6 @@ import pytest
 
 from bench.stats import parse_prometheus
 from model_store.archives import ROOT
-from tests.e2e.conftest import SCHEDULED
 from tests.e2e.test_serving import texts_for_load
 
 pytestmark = pytest.mark.e2e
@@ -21,22 +20,25 @@ SDK_PYTHON = SDK_VENV / "bin" / "python"
 CLIENT = Path(__file__).with_name("kserve_sdk_client.py")
 
 
-@pytest.fixture(scope="module", params=sorted(SCHEDULED))
-def v2_model(torchserve, request):
+@pytest.fixture(scope="module")
+def sdk_venv() -> None:
     if not (SDK_VENV / ".installed").exists():
         pytest.skip("the KServe SDK's venv is missing: run `make kserve-venv` (CI does)")
-    torchserve.client.register(SCHEDULED[request.param], "kv2", batch_size=8, max_batch_delay=100, workers=1)
-    yield torchserve
-    torchserve.client.unregister("kv2")
+
+
+@pytest.fixture(scope="module")
+def v2_model(sdk_venv, torchserve, scheduled):
+    """The session's TorchServe, serving the model `scheduled` (batch_size 8, max_batch_delay 100, one worker)."""
+    return torchserve
 
 
 @pytest.mark.parametrize("mode", ["binary", "json"])
-def test_kserve_sdk_v2_client(v2_model, reference, mode, request):
+def test_kserve_sdk_v2_client(v2_model, scheduled, reference, mode):
     groups = [texts_for_load(n, seed=20 + n) for n in (3, 1, 4, 2, 3, 5)]
     token = v2_model.client.keys.key("inference")
-    before = parse_prometheus(v2_model.client.metrics(), "kv2")
+    before = parse_prometheus(v2_model.client.metrics(), scheduled)
     run = subprocess.run(
-        [str(SDK_PYTHON), str(CLIENT), v2_model.endpoints.inference, "kv2", token, mode],
+        [str(SDK_PYTHON), str(CLIENT), v2_model.endpoints.inference, scheduled, token, mode],
         input=json.dumps(groups),
         capture_output=True,
         text=True,
@@ -45,13 +47,13 @@ def test_kserve_sdk_v2_client(v2_model, reference, mode, request):
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads(run.stdout.strip().splitlines()[-1])
     for i, (group, result) in enumerate(zip(groups, results, strict=True)):
-        assert result["id"] == f"sdk-{i}" and result["model_name"] == "kv2"
+        assert result["id"] == f"sdk-{i}" and result["model_name"] == scheduled
         vectors = np.asarray(result["outputs"]["embedding"])
         assert vectors.shape == (len(group), 384)
         for text, vector in zip(group, vectors, strict=True):
             assert np.max(np.abs(vector - reference(text))) <= 1e-5
-    after = parse_prometheus(v2_model.client.metrics(), "kv2")
+    after = parse_prometheus(v2_model.client.metrics(), scheduled)
     requests = after["bucket_requests_total"] - before["bucket_requests_total"]
     assert requests == len(groups)
-    if request.node.callspec.params["v2_model"] == "batch":  # continuous: calls are slices, not batches
+    if scheduled == "batch":  # continuous: calls are slices, not batches
         assert after["bucket_batches_total"] - before["bucket_batches_total"] < requests

@@ -32,13 +32,14 @@ WRAPPER_URL = "http://127.0.0.1:8080"  # fixed in the wrapper
 
 
 @pytest.fixture(scope="module")
-def kserve_torchserve(tmp_path_factory, model_store):
+def kserve_torchserve(tmp_path_factory, request):
     if not (WRAPPER and PYTHON):
         pytest.skip(
             "set KSERVE_WRAPPER_DIR and KSERVE_WRAPPER_PYTHON to run TorchServe's kserve_wrapper (see docstring)"
         )
     if port_in_use(WRAPPER_URL) or port_in_use("http://127.0.0.1:8081"):
         pytest.skip("ports 8080/8081, which the wrapper always takes, are in use")
+    model_store = request.getfixturevalue("model_store")  # built only when the test runs
     server = TorchServe(
         tmp_path_factory.mktemp("kserve"),
         Endpoints.on_ports(*free_ports(3)),
@@ -65,17 +66,21 @@ def run_wrapper(server: TorchServe, protocol: str, folder: Path) -> subprocess.P
     log = open(folder / f"wrapper-{protocol}.log", "wb")  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen([PYTHON, "__main__.py"], cwd=WRAPPER, env=env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            ready = f"{WRAPPER_URL}/v2/models/minilm/ready" if protocol == "v2" else f"{WRAPPER_URL}/v1/models/minilm"
-            if request(ready, timeout=5).status == 200:
-                return proc
-        except OSError:
-            pass
-        if proc.poll() is not None:
-            break
-        time.sleep(0.5)
-    proc.kill()
+    ready = f"{WRAPPER_URL}/v2/models/minilm/ready" if protocol == "v2" else f"{WRAPPER_URL}/v1/models/minilm"
+    try:
+        while time.monotonic() < deadline:
+            try:
+                if request(ready, timeout=5).status == 200:
+                    return proc
+            except OSError:
+                pass
+            if proc.poll() is not None:
+                break
+            time.sleep(0.5)
+    except BaseException:  # Ctrl-C, SIGTERM: the wrapper ends with the wait
+        stop(proc)
+        raise
+    stop(proc)
     raise AssertionError(f"the wrapper did not get ready: {(folder / f'wrapper-{protocol}.log').read_text()[-3000:]}")
 
 

@@ -12,11 +12,9 @@ import pytest
 
 from bench.stats import parse_prometheus
 from model_store.archives import minilm_dir
-from tests.e2e.conftest import SCHEDULED
 
 pytestmark = pytest.mark.e2e
 
-NAME = "oa"
 WORDS = "embeddings for retrieval need short queries and long documents served together on one machine".split()
 
 
@@ -25,18 +23,17 @@ def mixed(n: int, seed: int) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(rng.choice([1, 3, 9, 40, 120, 200]))) for _ in range(n)]
 
 
-@pytest.fixture(scope="module", params=sorted(SCHEDULED))
-def served(torchserve, request):
-    torchserve.client.register(SCHEDULED[request.param], NAME, batch_size=8, max_batch_delay=100, workers=1)
-    yield torchserve
-    torchserve.client.unregister(NAME)
+@pytest.fixture(scope="module")
+def served(torchserve, scheduled):
+    """The session's TorchServe, serving the model `scheduled` (batch_size 8, max_batch_delay 100, one worker)."""
+    return torchserve
 
 
 @pytest.fixture(scope="module")
-def client(served) -> openai.OpenAI:
+def client(served, scheduled) -> openai.OpenAI:
     """What a user writes: the inference key as api_key, `.../predictions/NAME/1.0/v1` as base_url."""
     return openai.OpenAI(
-        base_url=f"{served.endpoints.inference}/predictions/{NAME}/1.0/v1",
+        base_url=f"{served.endpoints.inference}/predictions/{scheduled}/1.0/v1",
         api_key=served.client.keys.key("inference"),
         timeout=60,
         max_retries=0,
@@ -90,27 +87,27 @@ def test_token_ids(client, reference, hf_tokenizer):
         assert close(item.embedding, reference(text))
 
 
-def test_models_list(client):
-    assert [m.id for m in client.models.list().data] == [NAME]
+def test_models_list(client, scheduled):
+    assert [m.id for m in client.models.list().data] == [scheduled]
 
 
-def test_openai_native_and_v2_requests_share_batches(served, client, reference, request):
+def test_openai_native_and_v2_requests_share_batches(served, scheduled, client, reference):
     texts = mixed(24, seed=5)
-    before = parse_prometheus(served.client.metrics(), NAME)
+    before = parse_prometheus(served.client.metrics(), scheduled)
 
     def call(i: int):
         text = texts[i]
         if i % 3 == 0:
             return text, np.asarray(client.embeddings.create(model="m", input=text).data[0].embedding)
         if i % 3 == 1:
-            reply = served.client.predict(NAME, json.dumps({"text": text}))
+            reply = served.client.predict(scheduled, json.dumps({"text": text}))
             assert reply.status == 200, reply.text
             return text, np.asarray(reply.json()["embedding"])
         body = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": [text]}]}
         reply = served.client.call(
             "inference",
             "POST",
-            f"/v2/models/{NAME}/infer",
+            f"/v2/models/{scheduled}/infer",
             json.dumps(body),
             headers={"Content-Type": "application/json"},
         )
@@ -121,10 +118,10 @@ def test_openai_native_and_v2_requests_share_batches(served, client, reference, 
         results = list(pool.map(call, range(len(texts))))
     for text, vector in results:
         assert close(vector, reference(text))
-    after = parse_prometheus(served.client.metrics(), NAME)
+    after = parse_prometheus(served.client.metrics(), scheduled)
     batches = after["bucket_batches_total"] - before["bucket_batches_total"]
     assert after["bucket_requests_total"] - before["bucket_requests_total"] == len(texts)
-    if request.node.callspec.params["served"] == "batch":  # continuous: calls are slices, not batches
+    if scheduled == "batch":  # continuous: calls are slices, not batches
         assert batches < len(texts), "TorchServe delivered no batch larger than 1"
 
 
@@ -159,9 +156,9 @@ def test_too_many_inputs_and_unknown_paths(client):
     assert "v1/embeddings" in error_body(missing.value)["message"]
 
 
-def test_json_without_content_type_and_huge_keys(served, reference):
-    reply = served.client.predict(NAME, json.dumps({"text": "no content type"}), content_type=None)
+def test_json_without_content_type_and_huge_keys(served, scheduled, reference):
+    reply = served.client.predict(scheduled, json.dumps({"text": "no content type"}), content_type=None)
     assert reply.status == 200 and close(reply.json()["embedding"], reference("no content type"))
     huge = json.dumps({"\u00e9" * 1_100_000: 1}, ensure_ascii=False).encode()  # 2.2 MB, under max_request_size
-    reply = served.client.predict(NAME, huge)
+    reply = served.client.predict(scheduled, huge)
     assert reply.status == 400 and len(reply.body) < 1000

@@ -95,10 +95,10 @@ def tight(tmp_path_factory, model_store):
         extra_properties={"job_queue_size": "8"},
     )
     server.start()
-    server.client.register(
-        "minilm-bucketed.mar", "tight", batch_size=4, max_batch_delay=10, workers=1, response_timeout=20
-    )
     try:
+        server.client.register(
+            "minilm-bucketed.mar", "tight", batch_size=4, max_batch_delay=10, workers=1, response_timeout=20
+        )
         yield server
     finally:
         server.stop()
@@ -224,28 +224,28 @@ def malformed_bodies(n: int, seed: int) -> list[tuple[bytes, str | None]]:
     return out[:n]
 
 
-def test_hostile_input_gets_4xx_without_restarts_and_neighbours_are_answered(torchserve, reference):
+def test_hostile_input_gets_4xx_without_restarts_and_neighbours_are_answered(torchserve, shared_models, reference):
+    """On the shared `bucketed` model (two workers, batch_size 8): each malformed body is its caller's 4xx, the good
+    ones beside them in the same batches are answered right, and no worker restarts."""
     client = torchserve.client
-    client.register("minilm-bucketed.mar", "hostile", batch_size=8, max_batch_delay=20, workers=2)
-    try:
-        pids = worker_pids(client, "hostile")
-        bad = malformed_bodies(300, seed=9)
-        good = [(t.encode(), "text/plain") for t in POOL * 6]
-        calls = [(b, c, False) for b, c in bad] + [(b, c, True) for b, c in good]
-        random.Random(2).shuffle(calls)
-        url = f"{torchserve.endpoints.inference}/predictions/hostile"
-        replies = asyncio.run(fire(url, client.keys.headers("inference"), [(b, c) for b, c, _ in calls], 32))
-        statuses: dict[int, int] = {}
-        for (body, _, is_good), (status, answer, _) in zip(calls, replies, strict=True):
-            if is_good:
-                check_answer(body.decode(), status, answer, reference)
-            else:
-                assert 0 < status < 500, (body[:80], status, answer[:200])
-                statuses[status] = statuses.get(status, 0) + 1
-        print(f"\nhostile: 300 malformed requests with 42 good ones: {dict(sorted(statuses.items()))}")
-        assert worker_pids(client, "hostile") == pids, "a worker restarted"
-    finally:
-        client.unregister("hostile")
+    name = shared_models("bucketed")
+    pids = worker_pids(client, name)
+    assert len(pids) == 2
+    bad = malformed_bodies(300, seed=9)
+    good = [(t.encode(), "text/plain") for t in POOL * 6]
+    calls = [(b, c, False) for b, c in bad] + [(b, c, True) for b, c in good]
+    random.Random(2).shuffle(calls)
+    url = f"{torchserve.endpoints.inference}/predictions/{name}"
+    replies = asyncio.run(fire(url, client.keys.headers("inference"), [(b, c) for b, c, _ in calls], 32))
+    statuses: dict[int, int] = {}
+    for (body, _, is_good), (status, answer, _) in zip(calls, replies, strict=True):
+        if is_good:
+            check_answer(body.decode(), status, answer, reference)
+        else:
+            assert 0 < status < 500, (body[:80], status, answer[:200])
+            statuses[status] = statuses.get(status, 0) + 1
+    print(f"\nhostile: 300 malformed requests with 42 good ones: {dict(sorted(statuses.items()))}")
+    assert worker_pids(client, name) == pids, "a worker restarted"
 
 
 def test_registration_only_from_the_model_store(torchserve):
@@ -253,19 +253,16 @@ def test_registration_only_from_the_model_store(torchserve):
     assert 400 <= reply.status < 500 and "allowed" in reply.text
 
 
-def test_expired_or_rotated_keys_are_renewed(torchserve):
+def test_expired_or_rotated_keys_are_renewed(torchserve, shared_models):
     client = torchserve.client
-    client.register("minilm-bucketed.mar", "keys", batch_size=1, max_batch_delay=1, workers=1)
-    try:
-        old = client.keys.key("inference")
-        assert client.ensure_fresh(margin_s=10 * 3600)  # as if the key were about to expire
-        assert client.keys.key("inference") != old
-        url = f"{torchserve.endpoints.inference}/predictions/keys"
-        assert request(url, "POST", "x", {"Authorization": f"Bearer {old}", "Content-Type": "text/plain"}).status == 400
-        client.keys._keys["inference"]["key"] = old  # a client holding a stale key: refused once, renewed, answered
-        assert client.predict("keys", "hello", "text/plain").status == 200
-    finally:
-        client.unregister("keys")
+    name = shared_models("bucketed")  # any model answers: the keys are the server's
+    old = client.keys.key("inference")
+    assert client.ensure_fresh(margin_s=10 * 3600)  # as if the key were about to expire
+    assert client.keys.key("inference") != old
+    url = f"{torchserve.endpoints.inference}/predictions/{name}"
+    assert request(url, "POST", "x", {"Authorization": f"Bearer {old}", "Content-Type": "text/plain"}).status == 400
+    client.keys._keys["inference"]["key"] = old  # a client holding a stale key: refused once, renewed, answered
+    assert client.predict(name, "hello", "text/plain").status == 200
 
 
 # What KServe's kserve-torchserve runtime puts in the pod's environment (TS_SERVICE_ENVELOPE, kservev2 for

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from bench.stats import parse_prometheus
+from tests.e2e.conftest import SHARED
 from tsctl import request
 
 pytestmark = pytest.mark.e2e
@@ -29,12 +31,16 @@ def texts_for_load(n: int, seed: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def models(torchserve):
-    for strategy in ("bucketed", "dynamic"):
-        torchserve.client.register(f"minilm-{strategy}.mar", strategy, batch_size=8, max_batch_delay=50, workers=2)
-    yield torchserve
-    for strategy in ("bucketed", "dynamic"):
-        torchserve.client.unregister(strategy)
+def models(torchserve, shared_models):
+    """`bucketed` (shared with other modules) and `dynamic`, registered alike (batch_size 8, max_batch_delay 50, two
+    workers): their counters are compared."""
+    shared_models("bucketed")
+    dynamic = dataclasses.replace(SHARED["bucketed"], archive="minilm-dynamic.mar")
+    dynamic.register(torchserve, "dynamic")
+    try:
+        yield torchserve
+    finally:
+        torchserve.client.unregister("dynamic")
 
 
 BAD = [
@@ -130,8 +136,8 @@ def test_token_authorization_is_on_for_inference_and_management_not_metrics(mode
 
 def test_static_archive_serves_too(torchserve, reference):
     client = torchserve.client
-    client.register("minilm-static.mar", "static", batch_size=4, max_batch_delay=20, workers=1)
     try:
+        client.register("minilm-static.mar", "static", batch_size=4, max_batch_delay=20, workers=1)
         reply = client.predict("static", json.dumps({"texts": ["short one", "a somewhat longer text here"]}))
         assert reply.status == 200
         for text, answer in zip(["short one", "a somewhat longer text here"], reply.json(), strict=True):
@@ -178,17 +184,31 @@ def test_kserve_v2_and_v1_with_batching(models, reference):
 
 
 def test_histograms_and_errors_by_type_reach_prometheus(models):
+    """One good request and one empty body reach the histograms and the errors by type (read as deltas: the model
+    is shared, its counters may start above 0)."""
     client = models.client
+    errors = r'^bucket_errors_total{type="EmptyBody",status="400",ModelName="bucketed",[^}]*} (\S+)$'
+    batches = r'^bucket_batch_size_count{ModelName="bucketed",[^}]*} (\S+)$'
+
+    def read(pattern: str, text: str) -> float:
+        found = re.search(pattern, text, re.M)
+        return float(found.group(1)) if found else 0.0  # no line before the first
+
+    before = client.metrics()
     for body, ctype in [(b'{"text": "histogram probe"}', "application/json"), (b"", "application/json")]:
         client.predict("bucketed", body, ctype)
-    errors = r'^bucket_errors_total{type="EmptyBody",status="400",ModelName="bucketed",'
     deadline = time.monotonic() + 10  # the frontend reads the workers' metric lines asynchronously
-    while not re.search(errors, text := client.metrics(), re.M) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    while True:
+        text = client.metrics()
+        counted = read(errors, text) > read(errors, before) and read(batches, text) > read(batches, before)
+        if counted or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert read(errors, text) == read(errors, before) + 1, "the empty body was not counted once as EmptyBody"
+    assert read(batches, text) > read(batches, before), "the probe's batch reached no histogram"
     for name in ("bucket_batch_size", "bucket_pass_texts", "bucket_pass_padded_tokens", "bucket_request_ms"):
         assert re.search(rf'^{name}_bucket{{le="\+Inf",ModelName="bucketed",', text, re.M), name
         assert re.search(rf'^{name}_count{{ModelName="bucketed",', text, re.M), name
-    count = figure(r'^bucket_batch_size_count{ModelName="bucketed",[^}]*} (\S+)$', text)
+    count = figure(batches, text)
     inf = figure(r'^bucket_batch_size_bucket{le="\+Inf",ModelName="bucketed",[^}]*} (\S+)$', text)
     assert count == inf > 0
-    assert re.search(errors, text, re.M)

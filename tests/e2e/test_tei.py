@@ -12,11 +12,9 @@ import numpy as np
 import pytest
 
 from model_store.archives import minilm_dir
-from tests.e2e.conftest import SCHEDULED
 
 pytestmark = pytest.mark.e2e
 
-NAME = "tei"
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS_VENV = ROOT / ".venv-tei-clients"
 CLIENTS = Path(__file__).with_name("tei_clients.py")
@@ -27,16 +25,15 @@ TEXTS = [
 ]
 
 
-@pytest.fixture(scope="module", params=sorted(SCHEDULED))
-def served(torchserve, request):
-    torchserve.client.register(SCHEDULED[request.param], NAME, batch_size=8, max_batch_delay=50, workers=1)
-    yield torchserve
-    torchserve.client.unregister(NAME)
+@pytest.fixture(scope="module")
+def served(torchserve, scheduled):
+    """The session's TorchServe, serving the model `scheduled` (batch_size 8, one worker)."""
+    return torchserve
 
 
 @pytest.fixture(scope="module")
-def url(served) -> str:
-    return f"{served.endpoints.inference}/predictions/{NAME}/1.0"
+def url(served, scheduled) -> str:
+    return f"{served.endpoints.inference}/predictions/{scheduled}/1.0"
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +44,15 @@ def client(served, url):
 
 
 @pytest.fixture(scope="module")
-def expected():
+def sentence_transformer():
     from sentence_transformers import SentenceTransformer
 
-    return SentenceTransformer(str(minilm_dir()), device="cpu").encode(TEXTS, convert_to_numpy=True)
+    return SentenceTransformer(str(minilm_dir()), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def expected(sentence_transformer):
+    return sentence_transformer.encode(TEXTS, convert_to_numpy=True)
 
 
 def test_feature_extraction_equals_sentence_transformers(client, expected):
@@ -60,18 +62,16 @@ def test_feature_extraction_equals_sentence_transformers(client, expected):
     assert one.shape == (1, expected.shape[1]) and float(np.max(np.abs(one[0] - expected[0]))) <= 1e-5
 
 
-def test_sentence_similarity_equals_sentence_transformers(client):
-    from sentence_transformers import SentenceTransformer
-
-    model = SentenceTransformer(str(minilm_dir()), device="cpu")
+def test_sentence_similarity_equals_sentence_transformers(client, sentence_transformer):
+    model = sentence_transformer
     expected = model.similarity(model.encode(TEXTS[:1]), model.encode(TEXTS[1:])).numpy()[0]
     scores = client.sentence_similarity(TEXTS[0], other_sentences=TEXTS[1:])
     assert len(scores) == 2 and float(np.max(np.abs(np.asarray(scores) - expected))) <= 1e-5
 
 
-def test_teis_routes_under_the_model_url(served):
+def test_teis_routes_under_the_model_url(served, scheduled):
     def call(route, body=None, method="POST"):
-        path = f"/predictions/{NAME}/1.0/{route}"
+        path = f"/predictions/{scheduled}/1.0/{route}"
         data = json.dumps(body) if body is not None else None
         reply = served.client.call("inference", method, path, data, headers={"Content-Type": "application/json"})
         return reply.status, reply.json()
@@ -79,7 +79,7 @@ def test_teis_routes_under_the_model_url(served):
     status, embedded = call("embed", {"inputs": TEXTS[0]})
     assert status == 200 and len(embedded) == 1
     status, info = call("info", method="GET")
-    assert status == 200 and info["model_id"] == NAME and info["model_type"] == {"embedding": {"pooling": "mean"}}
+    assert status == 200 and info["model_id"] == scheduled and info["model_type"] == {"embedding": {"pooling": "mean"}}
     status, tokens = call("tokenize", {"inputs": "hello world"})
     assert [t["text"] for t in tokens[0]] == ["[CLS]", "hello", "world", "[SEP]"]
     assert call("decode", {"ids": [t["id"] for t in tokens[0]]}) == (200, ["hello world"])
