@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import os
 from http import HTTPStatus
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -14,6 +14,13 @@ from bucketing import worker
 from bucketing.config import HandlerConfig
 from bucketing.metrics import emit
 from bucketing.protocols.base import Meta
+
+if TYPE_CHECKING:
+    from bucketing.kinds.task import Task
+    from bucketing.model.tokenizer import Tokenizer
+    from bucketing.pipeline import Pipeline
+    from bucketing.planning.continuous import Pool
+    from bucketing.planning.planner import CostModel
 
 logger = logging.getLogger(__name__)
 
@@ -30,18 +37,37 @@ class BucketingHandler:
         torch.set_num_threads(self.config.torch_threads)
         model_dir = os.path.join(context.system_properties.get("model_dir", "."), self.config.model_path)
         self.worker = worker.open(self.config, model_dir, context.system_properties.get("gpu_id"), model_config)
-        self.task, self.tokenizer, self.cost = self.worker.task, self.worker.tokenizer, self.worker.cost
-        self.pipeline, self.pool = self.worker.pipeline, self.worker.pool
-        self.fidelity = self.task.engine.fidelity  # a reduced dtype's, measured at load
         logger.info("%s", self.worker.ready_line())
         self.initialized = True
+
+    # What tests and tools read of the opened worker (its own, never copies).
+    @property
+    def task(self) -> Task:
+        return self.worker.task
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.worker.tokenizer
+
+    @property
+    def cost(self) -> CostModel:
+        return self.worker.cost
+
+    @property
+    def pipeline(self) -> Pipeline:
+        return self.worker.pipeline
+
+    @property
+    def pool(self) -> Pool | None:
+        return self.worker.pool
 
     def handle(self, data: list[Any], context: Any) -> list[str | bytes]:
         meta = [request_meta(context, i) for i in range(len(data))]
         model_name = getattr(context, "model_name", "")
-        keys = request_keys(context, len(data)) if self.pool is not None else None
+        keys = request_keys(context, len(data)) if self.worker.pool is not None else None
         replies, stats = self.worker.serve(data, meta, keys, model_name)
-        cosine = self.fidelity.cosine_min if self.fidelity is not None else None
+        fidelity = self.worker.task.engine.fidelity  # a reduced dtype's, measured at load
+        cosine = fidelity.cosine_min if fidelity is not None else None
         emit(getattr(context, "metrics", None), stats, cosine)
         for idx, reply in enumerate(replies):
             if reply is None:  # pending: no prediction in this response, so TorchServe sends it again next call

@@ -22,6 +22,13 @@ def mixed_texts(n: int, seed: int = 0) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(rng.choice([1, 3, 8, 30, 90]))) for _ in range(n)]
 
 
+def serve_at(handler, context, rows, paths):
+    """Rows sent to their url_paths (what follows /predictions/NAME/VERSION/; "" the plain path)."""
+    context.with_requests(["application/json"] * len(rows), paths)
+    bodies = handler.handle([{"body": row} for row in rows], context)
+    return [(context.status[i][0], json.loads(b)) for i, b in enumerate(bodies)]
+
+
 def make_handler(model_dir, **section) -> tuple[BucketingHandler, LocalContext]:
     section = {"model_path": str(model_dir), "cost": {"calibrate": False}, **section}
     context = LocalContext(section, model_name="tiny")

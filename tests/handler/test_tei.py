@@ -5,11 +5,9 @@ handler's settings, and TEI's errors come in its shape and codes."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.handler.test_handler import make_handler, mixed_texts
+from tests.handler.test_handler import make_handler, mixed_texts, serve_at
 from tests.models import build_cross_encoder, build_sentence_transformer
 
 np = pytest.importorskip("numpy")
@@ -32,13 +30,6 @@ def classifier(tmp_path_factory):
     folder = build_cross_encoder(tmp_path_factory.mktemp("tei") / "ce", labels=3)
     handler, context = make_handler(folder, task="classification", max_length=MAX_LENGTH)
     return folder, handler, context
-
-
-def serve_at(handler, context, rows, paths):
-    """Rows sent to their url_paths (what follows /predictions/NAME/VERSION/; "" the plain path)."""
-    context.with_requests(["application/json"] * len(rows), paths)
-    bodies = handler.handle([{"body": row} for row in rows], context)
-    return [(context.status[i][0], json.loads(b)) for i, b in enumerate(bodies)]
 
 
 def close(got, expected):

@@ -3,11 +3,12 @@ model is read from its `Kind` here, never tested by name elsewhere.
 
 A kind declares its name (`handler.task`, `--task`), the task class that serves it (`module:Class` in this package,
 imported when first used: the registry stays light, `config` reads its names), the engines and dtypes it serves (and
-its refusal line for others), its answer's fields, how large an answer can be (for the start-up size check), the
-wire formats that answer it and a request's options of its own. The task class says the rest, as static methods
-(`task.TaskHooks` holds the defaults): `load` (the task on its engine), `read_settings` (its sentence-transformers
-settings, at build), `detects` (whether a folder is of this kind), `encoder_folder` (where its transformer lives, to
-check at build), `describe` (what the build records of its chain). Adding a kind is its module and one entry below.
+its refusal line for others), its answer's fields, how large an answer can be (for the start-up size check), its
+line from a wire format that does not answer it (each format declares the kinds it answers: `ANSWERS`) and a
+request's options of its own. The task class says the rest, as static methods (`task.TaskHooks` holds the defaults):
+`load` (the task on its engine), `read_settings` (its sentence-transformers settings, at build), `detects` (whether
+a folder is of this kind), `encoder_folder` (where its transformer lives, to check at build), `describe` (what the
+build records of its chain). Adding a kind is its module and one entry below.
 """
 
 from __future__ import annotations
@@ -65,9 +66,17 @@ class Kind:
     answer_bound: str = "texts"  # the start-up bound: per text; "one_text": one text must fit; "checked": per answer
     options: tuple[str, ...] = ()  # a request's options of its own
     normalized: bool = True  # a request may normalise its answer or cut it to `dimensions`
-    classifier: bool = False  # a sequence classifier: logits scored by labels, text pairs taken (a cross-encoder)
     sparse: bool = False  # answers a vocabulary-size vector, as indices and values
-    per_token: bool = False  # answers one vector per kept token
+
+    @property
+    def classifier(self) -> bool:
+        """A sequence classifier (its answer's fields are its labels'): logits scored, text pairs taken."""
+        return self.head is None
+
+    @property
+    def per_token(self) -> bool:
+        """Whether it answers one vector per kept token (its answer's `embeddings`)."""
+        return self.head == ("embeddings",)
 
     @property
     def dense_vector(self) -> bool:
@@ -92,7 +101,7 @@ KINDS: dict[str, Kind] = {  # by name (a str key: config and requests look names
     k.name: k
     for k in (
         Kind("embedding", "embedding:EmbeddingTask", "embedding"),
-        Kind("classification", "classification:ClassificationTask", "classification", head=None, classifier=True),
+        Kind("classification", "classification:ClassificationTask", "classification", head=None),
         Kind(
             "sparse",
             "sparse.task:SparseTask",
@@ -123,10 +132,12 @@ KINDS: dict[str, Kind] = {  # by name (a str key: config and requests look names
             wire_refusal="this is a multi-vector model (one vector per token), which {wire} cannot answer; served at "
             'POST /predictions/NAME (`{{"texts": [...], "input_type": "query" | "document"}}`) and .../embed_all (TEI)',
             answer_bound="one_text",
-            per_token=True,
         ),
     )
 }
+
+# The kinds answered with one vector or score per input: what a wire format with no per-token answer declares.
+ONE_PER_INPUT: tuple[KindName, ...] = tuple(k.name for k in KINDS.values() if not k.per_token)
 
 
 def detect(folder: Path | str) -> Kind:

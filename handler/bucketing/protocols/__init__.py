@@ -20,7 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from bucketing.answers import Answer
-from bucketing.kinds import KINDS, Kind
+from bucketing.kinds import Kind
 from bucketing.protocols import (
     cohere_rerank,
     kserve_v1,
@@ -127,7 +127,7 @@ def parse(row: Any, meta: Meta, limits: Limits) -> Incoming:
             _nearest(path), RequestError(404, "NotFound", f"no endpoint {quote(path, 60)} here; served: {SERVED}")
         )
     wire, parser = ROUTES[path]
-    kind = KINDS[limits.task]
+    kind = limits.kind
     try:
         header_length = meta.header(kserve_v2.HEADER_LENGTH)
         if not path and header_length is not None and isinstance(row, dict):
@@ -194,7 +194,7 @@ ANSWER_OVERHEAD = 200  # field names, token count, OpenAI's per-embedding object
 
 def largest_answer(limits: Limits, labels: Sequence[str] | None = None) -> int:
     """An upper bound on the bytes of one answer to a request of max_texts inputs, in any wire format."""
-    bound = KINDS[limits.task].answer_bound
+    bound = limits.kind.answer_bound
     if bound == "one_text":  # one vector per token: checked per request (a 413), so one text must fit
         return limits.max_length * (limits.dimensions * FLOAT_CHARS + 2) + 2 * ANSWER_OVERHEAD
     if bound == "checked":  # unbounded but by the vocabulary: each answer is checked when made (a 413)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bucketing.answers import Answer, Options
-from bucketing.kinds import KindName
+from bucketing.kinds import ONE_PER_INPUT, KindName
 from bucketing.protocols.base import Limits, Pair, RequestError, bad, check_count, is_int, json_type
 from bucketing.protocols.inputs import texts
 from bucketing.protocols.openai import MAX_MODEL_CHARS
@@ -23,7 +23,7 @@ from bucketing.protocols.options import read_options
 from bucketing.protocols.tei_rerank import rerank_query
 
 NAME = "cohere-rerank"
-ANSWERS: tuple[KindName, ...] | None = ("embedding", "classification", "sparse")  # not a multi-vector model
+ANSWERS: tuple[KindName, ...] | None = ONE_PER_INPUT  # not a multi-vector model
 PATH = "v1/rerank"
 PROMPT_FIELDS = ("prompt_name", "prompt")  # ours, put before the query as CrossEncoder.rank puts them
 SERVED = f"POST /predictions/NAME/VERSION/{PATH} (Cohere/Jina rerank, one-label classifiers)"

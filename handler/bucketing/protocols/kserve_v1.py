@@ -10,14 +10,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from bucketing.answers import Answer, Options
-from bucketing.kinds import KindName
+from bucketing.kinds import ONE_PER_INPUT, KindName
 from bucketing.protocols.base import Limits, RequestError, bad, check_count, json_type
 from bucketing.protocols.base import error_body as error_body
 from bucketing.protocols.inputs import texts
 from bucketing.protocols.options import read_options
 
 NAME = "kserve-v1"
-ANSWERS: tuple[KindName, ...] | None = ("embedding", "classification", "sparse")  # not a multi-vector model
+ANSWERS: tuple[KindName, ...] | None = ONE_PER_INPUT  # not a multi-vector model
 SERVED = 'POST /v1/models/NAME:predict (KServe v1 {"instances"})'
 ROUTES: dict[str, Any] = {}  # reached at the plain predictions path; its body is claimed (`claims`)
 

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from bucketing.answers import Answer, Options
-from bucketing.kinds import KindName, answer_fields
+from bucketing.kinds import ONE_PER_INPUT, KindName, answer_fields
 from bucketing.protocols.base import (
     Binary,
     Limits,
@@ -46,7 +46,7 @@ from bucketing.protocols.inputs import pairs, texts, too_many
 from bucketing.protocols.options import read_options
 
 NAME = "kserve-v2"
-ANSWERS: tuple[KindName, ...] | None = ("embedding", "classification", "sparse")  # not a multi-vector model
+ANSWERS: tuple[KindName, ...] | None = ONE_PER_INPUT  # not a multi-vector model
 SERVED = "POST /v2/models/NAME/infer (KServe v2, one BYTES input of texts; a classifier: text and text_pair)"
 ROUTES: dict[str, Any] = {}  # reached at the plain predictions path; its body is claimed (`claims`)
 MAX_RANK = 2  # [n] or [n, 1]

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from bucketing.answers import Answer, Options
-from bucketing.kinds import KindName
+from bucketing.kinds import ONE_PER_INPUT, KindName
 from bucketing.protocols.base import Input, Limits, RequestError, bad, check_count, is_int, json_type, quote, snake
 from bucketing.protocols.inputs import check_text, too_many
 from bucketing.protocols.options import read_options
 
 NAME = "openai"
-ANSWERS: tuple[KindName, ...] | None = ("embedding", "classification", "sparse")  # not a multi-vector model
+ANSWERS: tuple[KindName, ...] | None = ONE_PER_INPUT  # not a multi-vector model
 EMBEDDINGS = "v1/embeddings"
 MODELS = "v1/models"
 MAX_MODEL_CHARS = 256

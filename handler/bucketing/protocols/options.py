@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bucketing.answers import Options
-from bucketing.kinds import KINDS
 from bucketing.model.chain import DOCUMENT_PROMPTS, INPUT_TYPES
 from bucketing.protocols.base import Limits, RequestError, bad, is_int, json_type, quote
 from bucketing.protocols.inputs import check_text
@@ -85,7 +84,7 @@ def read_sparse_options(
         return bad(
             "InvalidRequest", f'"input_type" must be "query" or "document", got {quote(input_type, 40)}', "input_type"
         )
-    kind = KINDS[limits.task]
+    kind = limits.kind
     max_active = body.get("max_active_dims") if "max_active_dims" in fields else None
     if max_active is not None:
         if "max_active_dims" not in kind.options:

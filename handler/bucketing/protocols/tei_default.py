@@ -15,14 +15,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from bucketing.kinds import KindName
+from bucketing.kinds import ONE_PER_INPUT, KindName
 from bucketing.protocols import tei_embed, tei_predict, tei_rerank, tei_similarity
 from bucketing.protocols.base import Limits, Request, RequestError
 from bucketing.protocols.tei import error_body as error_body
 from bucketing.protocols.tei import own_error as own_error
 
 NAME = "tei"
-ANSWERS: tuple[KindName, ...] | None = ("embedding", "classification", "sparse")  # not a multi-vector model
+ANSWERS: tuple[KindName, ...] | None = ONE_PER_INPUT  # not a multi-vector model
 SERVED = (
     "POST /predictions/NAME[/VERSION] with TEI's {\"inputs\"} (embed, or a classifier's predict) or "
     '{"query", "texts"} (rerank), {"inputs": {"source_sentence", "sentences"}} (similarity)'

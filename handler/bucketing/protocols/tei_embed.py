@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from bucketing.answers import Answer
-from bucketing.kinds import KindName
+from bucketing.kinds import ONE_PER_INPUT, KindName
 from bucketing.protocols import tei
 from bucketing.protocols.base import Limits, RequestError, check_count
 from bucketing.protocols.tei import error_body as error_body
 from bucketing.protocols.tei import own_error as own_error
 
 NAME = "tei-embed"
-ANSWERS: tuple[KindName, ...] | None = ("embedding", "classification", "sparse")  # not a multi-vector model
+ANSWERS: tuple[KindName, ...] | None = ONE_PER_INPUT  # not a multi-vector model
 PATH = "embed"
 SERVED = f"POST /predictions/NAME/VERSION/{PATH} (TEI's embed, embedding models)"
 FIELDS = ("normalize", "truncate", "truncation_direction", "prompt_name", "dimensions")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from bucketing.answers import Answer
-from bucketing.kinds import KindName
+from bucketing.kinds import ONE_PER_INPUT, KindName
 from bucketing.model.chain import DOCUMENT_PROMPTS
 from bucketing.protocols import tei
 from bucketing.protocols.base import Limits, RequestError, check_count
@@ -23,7 +23,7 @@ from bucketing.protocols.tei import error_body as error_body
 from bucketing.protocols.tei import own_error as own_error
 
 NAME = "tei-embed-sparse"
-ANSWERS: tuple[KindName, ...] | None = ("embedding", "classification", "sparse")  # not a multi-vector model
+ANSWERS: tuple[KindName, ...] | None = ONE_PER_INPUT  # not a multi-vector model
 PATH = "embed_sparse"
 SERVED = f"POST /predictions/NAME/VERSION/{PATH} (TEI's embed_sparse, sparse models)"
 FIELDS = ("truncate", "truncation_direction", "prompt_name")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bucketing.answers import Answer, Options
-from bucketing.kinds import KindName
+from bucketing.kinds import ONE_PER_INPUT, KindName
 from bucketing.protocols import tei
 from bucketing.protocols.base import Input, Limits, Pair, RequestError, check_count, json_type
 from bucketing.protocols.inputs import check_text
@@ -22,7 +22,7 @@ from bucketing.protocols.tei import error_body as error_body
 from bucketing.protocols.tei import own_error as own_error
 
 NAME = "tei-predict"
-ANSWERS: tuple[KindName, ...] | None = ("embedding", "classification", "sparse")  # not a multi-vector model
+ANSWERS: tuple[KindName, ...] | None = ONE_PER_INPUT  # not a multi-vector model
 PATH = "predict"
 SERVED = f"POST /predictions/NAME/VERSION/{PATH} (TEI's predict, classification models)"
 FIELDS = ("raw_scores", "truncate", "truncation_direction")

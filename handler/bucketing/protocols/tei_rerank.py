@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from bucketing.answers import Answer, Options
-from bucketing.kinds import KindName
+from bucketing.kinds import ONE_PER_INPUT, KindName
 from bucketing.protocols.base import Limits, Pair, RequestError, bad, check_count, json_type
 from bucketing.protocols.inputs import check_text, texts
 from bucketing.protocols.options import read_options
 
 NAME = "tei-rerank"
-ANSWERS: tuple[KindName, ...] | None = ("embedding", "classification", "sparse")  # not a multi-vector model
+ANSWERS: tuple[KindName, ...] | None = ONE_PER_INPUT  # not a multi-vector model
 PATH = "rerank"
 SERVED = f"POST /predictions/NAME/VERSION/{PATH} (TEI's rerank, one-label classifiers)"
 FIELDS = ("raw_scores", "truncate", "truncation_direction", "prompt_name", "prompt")  # prompts: CrossEncoder.rank's

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from bucketing.answers import Answer, Options
-from bucketing.kinds import KindName
+from bucketing.kinds import ONE_PER_INPUT, KindName
 from bucketing.protocols import tei
 from bucketing.protocols.base import Limits, RequestError, check_count, json_type
 from bucketing.protocols.options import read_options
@@ -24,7 +24,7 @@ from bucketing.protocols.tei import error_body as error_body
 from bucketing.protocols.tei import own_error as own_error
 
 NAME = "tei-similarity"
-ANSWERS: tuple[KindName, ...] | None = ("embedding", "classification", "sparse")  # not a multi-vector model
+ANSWERS: tuple[KindName, ...] | None = ONE_PER_INPUT  # not a multi-vector model
 PATH = "similarity"
 SERVED = f"POST /predictions/NAME/VERSION/{PATH} (TEI's similarity, embedding models)"
 FIELDS = ("truncate", "truncation_direction", "prompt_name")

@@ -4,7 +4,6 @@ alone and in Routers) and how to build them, the folder each engine serves, rows
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +51,6 @@ def stage_onnxruntime_archive(folder: Path, stage: Path) -> tuple[Path, dict[str
 def model_dir(folders, archives, variant, engine):
     """The folder an engine serves: the saved one (torch), the staged archive's model folder (onnxruntime)."""
     return folders[variant] if engine == "torch" else archives(variant)[0]
-
-
-def serve_at(handler, context, rows, paths):
-    """Rows sent to their url_paths (what follows /predictions/NAME/VERSION/; "" the plain path)."""
-    context.with_requests(["application/json"] * len(rows), paths)
-    bodies = handler.handle([{"body": row} for row in rows], context)
-    return [(context.status[i][0], json.loads(b)) for i, b in enumerate(bodies)]
 
 
 REFERENCES: dict[Any, Any] = {}

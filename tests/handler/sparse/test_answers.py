@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.handler.sparse.support import ENGINES, VARIANTS, mismatches, reference, serve_at, texts_for
+from tests.handler.sparse.support import ENGINES, VARIANTS, mismatches, reference, texts_for
+from tests.handler.test_handler import serve_at
 
 pytest.importorskip("sentence_transformers")
 

@@ -7,8 +7,8 @@ from typing import Any, cast
 
 import pytest
 
-from tests.handler.sparse.support import CSR_VARIANTS, ENGINES, MAX_LENGTH, mismatches, model_dir, reference, serve_at
-from tests.handler.test_handler import make_handler, mixed_texts
+from tests.handler.sparse.support import CSR_VARIANTS, ENGINES, MAX_LENGTH, mismatches, model_dir, reference
+from tests.handler.test_handler import make_handler, mixed_texts, serve_at
 
 pytest.importorskip("sentence_transformers")
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.handler.sparse.support import CSR_ROUTERS, MAX_LENGTH, build_csr_router, mismatches, reference, serve_at
-from tests.handler.test_handler import make_handler, mixed_texts
+from tests.handler.sparse.support import CSR_ROUTERS, MAX_LENGTH, build_csr_router, mismatches, reference
+from tests.handler.test_handler import make_handler, mixed_texts, serve_at
 
 sentence_transformers = pytest.importorskip("sentence_transformers")
 

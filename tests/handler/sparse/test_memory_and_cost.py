@@ -9,8 +9,8 @@ from typing import Any, cast
 
 import pytest
 
-from tests.handler.sparse.support import MAX_LENGTH, serve_at
-from tests.handler.test_handler import make_handler
+from tests.handler.sparse.support import MAX_LENGTH
+from tests.handler.test_handler import make_handler, serve_at
 
 pytest.importorskip("sentence_transformers")
 

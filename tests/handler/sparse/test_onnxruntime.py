@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-from tests.handler.sparse.support import MAX_LENGTH, mismatches, reference, serve_at
-from tests.handler.test_handler import make_handler, mixed_texts
+from tests.handler.sparse.support import MAX_LENGTH, mismatches, reference
+from tests.handler.test_handler import make_handler, mixed_texts, serve_at
 from tests.models import build_sparse_encoder
 
 pytest.importorskip("sentence_transformers")

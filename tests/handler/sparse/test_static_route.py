@@ -9,8 +9,8 @@ from typing import Any, cast
 
 import pytest
 
-from tests.handler.sparse.support import LONG, MAX_LENGTH, mismatches, reference, serve_at
-from tests.handler.test_handler import make_handler, mixed_texts
+from tests.handler.sparse.support import LONG, MAX_LENGTH, mismatches, reference
+from tests.handler.test_handler import make_handler, mixed_texts, serve_at
 
 np = pytest.importorskip("numpy")
 pytest.importorskip("sentence_transformers")

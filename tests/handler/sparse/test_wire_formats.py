@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from tests.handler.sparse.support import mismatches, reference, serve_at, texts_for
-from tests.handler.test_handler import make_handler
+from tests.handler.sparse.support import mismatches, reference, texts_for
+from tests.handler.test_handler import make_handler, serve_at
 
 pytest.importorskip("sentence_transformers")
 
