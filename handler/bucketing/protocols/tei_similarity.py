@@ -63,7 +63,7 @@ def parse(body: Any, limits: Limits) -> SimilarityRequest:
     source = inputs.get("source_sentence")
     if not isinstance(source, str):
         raise tei.validation(f"`inputs.source_sentence` must be a string, got {json_type(source)}", "inputs")
-    tei.texts(source, limits, "inputs.source_sentence")
+    tei.texts(source, limits, "inputs.source_sentence")  # checked as TEI checks a text; kept as it came
     rest = tei.texts(sentences, limits, "inputs.sentences")
     parameters = request.get("parameters")
     if parameters is not None and not isinstance(parameters, Mapping):
