@@ -4,10 +4,9 @@ Steps, each over plain frozen data: parse every row in its own wire format (`pro
 once, plan the sub-batches and run them, then render each request's answer in its format. A request that fails
 at any step gets its own error (4xx for its own mistake, 500 for a server fault) while the rest are served: a
 batch whose tokenizing or forward passes fail is redone request by request. A request's error is raised where it is
-found (`_check`, a request's tokenizing alone) and recorded as its outcome by the loop over requests
-(`Incoming.fail`). The batch's figures (`BatchStats`)
-count every forward pass that ran, the one-by-one retries included. The worker's settings are checked against
-the loaded model once, at start-up (`startup_checks`).
+found (`_check`, its tokenizing alone) and made its outcome by the loop over requests (`Incoming.fail`). The
+batch's figures (`BatchStats`) count every forward pass that ran, the one-by-one retries included. The worker's
+settings are checked against the loaded model once, at start-up (`startup_checks`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A wire format is a module that declares, in one place, how requests reach it and
   parser `(body, limits) -> Request`, which raises a `RequestError` (one subclass per status) for the client's
   mistake; `""` is the plain predictions path;
 - `claims(body)` (optional): whether a body at the plain path is its own (KServe v2: `inputs`; v1: `instances`);
-- `ANSWERS`: the model kinds it answers (None: every kind), checked here once (`serves`) before its parser runs;
+- `ANSWERS`: the model kinds it answers (None: every kind), checked here once (`admit`) before its parser runs;
 - `SERVED`: what it serves, for the 404 that lists everything; `error_body(error)`: its error shape;
 - `own_error(error)` (optional): an error as the format types it, status included (TEI's 422 Validation).
 Everything below is derived from `WIRES`: adding a wire format is its module and one entry there. Each request then

@@ -48,7 +48,7 @@ class RequestError(Exception):
         self.param = param
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, type(self)) or type(other) is not type(self):
+        if not isinstance(other, type(self)) or type(other) is not type(self):  # the same class, not a subclass
             return NotImplemented
         return self._fields() == other._fields()
 
@@ -92,15 +92,15 @@ class UnsupportedMediaType(RequestError):
 
 
 class Unprocessable(RequestError):
-    status = 422
+    status = 422  # TEI's Validation and Tokenizer errors
 
 
 class FailedDependency(RequestError):
-    status = 424
+    status = 424  # TEI's Backend: the model cannot serve this route
 
 
 class TooManyRequests(RequestError):
-    status = 429
+    status = 429  # TEI's Overloaded
 
 
 class ServerError(RequestError):
@@ -108,7 +108,7 @@ class ServerError(RequestError):
 
 
 class Unavailable(RequestError):
-    status = 503
+    status = 503  # TEI's Unhealthy
 
 
 ERRORS: dict[int, type[RequestError]] = {
