@@ -26,7 +26,19 @@ if TYPE_CHECKING:
     from bucketing.kinds.task import Rows, Task
     from bucketing.model.head import EngineError
     from bucketing.protocols import WIRES, Reply
-    from bucketing.protocols.base import Meta, RequestError
+    from bucketing.protocols.base import (
+        BadRequest,
+        FailedDependency,
+        Meta,
+        NotFound,
+        RequestError,
+        ServerError,
+        TooLarge,
+        TooManyRequests,
+        Unavailable,
+        Unprocessable,
+        UnsupportedMediaType,
+    )
     from bucketing.worker import Model, Worker
     from bucketing.worker import open as open_worker
 
@@ -47,6 +59,15 @@ _WHERE = {
     "Reply": "protocols",
     "Meta": "protocols.base",
     "RequestError": "protocols.base",
+    "BadRequest": "protocols.base",
+    "NotFound": "protocols.base",
+    "TooLarge": "protocols.base",
+    "UnsupportedMediaType": "protocols.base",
+    "Unprocessable": "protocols.base",
+    "FailedDependency": "protocols.base",
+    "TooManyRequests": "protocols.base",
+    "ServerError": "protocols.base",
+    "Unavailable": "protocols.base",
     "Model": "worker",
     "Worker": "worker",
     "open_worker": "worker:open",
@@ -54,21 +75,30 @@ _WHERE = {
 
 __all__ = [
     "Answer",
+    "BadRequest",
     "ConfigError",
     "ENGINE_KINDS",
     "Engine",
     "EngineError",
     "EngineKind",
+    "FailedDependency",
     "HandlerConfig",
     "KINDS",
     "Kind",
     "Meta",
     "Model",
+    "NotFound",
     "Options",
     "Reply",
     "RequestError",
     "Rows",
+    "ServerError",
     "Task",
+    "TooLarge",
+    "TooManyRequests",
+    "Unavailable",
+    "Unprocessable",
+    "UnsupportedMediaType",
     "WIRES",
     "Worker",
     "open_worker",

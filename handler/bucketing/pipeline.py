@@ -3,9 +3,10 @@
 Steps, each over plain frozen data: parse every row in its own wire format (`protocols`), tokenize every input
 once, plan the sub-batches and run them, then render each request's answer in its format. A request that fails
 at any step gets its own error (4xx for its own mistake, 500 for a server fault) while the rest are served: a
-batch whose tokenizing or forward passes fail is redone request by request. The batch's figures (`BatchStats`)
-count every forward pass that ran, the one-by-one retries included. The worker's settings are checked against
-the loaded model once, at start-up (`startup_checks`).
+batch whose tokenizing or forward passes fail is redone request by request. A request's error is raised where it is
+found (`_check`, its tokenizing alone) and made its outcome by the loop over requests (`Incoming.fail`). The
+batch's figures (`BatchStats`) count every forward pass that ran, the one-by-one retries included. The worker's
+settings are checked against the loaded model once, at start-up (`startup_checks`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from bucketing.metrics import BatchStats
 from bucketing.model.tokenizer import Encoded, Tokenizer, collate
 from bucketing.planning.planner import CostModel, Plan, plan_bucketed, plan_dynamic, plan_static
 from bucketing.protocols import Incoming, Reply, tei
-from bucketing.protocols.base import Limits, Meta, Pair, Request, RequestError
+from bucketing.protocols.base import BadRequest, Limits, Meta, Pair, Request, RequestError, ServerError, TooLarge
 from bucketing.startup_checks import check_fits, model_prompts
 
 logger = logging.getLogger(__name__)
@@ -190,39 +191,40 @@ class Pipeline:
     def tokenize(self, incoming: list[Incoming]) -> tuple[list[Incoming], list[Item]]:
         """Every input's tokens, one tokenizer call for the batch (redone per request if it fails)."""
         live = {i: request for i, inc in enumerate(incoming) if (request := inc.request) is not None}
+        shares: list[list[Encoded]] | None
         try:
             merged = _Merged(list(live.values()))
-            per_request: list[list[Encoded] | RequestError] = list(merged.split(self.encode(merged)))
+            shares = merged.split(self.encode(merged))
         except Exception:  # noqa: BLE001 - find the request at fault
             logger.exception("tokenizing a batch of %d requests failed; redoing it request by request", len(live))
-            per_request = [self._encode_alone(request) for request in live.values()]
+            shares = None
         out, items = list(incoming), list[Item]()
-        for (i, request), encoded in zip(live.items(), per_request):
-            error = encoded if isinstance(encoded, RequestError) else self._check(request, encoded)
-            if error is not None:
+        for k, (i, request) in enumerate(live.items()):
+            try:
+                encoded = shares[k] if shares is not None else self._encode_alone(request)
+                self._check(request, encoded)
+            except RequestError as error:
                 out[i] = incoming[i].fail(error)
-            elif not isinstance(encoded, RequestError):
-                items.extend(Item(i, e) for e in encoded)
+                continue
+            items.extend(Item(i, e) for e in encoded)
         return out, items
 
-    def _encode_alone(self, request: Request) -> list[Encoded] | RequestError:
+    def _encode_alone(self, request: Request) -> list[Encoded]:
+        """One request's tokens; a fault raises a 500 for this request alone."""
         try:
             return self.encode(request)
         except Exception as e:  # noqa: BLE001 - answered as a 500 for this request alone
             logger.exception("tokenizing a request failed")
-            return server_error(f"tokenizing failed: {type(e).__name__}")
+            raise server_error(f"tokenizing failed: {type(e).__name__}") from e
 
-    def _check(self, request: Request, encoded: list[Encoded]) -> RequestError | None:
+    def _check(self, request: Request, encoded: list[Encoded]) -> None:
         """An input that normalised to nothing is a 400; one over max_length is a 413 under `on_overflow: reject`."""
         for index, e in enumerate(encoded):
             if isinstance(request.inputs[index], Pair):
-                error = self._check_pair(request, index, e)
-                if error:
-                    return error
+                self._check_pair(request, index, e)
                 continue
             if e.unbounded:
-                return RequestError(
-                    413,
+                raise TooLarge(
                     "TextTooLong",
                     f"{request.where(index)} is over "
                     f"{self.tokenizer.max_cut_chars} characters and its first "
@@ -232,8 +234,7 @@ class Pipeline:
                     "input",
                 )
             if self.tokenizer.empty(e):
-                return RequestError(
-                    400,
+                raise BadRequest(
                     "EmptyText",
                     f"{request.where(index)} has no tokens once normalised "
                     "(only invisible, control or zero-width characters)",
@@ -242,25 +243,22 @@ class Pipeline:
             options = request.options
             refusal = self.task.refuse(e, request.where(index), self.config.max_length)
             if refusal:
-                return RequestError(413, "TextTooLong", refusal, "input")
+                raise TooLarge("TextTooLong", refusal, "input")
             if e.truncated and not self._may_cut(options):
                 why = "truncate: false" if options.truncate is False else "on_overflow: reject"
-                return RequestError(
-                    413,
+                raise TooLarge(
                     "TextTooLong",
                     f"{request.where(index)} has more than {self._limit(options)} ({why})",
                     "input",
                 )
             if options.truncation_direction == "left" and options.prompt and self.excludes_prompt:
-                return RequestError(
-                    400,
+                raise BadRequest(
                     "InvalidRequest",
                     'truncation_direction "left" with a prompt is not served '
                     "by this model: its pooling leaves the prompt's tokens out, and a left cut "
                     "removes them first",
                     "truncation_direction",
                 )
-        return None
 
     def _limit(self, options: Options) -> str:
         """Where a text of this request is cut, for a message: max_length, or a multi-vector model's length for
@@ -274,19 +272,17 @@ class Pipeline:
         """Whether an input over max_length is cut (the request's `truncate`, else `handler.on_overflow`)."""
         return options.truncate if options.truncate is not None else self.config.on_overflow == "truncate"
 
-    def _check_pair(self, request: Request, index: int, e: Encoded) -> RequestError | None:
+    def _check_pair(self, request: Request, index: int, e: Encoded) -> None:
         where, options = request.where(index), request.options
         if options.truncation_direction == "left":
-            return RequestError(
-                400,
+            raise BadRequest(
                 "InvalidRequest",
                 'truncation_direction "left" is not served for text pairs '
                 "(cut longest_first, as CrossEncoder cuts them)",
                 "truncation_direction",
             )
         if e.unbounded:
-            return RequestError(
-                413,
+            raise TooLarge(
                 "TextTooLong",
                 f"{where}: how max_length={self.config.max_length} tokens are split between the two texts "
                 f"depends on which is longer, and their first {self.tokenizer.max_cut_chars} characters do not "
@@ -294,13 +290,11 @@ class Pipeline:
                 "input",
             )
         if e.truncated and not self._may_cut(options):
-            return RequestError(
-                413,
+            raise TooLarge(
                 "TextTooLong",
                 f"{where}: the pair has more than max_length={self.config.max_length} tokens",
                 "input",
             )
-        return None
 
     def run(
         self, incoming: list[Incoming], items: list[Item]
@@ -358,5 +352,6 @@ def call_stats(stats: BatchStats, replies: Sequence[Reply], start: float) -> Bat
     )
 
 
-def server_error(message: str) -> RequestError:
-    return RequestError(500, "InternalServerError", message)
+def server_error(message: str) -> ServerError:
+    """A server fault on one request (a 500), to raise or record as its outcome."""
+    return ServerError("InternalServerError", message)

@@ -1,9 +1,12 @@
 """What holds across wire formats: every format registered once with its routes, answers bounded and capped
-(413), error codes in snake case, the fields an answer holds, logits turned into scores by the model's activation."""
+(413), error codes in snake case, request errors (one exception per status, raised and made the request's outcome),
+the fields an answer holds, logits turned into scores by the model's activation."""
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 
 import numpy as np
 import pytest
@@ -12,11 +15,24 @@ from bucketing import protocols
 from bucketing.answers import Answer, Options, activate
 from bucketing.kinds import answer_fields
 from bucketing.protocols import native, openai
-from bucketing.protocols.base import Limits, Request, snake
+from bucketing.protocols.base import (
+    ERRORS,
+    BadRequest,
+    Limits,
+    NotFound,
+    Request,
+    RequestError,
+    TooLarge,
+    Unprocessable,
+    bad,
+    error_of,
+    snake,
+)
 from bucketing.protocols.kserve_v1 import V1Request
 from bucketing.protocols.kserve_v2 import V2Request
 from bucketing.protocols.native import TextRequest
 from bucketing.protocols.openai import EmbeddingsRequest
+from bucketing.protocols.tei import STATUS as TEI_STATUS
 from tests.unit.wire import JSON, answer, incoming
 
 
@@ -59,6 +75,42 @@ def test_snake_case_codes():
         "empty_text",
         "not_found",
     ]
+
+
+def test_a_request_error_is_an_exception_whose_class_is_its_status():
+    error = bad("InvalidType", '"text" must be a string', "text")
+    assert isinstance(error, BadRequest) and isinstance(error, Exception) and error.status == 400
+    assert (error.type, error.message, error.param) == ("InvalidType", '"text" must be a string', "text")
+    assert error == BadRequest("InvalidType", '"text" must be a string', "text") and len({error, copy.copy(error)}) == 1
+    assert error != TooLarge("InvalidType", '"text" must be a string', "text")  # another status: another error
+    assert error != BadRequest("InvalidType", '"text" must be a string') and error != "InvalidType"
+    assert repr(error) == "BadRequest('InvalidType', '\"text\" must be a string', param='text')"
+    assert pickle.loads(pickle.dumps(error)) == error
+    moved = error.with_param("input")
+    assert moved == BadRequest("InvalidType", '"text" must be a string', "input") and error.param == "text"
+    used = {400, 404, 413, 415, 422, 500, *TEI_STATUS.values()}  # ours, and TEI's by error type
+    assert sorted(ERRORS) == sorted(used) == [400, 404, 413, 415, 422, 424, 429, 500, 503]
+    for status, kind in ERRORS.items():
+        made = error_of(status, "T", "m", "p")
+        assert type(made) is kind and made.status == status == kind.status and made == kind("T", "m", "p")
+    assert error_of(422, "Validation", "m") == Unprocessable("Validation", "m")
+
+
+def test_a_recorded_error_keeps_no_traceback():
+    """An error made a request's outcome holds no frames (their locals: the batch) once it is caught."""
+    try:
+        try:
+            raise ValueError("inner")
+        except ValueError:
+            raise NotFound("NotFound", "nope") from None
+    except RequestError as caught:
+        failed = protocols.Incoming(native, TextRequest(("a",), True)).fail(caught)
+    outcome = failed.outcome
+    assert isinstance(outcome, NotFound) and outcome == NotFound("NotFound", "nope") and failed.request is None
+    assert outcome.__traceback__ is None and outcome.__context__ is None
+    assert incoming({"text": 1}, JSON).outcome.__traceback__ is None  # as protocols.parse records one
+    reply = failed.reply([], "m", 10**6)
+    assert (reply.status, json.loads(reply.body)) == (404, {"code": 404, "type": "NotFound", "message": "nope"})
 
 
 def test_answer_fields_name_what_answers_hold():

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from bucketing.protocols import kserve_v1, kserve_v2
-from bucketing.protocols.base import RequestError
+from bucketing.protocols.base import BadRequest, RequestError
 from bucketing.protocols.kserve_v1 import V1Request
 from bucketing.protocols.kserve_v2 import V2Request
 from tests.unit.wire import CLASSIFIER, JSON, answer, incoming, parse, v2
@@ -72,7 +72,8 @@ def test_kserve_v2_outputs_refuse_a_field_they_cannot_type():
 def test_duplicate_v2_output_names_are_the_clients_400_even_as_binary():
     body = v2(["a"], outputs=[{"name": "embedding", "parameters": {"binary_data": True}}, {"name": "embedding"}])
     error = incoming(body, JSON).outcome
-    assert error == RequestError(400, "InvalidRequest", "output(s) 'embedding' asked for more than once", "outputs")
+    assert error == BadRequest("InvalidRequest", "output(s) 'embedding' asked for more than once", "outputs")
+    assert error.status == 400
 
 
 def test_kserve_v2_two_inputs_are_text_pairs_for_a_classifier():

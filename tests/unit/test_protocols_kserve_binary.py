@@ -11,9 +11,9 @@ import pytest
 
 from bucketing import protocols
 from bucketing.protocols import kserve_v2
-from bucketing.protocols.base import Binary, RequestError
+from bucketing.protocols.base import BadRequest, Binary, RequestError, TooLarge
 from bucketing.protocols.kserve_v2 import V2Request
-from tests.unit.wire import CLASSIFIER, JSON, answer, incoming, parse, v2
+from tests.unit.wire import CLASSIFIER, JSON, answer, incoming, parse, raised, v2
 
 
 def v2_binary(texts, extra=None, header=None):
@@ -54,10 +54,10 @@ def test_kserve_v2_binary_elements_are_checked():
     ).encode()
     result = incoming(head + raw, None, headers={"inference-header-content-length": str(len(head))})
     assert result.outcome.status == 400 and "claims 10 bytes" in result.outcome.message
-    too_many = kserve_v2.decode_bytes(b"".join(struct.pack("<I", 1) + b"x" for _ in range(5)), 4)
-    assert isinstance(too_many, RequestError) and too_many.status == 413
-    not_utf8 = kserve_v2.decode_bytes(struct.pack("<I", 2) + b"\xff\xfe", 4)
-    assert isinstance(not_utf8, RequestError) and not_utf8.type == "InvalidEncoding"
+    too_many = raised(kserve_v2.decode_bytes, b"".join(struct.pack("<I", 1) + b"x" for _ in range(5)), 4)
+    assert isinstance(too_many, TooLarge) and too_many.status == 413
+    not_utf8 = raised(kserve_v2.decode_bytes, struct.pack("<I", 2) + b"\xff\xfe", 4)
+    assert isinstance(not_utf8, BadRequest) and not_utf8.type == "InvalidEncoding"
 
 
 def test_kserve_v2_outputs_selected_and_binary():

@@ -20,7 +20,17 @@ from bucketing.protocols import (
     tei_predict,
     tei_similarity,
 )
-from bucketing.protocols.base import Limits, Meta, Pair, RequestError
+from bucketing.protocols.base import (
+    BadRequest,
+    FailedDependency,
+    Limits,
+    Meta,
+    NotFound,
+    Pair,
+    RequestError,
+    ServerError,
+    TooLarge,
+)
 from bucketing.protocols.tei_embed import EmbedRequest
 from bucketing.protocols.tei_predict import PredictRequest
 from bucketing.protocols.tei_similarity import SimilarityRequest
@@ -287,13 +297,13 @@ def test_the_plain_path_takes_teis_rerank_body_for_a_one_label_model():
 @pytest.mark.parametrize(
     "error, status, error_type",
     [
-        (RequestError(400, "InvalidType", "x"), 422, "Validation"),
-        (RequestError(413, "TextTooLong", "x"), 422, "Validation"),
-        (RequestError(413, "ResponseTooLarge", "x"), 413, "Validation"),
-        (RequestError(500, "InternalServerError", "x"), 500, "Backend"),
-        (RequestError(400, "Empty", "x"), 400, "Empty"),
-        (RequestError(424, "Backend", "x"), 424, "Backend"),
-        (RequestError(404, "NotFound", "x"), 424, "Backend"),
+        (BadRequest("InvalidType", "x"), 422, "Validation"),
+        (TooLarge("TextTooLong", "x"), 422, "Validation"),
+        (TooLarge("ResponseTooLarge", "x"), 413, "Validation"),
+        (ServerError("InternalServerError", "x"), 500, "Backend"),
+        (BadRequest("Empty", "x"), 400, "Empty"),
+        (FailedDependency("Backend", "x"), 424, "Backend"),
+        (NotFound("NotFound", "x"), 424, "Backend"),
     ],
 )
 def test_our_errors_as_tei_types_them(error, status, error_type):
@@ -303,7 +313,7 @@ def test_our_errors_as_tei_types_them(error, status, error_type):
 
 
 def test_a_text_over_max_length_refused_is_teis_422_and_an_answer_too_large_a_413():
-    refused = incoming({"inputs": "a"}, "embed").fail(RequestError(413, "TextTooLong", "inputs[0] too long"))
+    refused = incoming({"inputs": "a"}, "embed").fail(TooLarge("TextTooLong", "inputs[0] too long"))
     out = refused.reply([], "tiny", 10**6)
     assert out.status == 422 and json.loads(out.body)["error_type"] == "Validation"
     big = incoming({"inputs": "a"}, "embed").reply([vector([1.0] * 4)], "tiny", 10)

@@ -13,8 +13,9 @@ from bucketing.answers import Answer, keep_top
 from bucketing.kinds.sparse.folder import is_sparse, read_sparse
 from bucketing.model.chain import ChainError
 from bucketing.protocols import ROUTES, tei_embed_sparse
-from bucketing.protocols.base import Limits, RequestError
+from bucketing.protocols.base import BadRequest, Limits
 from bucketing.protocols.options import read_options
+from tests.unit.wire import raised
 
 MLM = "sentence_transformers.sparse_encoder.modules.mlm_transformer.MLMTransformer"
 SPLADE = "sentence_transformers.sparse_encoder.modules.splade_pooling.SpladePooling"
@@ -124,7 +125,6 @@ PROMPTS = (("query", "q: "), ("passage", "p: "), ("plain", "x: "))
 def test_input_type_picks_the_prompt_encode_query_and_encode_document_pick(body, prompt):
     limits = Limits(8, 64, 100, prompts=PROMPTS, default_prompt="plain")
     options = read_options(body, limits)
-    assert not isinstance(options, RequestError)
     assert options.prompt == prompt and options.input_type == body.get("input_type")
 
 
@@ -142,8 +142,8 @@ def test_input_type_picks_the_prompt_encode_query_and_encode_document_pick(body,
     ],
 )
 def test_bad_sparse_options_are_a_400_naming_the_field(body, limits, param):
-    error = read_options(body, limits)
-    assert isinstance(error, RequestError) and error.status == 400 and error.param == param
+    error = raised(read_options, body, limits)
+    assert isinstance(error, BadRequest) and error.status == 400 and error.param == param
 
 
 def test_a_sparse_answer_is_its_non_zeros_ascending_cut_to_the_top_values():
@@ -162,11 +162,10 @@ def test_tei_embed_sparse_maps_prompt_name_to_input_type():
     for name, kind in (("query", "query"), ("passage", "document"), (None, None)):
         body = {"inputs": ["a"], **({"prompt_name": name} if name else {})}
         request = tei_embed_sparse.parse(body, limits)
-        assert not isinstance(request, RequestError) and request.options.input_type == kind
+        assert request.options.input_type == kind
     row = np.zeros(100, dtype=np.float32)
     row[[5, 1]] = [0.25, 0.5]
     parsed = tei_embed_sparse.parse({"inputs": "a"}, limits)
-    assert not isinstance(parsed, RequestError)
     rendered = parsed.render([Answer(row, 3, False, sparse=True)])
     assert rendered == [[{"index": 1, "value": 0.5}, {"index": 5, "value": 0.25}]]
 

@@ -2,13 +2,15 @@
 
 A wire format is a module that declares, in one place, how requests reach it and how it answers:
 - `ROUTES`: the paths it serves after `/predictions/NAME/VERSION/` (TorchServe's `url_path`), each with its
-  parser `(body, limits) -> Request | RequestError`; `""` is the plain predictions path;
+  parser `(body, limits) -> Request`, which raises a `RequestError` (one subclass per status) for the client's
+  mistake; `""` is the plain predictions path;
 - `claims(body)` (optional): whether a body at the plain path is its own (KServe v2: `inputs`; v1: `instances`);
-- `ANSWERS`: the model kinds it answers (None: every kind), checked here once (`serves`) before its parser runs;
+- `ANSWERS`: the model kinds it answers (None: every kind), checked here once (`admit`) before its parser runs;
 - `SERVED`: what it serves, for the 404 that lists everything; `error_body(error)`: its error shape;
 - `own_error(error)` (optional): an error as the format types it, status included (TEI's 422 Validation).
 Everything below is derived from `WIRES`: adding a wire format is its module and one entry there. Each request then
-carries its own outcome (`Incoming`): a request to run, or the error to answer.
+carries its own outcome (`Incoming`): a request to run, or the error to answer. `parse` is where an error raised in
+decoding, admission or parsing becomes that outcome; the pipeline records those of its later steps (`Incoming.fail`).
 """
 
 from __future__ import annotations
@@ -38,7 +40,17 @@ from bucketing.protocols import (
     tei_similarity,
     tei_tokenize,
 )
-from bucketing.protocols.base import Binary, Limits, Meta, Request, RequestError, quote
+from bucketing.protocols.base import (
+    Binary,
+    Limits,
+    Meta,
+    NotFound,
+    Request,
+    RequestError,
+    TooLarge,
+    bad,
+    quote,
+)
 from bucketing.protocols.body import decode
 
 # Body claims are tried in this order at the plain path; the wire that routes "" answers what none claims.
@@ -88,7 +100,8 @@ class Incoming:
         return None if isinstance(self.outcome, RequestError) else self.outcome
 
     def fail(self, error: RequestError) -> Incoming:
-        return replace(self, outcome=error)
+        """This request answered with `error` (caught where it was raised)."""
+        return replace(self, outcome=error.detached())
 
     def reply(self, answers: Sequence[Answer], model_name: str, max_bytes: int) -> Reply:
         """Render the answer (or the error) in this request's own format; an answer over max_bytes is a 413."""
@@ -98,8 +111,7 @@ class Incoming:
         body, reply = (json.dumps(rendered), Reply(200, "")) if not isinstance(rendered, Binary) else _binary(rendered)
         if len(body) > max_bytes:
             return self._error(
-                RequestError(
-                    413,
+                TooLarge(
                     "ResponseTooLarge",
                     f"the answer would be {len(body)} bytes, over the {max_bytes} bytes a response may have "
                     "(handler.max_response_bytes, TorchServe's max_response_size); send fewer texts per request",
@@ -119,34 +131,31 @@ def _binary(rendered: Binary) -> tuple[bytes, Reply]:
 
 
 def parse(row: Any, meta: Meta, limits: Limits) -> Incoming:
-    """One TorchServe request row to its wire format and outcome; never raises."""
+    """One TorchServe request row to its wire format and outcome; never raises: an error raised in decoding,
+    admission or parsing is the outcome."""
     content_type = meta.content_type
     path = (meta.url_path or "").strip("/")
     if path not in ROUTES:
-        return Incoming(
-            _nearest(path), RequestError(404, "NotFound", f"no endpoint {quote(path, 60)} here; served: {SERVED}")
-        )
+        return Incoming(_nearest(path), NotFound("NotFound", f"no endpoint {quote(path, 60)} here; served: {SERVED}"))
     wire, parser = ROUTES[path]
     kind = limits.kind
     try:
         header_length = meta.header(kserve_v2.HEADER_LENGTH)
         if not path and header_length is not None and isinstance(row, dict):
-            if not serves(kserve_v2, kind):
-                return Incoming(kserve_v2, refused_wire(kind, kserve_v2))
-            return _binary_request(row, header_length, limits)
+            wire = kserve_v2
+            admit(wire, kind)
+            return Incoming(wire, _binary_request(row, header_length, limits))
         body = decode(row, content_type)
-        if isinstance(body, RequestError):
-            return Incoming(wire, body)
         if not path:
             wire, parser = _by_body(body)
-        if not serves(wire, kind):
-            return Incoming(wire, refused_wire(kind, wire))
+        admit(wire, kind)
         return Incoming(wire, parser(body, limits))
+    except RequestError as error:
+        return Incoming(wire, error.detached())
     except RecursionError:
-        return Incoming(wire, RequestError(400, "InvalidJSON", "the body nests too deeply"))
+        return Incoming(wire, bad("InvalidJSON", "the body nests too deeply"))
     except Exception as e:  # noqa: BLE001 - whatever a client sends is answered, never raised
-        error = RequestError(400, "InvalidRequest", f"the request could not be read ({type(e).__name__})")
-        return Incoming(wire, error)
+        return Incoming(wire, bad("InvalidRequest", f"the request could not be read ({type(e).__name__})"))
 
 
 def serves(wire: ModuleType, kind: Kind) -> bool:
@@ -156,20 +165,19 @@ def serves(wire: ModuleType, kind: Kind) -> bool:
     return answers is None or kind.name in answers
 
 
-def refused_wire(kind: Kind, wire: ModuleType) -> RequestError:
-    """A wire format that does not answer this model's kind (its `ANSWERS`), asked of it."""
-    return RequestError(400, "InvalidRequest", kind.wire_refusal.format(wire=wire.NAME))
+def admit(wire: ModuleType, kind: Kind) -> None:
+    """Raises the refusal of a wire format that does not answer this model's kind (`serves`), asked of it."""
+    if not serves(wire, kind):
+        raise bad("InvalidRequest", kind.wire_refusal.format(wire=wire.NAME))
 
 
-def _binary_request(row: dict[str, Any], header_length: str, limits: Limits) -> Incoming:
+def _binary_request(row: dict[str, Any], header_length: str, limits: Limits) -> Request:
     """A v2 request in the binary data extension: JSON, then raw tensor bytes."""
     value = next((row[k] for k in ("body", "data") if k in row), None)
     if not isinstance(value, (bytes, bytearray)):  # TorchServe decoded it: plain JSON, no binary part
-        return Incoming(kserve_v2, kserve_v2.parse(value, limits))
-    split = kserve_v2.split_binary(bytes(value), header_length)
-    if isinstance(split, RequestError):
-        return Incoming(kserve_v2, split)
-    return Incoming(kserve_v2, kserve_v2.parse(split[0], limits, split[1]))
+        return kserve_v2.parse(value, limits)
+    header, binary = kserve_v2.split_binary(bytes(value), header_length)
+    return kserve_v2.parse(header, limits, binary)
 
 
 def _by_body(body: Any) -> tuple[ModuleType, Parser]:

@@ -1,9 +1,10 @@
-"""What every wire format shares: the parsed request's types (inputs, limits, errors, request metadata), one
-input's answer check, the error body, and safe quoting of what a client sent.
+"""What every wire format shares: the parsed request's types (inputs, limits, request metadata), its errors (one
+exception per HTTP status), one input's answer check, the error body, and safe quoting of what a client sent.
 
 Pure: no torch, no I/O. A wire format (native, KServe v1/v2, OpenAI) is a module that offers `NAME`,
-`parse(body, limits) -> Request | RequestError` and `error_body(error)`; see `protocols/__init__.py`. Reading a
-request's body is `body`, its inputs `inputs`, its options `options`.
+`parse(body, limits) -> Request` (raising a `RequestError` for the client's mistake) and `error_body(error)`; see
+`protocols/__init__.py`, which turns a raised error into the request's outcome. Reading a request's body is `body`,
+its inputs `inputs`, its options `options`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from bucketing.answers import Answer, Options
 from bucketing.kinds import KINDS, Kind
@@ -33,14 +34,102 @@ class Pair:
 Input = str | tuple[int, ...] | Pair
 
 
-@dataclass(frozen=True)
-class RequestError:
-    """A request that gets no result: `status`, an error `type`, a message, and the parameter at fault."""
+class RequestError(Exception):
+    """A request that gets no result, raised where it is found and answered at one boundary (`protocols.parse`, the
+    pipeline's per-request loop): its class's HTTP `status`, an error `type`, a message, and the parameter at fault.
+    Raise one of its subclasses (one per status); `error_of` picks the subclass of a status."""
 
-    status: int
-    type: str
-    message: str
-    param: str | None = None
+    status: ClassVar[int]
+
+    def __init__(self, type: str, message: str, param: str | None = None) -> None:
+        super().__init__(type, message, param)
+        self.type = type
+        self.message = message
+        self.param = param
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, type(self)) or type(other) is not type(self):  # the same class, not a subclass
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash((type(self), *self._fields()))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.type!r}, {self.message!r}, param={self.param!r})"
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.type}: {self.message}"
+
+    def _fields(self) -> tuple[str, str, str | None]:
+        return self.type, self.message, self.param
+
+    def with_param(self, param: str | None) -> RequestError:
+        """The same error (status, type, message) naming another parameter."""
+        return type(self)(self.type, self.message, param)
+
+    def detached(self) -> RequestError:
+        """This error kept as a request's outcome: without the traceback and chained errors that would hold the
+        frames which raised it (and the batch they saw) alive."""
+        self.__traceback__ = self.__context__ = self.__cause__ = None
+        return self
+
+
+class BadRequest(RequestError):
+    status = 400
+
+
+class NotFound(RequestError):
+    status = 404
+
+
+class TooLarge(RequestError):
+    status = 413
+
+
+class UnsupportedMediaType(RequestError):
+    status = 415
+
+
+class Unprocessable(RequestError):
+    status = 422  # TEI's Validation and Tokenizer errors
+
+
+class FailedDependency(RequestError):
+    status = 424  # TEI's Backend: the model cannot serve this route
+
+
+class TooManyRequests(RequestError):
+    status = 429  # TEI's Overloaded
+
+
+class ServerError(RequestError):
+    status = 500
+
+
+class Unavailable(RequestError):
+    status = 503  # TEI's Unhealthy
+
+
+ERRORS: dict[int, type[RequestError]] = {
+    cls.status: cls
+    for cls in (
+        BadRequest,
+        NotFound,
+        TooLarge,
+        UnsupportedMediaType,
+        Unprocessable,
+        FailedDependency,
+        TooManyRequests,
+        ServerError,
+        Unavailable,
+    )
+}
+
+
+def error_of(status: int, type: str, message: str, param: str | None = None) -> RequestError:
+    """The error of this HTTP status (one of `ERRORS`)."""
+    return ERRORS[status](type, message, param)
 
 
 @dataclass(frozen=True)
@@ -110,8 +199,9 @@ def error_body(error: RequestError) -> dict[str, Any]:
     return {"code": error.status, "type": error.type, "message": error.message}
 
 
-def bad(kind: str, message: str, param: str | None = None) -> RequestError:
-    return RequestError(400, kind, message, param)
+def bad(kind: str, message: str, param: str | None = None) -> BadRequest:
+    """The client's mistake (a 400), to raise."""
+    return BadRequest(kind, message, param)
 
 
 def quote(value: Any, limit: int = QUOTE_CHARS) -> str:

@@ -53,32 +53,29 @@ class CohereRerankRequest:
         return {"model": model, "results": results, "usage": {"total_tokens": tokens}}
 
 
-def parse(body: Any, limits: Limits) -> CohereRerankRequest | RequestError:
+def parse(body: Any, limits: Limits) -> CohereRerankRequest:
     query = rerank_query(body, limits, PATH, "documents")
-    if isinstance(query, RequestError):
-        return query
     raw = body.get("documents")
     if isinstance(raw, list):  # Cohere also takes {"text": ...} objects
         raw = [d["text"] if isinstance(d, Mapping) and isinstance(d.get("text"), str) else d for d in raw]
-    documents = texts(raw, "documents", limits.max_texts)
-    if isinstance(documents, RequestError):
-        return RequestError(documents.status, documents.type, documents.message, "documents")
+    try:
+        documents = texts(raw, "documents", limits.max_texts)
+    except RequestError as e:
+        raise e.with_param("documents") from None
     model = body.get("model")
     if model is not None and (not isinstance(model, str) or len(model) > MAX_MODEL_CHARS):
-        return bad("InvalidType", f"'model' must be a string of at most {MAX_MODEL_CHARS} characters", "model")
+        raise bad("InvalidType", f"'model' must be a string of at most {MAX_MODEL_CHARS} characters", "model")
     top_n = body.get("top_n")
     if top_n is not None and (not is_int(top_n) or top_n < 1):
-        return bad("InvalidRequest", f"'top_n' must be a positive integer, got {json_type(top_n)}", "top_n")
+        raise bad("InvalidRequest", f"'top_n' must be a positive integer, got {json_type(top_n)}", "top_n")
     return_documents = body.get("return_documents", False)
     if not isinstance(return_documents, bool):
-        return bad(
+        raise bad(
             "InvalidType",
             f"'return_documents' must be true or false, got {json_type(return_documents)}",
             "return_documents",
         )
     options = read_options(body, limits, PROMPT_FIELDS)  # none named: the model's default (CrossEncoder.rank's)
-    if isinstance(options, RequestError):
-        return options
     return CohereRerankRequest(tuple(Pair(query, d) for d in documents), model, top_n, return_documents, options)
 
 

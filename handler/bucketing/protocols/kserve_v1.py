@@ -11,7 +11,7 @@ from typing import Any
 
 from bucketing.answers import Answer, Options
 from bucketing.kinds import ONE_PER_INPUT, KindName
-from bucketing.protocols.base import Limits, RequestError, bad, check_count, json_type
+from bucketing.protocols.base import Limits, bad, check_count, json_type
 from bucketing.protocols.base import error_body as error_body
 from bucketing.protocols.inputs import texts
 from bucketing.protocols.options import read_options
@@ -40,15 +40,12 @@ def claims(body: Any) -> bool:
     return isinstance(body, Mapping) and "instances" in body
 
 
-def parse(body: Any, limits: Limits) -> V1Request | RequestError:
+def parse(body: Any, limits: Limits) -> V1Request:
     if not isinstance(body, Mapping) or "instances" not in body:
-        return bad("InvalidRequest", f'expected a JSON object with "instances", got a JSON {json_type(body)}')
+        raise bad("InvalidRequest", f'expected a JSON object with "instances", got a JSON {json_type(body)}')
     instances = body["instances"]
     if not isinstance(instances, list):
-        return bad("InvalidType", f'"instances" must be a list, got {json_type(instances)}', "instances")
+        raise bad("InvalidType", f'"instances" must be a list, got {json_type(instances)}', "instances")
     unwrapped = [i["text"] if isinstance(i, Mapping) and set(i) == {"text"} else i for i in instances]
     parsed = texts(unwrapped, "instances", limits.max_texts)
-    if isinstance(parsed, RequestError):
-        return parsed
-    options = read_options({}, limits)
-    return options if isinstance(options, RequestError) else V1Request(parsed, options)
+    return V1Request(parsed, read_options({}, limits))

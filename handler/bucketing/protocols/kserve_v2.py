@@ -33,7 +33,6 @@ from bucketing.protocols.base import (
     Binary,
     Limits,
     Pair,
-    RequestError,
     bad,
     check_count,
     is_int,
@@ -133,33 +132,33 @@ def encode(datatype: str, data: list[Any]) -> bytes:
     return np.asarray(data, dtype=BINARY_TYPES[datatype]).tobytes()
 
 
-def decode_bytes(raw: bytes, max_items: int, t: str = "inputs[0]") -> list[str] | RequestError:
+def decode_bytes(raw: bytes, max_items: int, t: str = "inputs[0]") -> list[str]:
     """BYTES elements from binary data: a uint32 length, then that many bytes of UTF-8, each."""
     items: list[str] = []
     offset = 0
     while offset < len(raw):
         if len(items) >= max_items:
-            return too_many(None, f"{t}.data", max_items)
+            raise too_many(None, f"{t}.data", max_items)
         if offset + 4 > len(raw):
-            return bad("InvalidRequest", f"{t} binary data ends inside the length of element {len(items)}")
+            raise bad("InvalidRequest", f"{t} binary data ends inside the length of element {len(items)}")
         (length,) = struct.unpack_from("<I", raw, offset)
         offset += 4
         if offset + length > len(raw):
-            return bad(
+            raise bad(
                 "InvalidRequest", f"{t} binary element {len(items)} claims {length} bytes; {len(raw) - offset} are left"
             )
         try:
             items.append(raw[offset : offset + length].decode("utf-8"))
         except UnicodeDecodeError as e:
-            return bad("InvalidEncoding", f"{t} binary element {len(items)} is not UTF-8 (byte {e.start})")
+            raise bad("InvalidEncoding", f"{t} binary element {len(items)} is not UTF-8 (byte {e.start})") from None
         offset += length
     return items
 
 
-def split_binary(body: bytes, header_length: str) -> tuple[Any, bytes] | RequestError:
+def split_binary(body: bytes, header_length: str) -> tuple[Any, bytes]:
     """The binary extension's body: its JSON header (decoded) and the binary data after it."""
     if not header_length.strip().isdigit() or not 0 < int(header_length) <= len(body):
-        return bad(
+        raise bad(
             "InvalidRequest",
             f"Inference-Header-Content-Length {quote(header_length, 40)} must be a "
             f"length from 1 to the body's {len(body)} bytes",
@@ -168,90 +167,75 @@ def split_binary(body: bytes, header_length: str) -> tuple[Any, bytes] | Request
     try:
         return json.loads(body[:n].decode("utf-8")), body[n:]
     except (UnicodeDecodeError, ValueError) as e:
-        return bad(
+        raise bad(
             "InvalidJSON",
             f"the first {n} bytes (Inference-Header-Content-Length) are not a JSON object ({type(e).__name__})",
-        )
+        ) from None
 
 
-def parse(body: Any, limits: Limits, binary: bytes | None = None) -> V2Request | RequestError:
-    """A v2 request from its JSON (and, with the binary extension, the bytes after it)."""
+def parse(body: Any, limits: Limits, binary: bytes | None = None) -> V2Request:
+    """A v2 request from its JSON (and, with the binary extension, the bytes after it); raises the client's
+    mistake."""
     if not isinstance(body, Mapping) or "inputs" not in body:
-        return bad("InvalidRequest", f'expected a JSON object with "inputs", got a JSON {json_type(body)}')
+        raise bad("InvalidRequest", f'expected a JSON object with "inputs", got a JSON {json_type(body)}')
     if limits.kind.sparse:
-        return bad(
+        raise bad(
             "InvalidRequest",
             "KServe v2 answers dense tensors; this is a sparse model, answered as indices and values at "
             "POST /predictions/NAME (native or KServe v1), v1/embeddings (OpenAI) or .../embed_sparse (TEI)",
         )
     request_id = body.get("id")
     if request_id is not None and not isinstance(request_id, str):
-        return bad("InvalidType", f'"id" must be a string, got {json_type(request_id)}', "id")
+        raise bad("InvalidType", f'"id" must be a string, got {json_type(request_id)}', "id")
     if request_id is not None and len(request_id) > MAX_ID_CHARS:
-        return bad(
+        raise bad(
             "InvalidRequest",
             f'"id" has {len(request_id)} characters; at most {MAX_ID_CHARS} (it is echoed in the answer)',
             "id",
         )
     inputs = body["inputs"]
     if not isinstance(inputs, list) or not 1 <= len(inputs) <= 2 or not all(isinstance(i, Mapping) for i in inputs):
-        return bad(
+        raise bad(
             "InvalidRequest",
             '"inputs" must be a list of exactly one tensor object (the texts), or for a '
             'classifier two, "text" and "text_pair"',
             "inputs",
         )
     if len(inputs) == 2 and sorted(str(i.get("name")) for i in inputs) != ["text", "text_pair"]:
-        return bad("InvalidRequest", 'two inputs must be named "text" and "text_pair" (text pairs)', "inputs")
+        raise bad("InvalidRequest", 'two inputs must be named "text" and "text_pair" (text pairs)', "inputs")
     starts = _binary_starts(inputs, binary) if binary is not None and len(inputs) == 2 else None
-    if isinstance(starts, RequestError):
-        return starts
     columns = []
     for tensor in sorted(inputs, key=lambda i: i.get("name") == "text_pair"):
         k = inputs.index(tensor)
         size, mine = _binary_size(tensor), binary
         if binary is not None and starts is not None and size is not None:  # each input's bytes in order, as sent
             mine = binary[starts[k] : starts[k] + size]
-        column = _column(tensor, mine, limits, f"inputs[{k}]")
-        if isinstance(column, RequestError):
-            return column
-        columns.append(column)
+        columns.append(_column(tensor, mine, limits, f"inputs[{k}]"))
     if len(columns) == 2:
         if len(columns[0]) != len(columns[1]):
-            return bad(
+            raise bad(
                 "InvalidRequest",
                 f'"text" has {len(columns[0])} items but "text_pair" {len(columns[1])}; one pair per row',
                 "inputs",
             )
-        parsed_pairs = pairs([list(p) for p in zip(*columns)], "inputs", limits)
-        if isinstance(parsed_pairs, RequestError):
-            return parsed_pairs
-        parsed: tuple[Any, ...] = parsed_pairs
+        parsed: tuple[Any, ...] = pairs([list(p) for p in zip(*columns)], "inputs", limits)
     else:
         parsed = columns[0]
     selection = _outputs(body, answer_fields(limits.task, limits.dimensions))
-    if isinstance(selection, RequestError):
-        return selection
     parameters = body.get("parameters")
     options = read_options(parameters if isinstance(parameters, Mapping) else {}, limits)
-    if isinstance(options, RequestError):
-        return options
     return V2Request(parsed, request_id, *selection, options)
 
 
-def _column(tensor: Mapping[str, Any], binary: bytes | None, limits: Limits, t: str) -> tuple[str, ...] | RequestError:
+def _column(tensor: Mapping[str, Any], binary: bytes | None, limits: Limits, t: str) -> tuple[str, ...]:
     """One BYTES tensor's texts: its datatype, its shape (checked before anything is computed from it), its data."""
     if tensor.get("datatype") != "BYTES":
-        return bad("InvalidType", f'{t}.datatype must be "BYTES", got {quote(tensor.get("datatype"))}')
+        raise bad("InvalidType", f'{t}.datatype must be "BYTES", got {quote(tensor.get("datatype"))}')
     shape = _shape(tensor.get("shape"), limits.max_texts, t)
-    if isinstance(shape, RequestError):
-        return shape
     data = _data(tensor, binary, limits.max_texts, t)
-    if isinstance(data, RequestError):
-        return data
     items = shape[0] * (shape[1] if len(shape) == 2 else 1)
     if isinstance(data, list) and items != len(data):
-        return bad("InvalidRequest", f"{t}.shape {shape} holds {items} items but data has {len(data)}")
+        raise bad("InvalidRequest", f"{t}.shape {shape} holds {items} items but data has {len(data)}")
     return texts(data, f"{t}.data", limits.max_texts)
 
 
@@ -262,7 +246,7 @@ def _binary_size(tensor: Mapping[str, Any]) -> int | None:
     return size if isinstance(size, int) and not isinstance(size, bool) else None
 
 
-def _binary_starts(inputs: Sequence[Mapping[str, Any]], binary: bytes) -> list[int] | RequestError:
+def _binary_starts(inputs: Sequence[Mapping[str, Any]], binary: bytes) -> list[int]:
     """Where each input's bytes start in the binary part: after those of the inputs sent before it that carry
     `binary_data_size` (either input may be the binary one, or both); the sizes must add up to the part's length."""
     starts, total = [], 0
@@ -273,14 +257,14 @@ def _binary_starts(inputs: Sequence[Mapping[str, Any]], binary: bytes) -> list[i
             continue
         size = _binary_size(tensor)
         if size is None or size < 0:
-            return bad(
+            raise bad(
                 "InvalidRequest",
                 f"inputs[{k}].parameters.binary_data_size must be a byte count, got "
                 f"{quote(parameters['binary_data_size'], 40)}",
             )
         total += size
     if total != len(binary):
-        return bad(
+        raise bad(
             "InvalidRequest",
             f"the inputs' binary_data_size add up to {total} but {len(binary)} bytes follow the JSON",
         )
@@ -296,22 +280,20 @@ def _data(tensor: Mapping[str, Any], binary: bytes | None, max_texts: int, t: st
             data = [x for row in data for x in row]  # a [n, 1] tensor given row by row
         return data
     if binary is None:
-        return bad(
+        raise bad(
             "InvalidRequest",
             f"{t} has binary_data_size but the request has no binary data "
             "(send the Inference-Header-Content-Length header)",
         )
     if not is_int(size) or size != len(binary):
-        return bad(
+        raise bad(
             "InvalidRequest",
             f"{t}.parameters.binary_data_size is {quote(size, 40)} but {len(binary)} bytes follow the JSON",
         )
     return decode_bytes(binary, max_texts, t)
 
 
-def _outputs(
-    body: Mapping[str, Any], known: tuple[str, ...]
-) -> tuple[tuple[str, ...] | None, frozenset[str]] | RequestError:
+def _outputs(body: Mapping[str, Any], known: tuple[str, ...]) -> tuple[tuple[str, ...] | None, frozenset[str]]:
     """Which of the `known` outputs to send (the request's `outputs`, else all) and which of them as binary data."""
     parameters = body.get("parameters")
     all_binary = isinstance(parameters, Mapping) and parameters.get("binary_data_output") is True
@@ -319,15 +301,13 @@ def _outputs(
     if requested is None:
         return None, frozenset(known if all_binary else ())
     if not isinstance(requested, list) or not all(isinstance(o, Mapping) and "name" in o for o in requested):
-        return bad("InvalidRequest", '"outputs" must be a list of objects with a "name"', "outputs")
+        raise bad("InvalidRequest", '"outputs" must be a list of objects with a "name"', "outputs")
     unknown = [str(o["name"]) for o in requested if o["name"] not in known]
     twice = sorted({str(o["name"]) for o in requested if [r["name"] for r in requested].count(o["name"]) > 1})
     if twice and not unknown:
-        return bad("InvalidRequest", f"output(s) {names(twice)} asked for more than once", "outputs")
+        raise bad("InvalidRequest", f"output(s) {names(twice)} asked for more than once", "outputs")
     if unknown:
-        return bad(
-            "InvalidRequest", f"unknown output(s) {names(unknown)}; this model has {', '.join(known)}", "outputs"
-        )
+        raise bad("InvalidRequest", f"unknown output(s) {names(unknown)}; this model has {', '.join(known)}", "outputs")
     binary = set()
     for o in requested:
         flag = o.get("parameters", {}).get("binary_data") if isinstance(o.get("parameters"), Mapping) else None
@@ -336,19 +316,19 @@ def _outputs(
     return tuple(o["name"] for o in requested), frozenset(binary)
 
 
-def _shape(shape: Any, max_texts: int, t: str = "inputs[0]") -> list[int] | RequestError:
+def _shape(shape: Any, max_texts: int, t: str = "inputs[0]") -> list[int]:
     """[n] or [n, 1] with n <= max_texts, checked dimension by dimension before any product."""
     if not isinstance(shape, list) or not shape or len(shape) > MAX_RANK:
-        return bad(
+        raise bad(
             "InvalidType",
             f"{t}.shape must be a list of 1 or 2 integers ([n] or [n, 1]), got "
             f"{json_type(shape) if not isinstance(shape, list) else f'{len(shape)} dimensions'}",
         )
     for i, d in enumerate(shape):
         if not is_int(d) or d < 0:
-            return bad("InvalidType", f"{t}.shape[{i}] must be a non-negative integer, got {quote(d, 40)}")
+            raise bad("InvalidType", f"{t}.shape[{i}] must be a non-negative integer, got {quote(d, 40)}")
     if shape[0] > max_texts:
-        return too_many(shape[0], f"{t}.data", max_texts)
+        raise too_many(shape[0], f"{t}.data", max_texts)
     if len(shape) == 2 and shape[1] != 1:
-        return bad("InvalidRequest", f"{t}.shape {quote(shape, 60)}: one text per row ([n, 1]) is expected")
+        raise bad("InvalidRequest", f"{t}.shape {quote(shape, 60)}: one text per row ([n, 1]) is expected")
     return shape

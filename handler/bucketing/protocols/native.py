@@ -16,7 +16,7 @@ from typing import Any
 
 from bucketing.answers import Answer, Options
 from bucketing.kinds import KindName
-from bucketing.protocols.base import Limits, Pair, RequestError, bad, check_count, json_type, names
+from bucketing.protocols.base import Limits, Pair, bad, check_count, json_type, names
 from bucketing.protocols.base import error_body as error_body
 from bucketing.protocols.inputs import check_text, pairs, texts
 from bucketing.protocols.options import OPTION_FIELDS, read_options
@@ -49,59 +49,51 @@ class TextRequest:
         return fields[0] if self.single else fields
 
 
-def parse(body: Any, limits: Limits) -> TextRequest | RequestError:
-    """A decoded body (text, or JSON) to texts, or the client's mistake."""
+def parse(body: Any, limits: Limits) -> TextRequest:
+    """A decoded body (text, or JSON) to texts; raises the client's mistake."""
     if body is None:
-        return bad("EmptyBody", 'the request has no body; send a text or JSON {"text": ...}')
+        raise bad("EmptyBody", 'the request has no body; send a text or JSON {"text": ...}')
     if isinstance(body, str):
         single = _single(body, "the body")
-        if isinstance(single, RequestError):
-            return single
-        default = read_options({}, limits)  # a text/plain body: the model's default prompt, if any
-        return default if isinstance(default, RequestError) else replace(single, options=default)
+        return replace(single, options=read_options({}, limits))  # text/plain: the model's default prompt, if any
     if not isinstance(body, Mapping):
-        return bad(
+        raise bad(
             "InvalidRequest",
             f'expected a JSON object {{"text": ...}} or {{"texts": [...]}}, got a JSON {json_type(body)}',
         )
     parsed = _texts(body, set(body) - set(OPTION_FIELDS), limits)
-    if isinstance(parsed, RequestError):
-        return parsed
-    options = read_options(body, limits)
-    return options if isinstance(options, RequestError) else replace(parsed, options=options)
+    return replace(parsed, options=read_options(body, limits))
 
 
-def _texts(body: Mapping[str, Any], keys: set[Any], limits: Limits) -> TextRequest | RequestError:
+def _texts(body: Mapping[str, Any], keys: set[Any], limits: Limits) -> TextRequest:
     if keys == {"text", "text_pair"}:
-        one = pairs([[body["text"], body["text_pair"]]], "text_pair", limits)
-        return one if isinstance(one, RequestError) else TextRequest(one, single=True)
+        return TextRequest(pairs([[body["text"], body["text_pair"]]], "text_pair", limits), single=True)
     if keys == {"pairs"}:
-        many = pairs(body["pairs"], "pairs", limits)
-        return many if isinstance(many, RequestError) else TextRequest(many, single=False, key="pairs")
+        return TextRequest(pairs(body["pairs"], "pairs", limits), single=False, key="pairs")
     if keys == {"text"}:
         if not isinstance(body["text"], str):
-            return bad("InvalidType", f'"text" must be a string, got {json_type(body["text"])}', "text")
+            raise bad("InvalidType", f'"text" must be a string, got {json_type(body["text"])}', "text")
         return _single(body["text"], '"text"')
     if keys == {"texts"}:
-        listed = texts(body["texts"], "texts", limits.max_texts)
-        return listed if isinstance(listed, RequestError) else TextRequest(listed, single=False)
+        return TextRequest(texts(body["texts"], "texts", limits.max_texts), single=False)
     if not keys:
-        return bad("InvalidRequest", 'the JSON object is empty; expected {"text": ...} or {"texts": [...]}')
+        raise bad("InvalidRequest", 'the JSON object is empty; expected {"text": ...} or {"texts": [...]}')
     unknown = sorted(str(k) for k in keys - {"text", "texts", "text_pair", "pairs"})
     if unknown:
-        return bad(
+        raise bad(
             "InvalidRequest",
             f'unknown field(s) {names(unknown)}; expected "text" or "texts" (a '
             f'classifier: "text" and "text_pair", or "pairs"; and {", ".join(OPTION_FIELDS)})',
         )
-    return bad(
+    raise bad(
         "InvalidRequest",
         'send "text" or "texts", not both (a classifier also takes "text" with "text_pair", or "pairs")',
     )
 
 
-def _single(text: str, where: str, limits: Limits | None = None) -> TextRequest | RequestError:
-    return check_text(text, where) or TextRequest((text,), single=True)
+def _single(text: str, where: str) -> TextRequest:
+    check_text(text, where)
+    return TextRequest((text,), single=True)
 
 
 ROUTES = {"": parse}

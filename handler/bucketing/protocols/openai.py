@@ -15,13 +15,25 @@ components and re-normalises them (Matryoshka style). Errors: `{"error": {"messa
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from bucketing.answers import Answer, Options
 from bucketing.kinds import ONE_PER_INPUT, KindName
-from bucketing.protocols.base import Input, Limits, RequestError, bad, check_count, is_int, json_type, quote, snake
+from bucketing.protocols.base import (
+    Input,
+    Limits,
+    NotFound,
+    RequestError,
+    bad,
+    check_count,
+    is_int,
+    json_type,
+    quote,
+    snake,
+)
 from bucketing.protocols.inputs import check_text, too_many
 from bucketing.protocols.options import read_options
 
@@ -90,29 +102,24 @@ def parse_models(body: Any, limits: Limits) -> ModelsRequest:
     return ModelsRequest()
 
 
-def parse(body: Any, limits: Limits) -> EmbeddingsRequest | RequestError:
-    """An embeddings request, or the client's mistake with the parameter at fault."""
+def parse(body: Any, limits: Limits) -> EmbeddingsRequest:
+    """An embeddings request; raises the client's mistake with the parameter at fault."""
     if limits.kind.head != ("embedding",):  # one vector per input: what OpenAI's answer holds
-        return RequestError(
-            404,
+        raise NotFound(
             "NotFound",
             f"this model is a {limits.task} model: it serves POST /predictions/NAME (native JSON, text/plain, "
             f"KServe v1/v2 bodies), not {EMBEDDINGS}",
         )
     if body is None:
-        return bad("EmptyBody", 'the request has no body; send JSON {"input": ..., "model": ...}')
+        raise bad("EmptyBody", 'the request has no body; send JSON {"input": ..., "model": ...}')
     if not isinstance(body, Mapping):
-        return bad("InvalidRequest", f"expected a JSON object, got a JSON {json_type(body)}")
+        raise bad("InvalidRequest", f"expected a JSON object, got a JSON {json_type(body)}")
     if "input" not in body:
-        return bad("InvalidRequest", "'input' is a required property", "input")
+        raise bad("InvalidRequest", "'input' is a required property", "input")
     inputs = _inputs(body["input"], limits, body.get("truncation_direction") == "left")
-    if isinstance(inputs, RequestError):
-        return inputs
     options = _options(body, limits)
-    if isinstance(options, RequestError):
-        return options
     if options["options"].prompt and not isinstance(inputs[0], str):
-        return _prompted_ids(body, limits)
+        raise _prompted_ids(body, limits)
     return EmbeddingsRequest(inputs, **options)
 
 
@@ -134,28 +141,26 @@ def _prompted_ids(body: Mapping[str, Any], limits: Limits) -> RequestError:
     )
 
 
-def _options(body: Mapping[str, Any], limits: Limits) -> dict[str, Any] | RequestError:
+def _options(body: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
     model = body.get("model")
     if model is not None and (not isinstance(model, str) or len(model) > MAX_MODEL_CHARS):
-        return bad("InvalidType", f"'model' must be a string of at most {MAX_MODEL_CHARS} characters", "model")
+        raise bad("InvalidType", f"'model' must be a string of at most {MAX_MODEL_CHARS} characters", "model")
     user = body.get("user")
     if user is not None and not isinstance(user, str):
-        return bad("InvalidType", f"'user' must be a string, got {json_type(user)}", "user")
+        raise bad("InvalidType", f"'user' must be a string, got {json_type(user)}", "user")
     encoding = body.get("encoding_format")
     if encoding is None:
         encoding = "float"
     if encoding not in ENCODINGS:
-        return bad(
+        raise bad(
             "InvalidRequest",
             f"'encoding_format' must be 'float' or 'base64', got {quote(encoding, 40)}",
             "encoding_format",
         )
     fields = ("prompt_name", "prompt", "normalize", "dimensions", "truncate", "truncation_direction", "input_type")
     options = read_options(body, limits, (*fields, *limits.kind.options))
-    if isinstance(options, RequestError):
-        return options
     if limits.kind.sparse and encoding != "float":
-        return bad(
+        raise bad(
             "InvalidRequest",
             "'encoding_format' base64 is a dense float32 vector; a sparse model answers 'float' only, each embedding "
             'as {"indices": [...], "values": [...]}',
@@ -164,60 +169,60 @@ def _options(body: Mapping[str, Any], limits: Limits) -> dict[str, Any] | Reques
     return {"model": model, "encoding_format": encoding, "options": options}
 
 
-def _inputs(value: Any, limits: Limits, left: bool = False) -> tuple[Input, ...] | RequestError:
+def _inputs(value: Any, limits: Limits, left: bool = False) -> tuple[Input, ...]:
     """A string, a list of strings, a list of token ids, or a list of lists of token ids (`left`: ids over
     max_length keep their last ones)."""
     if isinstance(value, str):
-        error = check_text(value, "'input'")
-        return (value,) if error is None else _param(error)
+        with _param():
+            check_text(value, "'input'")
+        return (value,)
     if not isinstance(value, list):
-        return bad("InvalidType", f"'input' must be a string or an array, got {json_type(value)}", "input")
+        raise bad("InvalidType", f"'input' must be a string or an array, got {json_type(value)}", "input")
     if not value:
-        return bad("EmptyText", "'input' is an empty array", "input")
+        raise bad("EmptyText", "'input' is an empty array", "input")
     first = value[0]
     if is_int(first):
-        ids = _ids(value, "input", limits, left)
-        return ids if isinstance(ids, RequestError) else (ids,)
+        return (_ids(value, "input", limits, left),)
     if not isinstance(first, (str, list)):
-        return bad(
+        raise bad(
             "InvalidType",
             f"input[0] must be a string, a token id or an array of token ids, got {json_type(first)}",
             "input",
         )
     if len(value) > limits.max_texts:
-        return _param(too_many(len(value), "input", limits.max_texts))
+        raise too_many(len(value), "input", limits.max_texts)
     kind = str if isinstance(first, str) else list
     out: list[Input] = []
     for i, item in enumerate(value):
         if not isinstance(item, kind) or (kind is list and not item):
             expected = "a string" if kind is str else "a non-empty array of token ids"
             like = " like input[0]" if i else ""
-            return bad(
+            raise bad(
                 "InvalidType",
                 f"input[{i}] must be {expected}{like}, got {json_type(item)}"
                 f"{' (empty)' if isinstance(item, list) else ''}",
                 "input",
             )
-        parsed = (check_text(item, f"input[{i}]") or item) if kind is str else _ids(item, f"input[{i}]", limits, left)
-        if isinstance(parsed, RequestError):
-            return _param(parsed)
-        out.append(parsed)
+        with _param():
+            if kind is str:
+                check_text(item, f"input[{i}]")
+            out.append(item if kind is str else _ids(item, f"input[{i}]", limits, left))
     return tuple(out)
 
 
-def _ids(value: list[Any], where: str, limits: Limits, left: bool = False) -> tuple[int, ...] | RequestError:
+def _ids(value: list[Any], where: str, limits: Limits, left: bool = False) -> tuple[int, ...]:
     """Token ids, each an integer; those max_length keeps (the first max_length, or the last with a `left` cut) in
     the vocabulary. The rest is cut away by max_length (truncate, or a 413 under on_overflow: reject), so only one
     more is kept, unchecked, on the side cut: it only tells that ids were cut (wrapped in the special tokens, at
     most max_length of them are kept, never it)."""
     for j, token in enumerate(value):
         if type(token) is not int:  # noqa: E721 - bool is not a token id; one fast pass over a long list
-            return bad("InvalidType", f"{where}[{j}] must be a token id (an integer), got {json_type(token)}", "input")
+            raise bad("InvalidType", f"{where}[{j}] must be a token id (an integer), got {json_type(token)}", "input")
     first = max(len(value) - limits.max_length, 0) if left else 0
     for j, token in enumerate(value[first : first + limits.max_length], first):
         if not 0 <= token < limits.vocab_size:
             shown = token if abs(token) < 10**12 else "a larger number"
-            return bad(
+            raise bad(
                 "InvalidRequest",
                 f"{where}[{j}] = {shown} is not a token id of this model's vocabulary (0 to {limits.vocab_size - 1})",
                 "input",
@@ -225,8 +230,15 @@ def _ids(value: list[Any], where: str, limits: Limits, left: bool = False) -> tu
     return tuple(value[-limits.max_length - 1 :] if left else value[: limits.max_length + 1])
 
 
-def _param(error: RequestError) -> RequestError:
-    return error if error.param else RequestError(error.status, error.type, error.message, "input")
+@contextmanager
+def _param() -> Iterator[None]:
+    """An error raised within names the parameter "input" when it names none."""
+    try:
+        yield
+    except RequestError as e:
+        if e.param:
+            raise
+        raise e.with_param("input") from None
 
 
 ROUTES = {EMBEDDINGS: parse, MODELS: parse_models}

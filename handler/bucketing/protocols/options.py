@@ -1,6 +1,6 @@
 """A request's options, read and checked once for every wire format: the prompt (the request's own, one the model
 names, or the one its `input_type` implies), normalize, dimensions, raw_scores, truncation, and a sparse model's
-`input_type` and `max_active_dims`. Pure."""
+`input_type` and `max_active_dims`; a bad option raises the client's mistake. Pure."""
 
 from __future__ import annotations
 
@@ -27,20 +27,18 @@ OPTION_FIELDS = (
 DIRECTIONS = ("right", "left")
 
 
-def read_options(
-    body: Mapping[str, Any], limits: Limits, fields: Sequence[str] = OPTION_FIELDS
-) -> Options | RequestError:
+def read_options(body: Mapping[str, Any], limits: Limits, fields: Sequence[str] = OPTION_FIELDS) -> Options:
     """The request's options among `fields` of `body`, checked; the prompt resolved against the model's prompts
     (none named and no `prompt`: the model's default prompt, if it has one)."""
     values: dict[str, Any] = {}
     for name in ("normalize", "raw_scores", "truncate"):
         value = body.get(name) if name in fields else None
         if value is not None and not isinstance(value, bool):
-            return bad("InvalidType", f'"{name}" must be true or false, got {json_type(value)}', name)
+            raise bad("InvalidType", f'"{name}" must be true or false, got {json_type(value)}', name)
         values[name] = value
     dimensions = body.get("dimensions") if "dimensions" in fields else None
     if dimensions is not None and (not is_int(dimensions) or not 1 <= dimensions <= limits.dimensions):
-        return bad(
+        raise bad(
             "InvalidRequest",
             f'"dimensions" must be an integer from 1 to {limits.dimensions} (this model\'s '
             f"embedding size), got {quote(dimensions, 40)}",
@@ -48,20 +46,15 @@ def read_options(
         )
     direction = body.get("truncation_direction", "right") if "truncation_direction" in fields else "right"
     if direction not in DIRECTIONS:
-        return bad(
+        raise bad(
             "InvalidRequest",
             f'"truncation_direction" must be "right" or "left", got {quote(direction, 40)}',
             "truncation_direction",
         )
-    sparse = read_sparse_options(body, limits, fields, values["normalize"], dimensions)
-    if isinstance(sparse, RequestError):
-        return sparse
-    input_type, max_active = sparse
+    input_type, max_active = read_sparse_options(body, limits, fields, values["normalize"], dimensions)
     prompt_name = body.get("prompt_name") if "prompt_name" in fields else None
     text = body.get("prompt") if "prompt" in fields else None
     prompt = resolve_prompt(input_prompt(prompt_name, text, input_type, limits), text, limits, input_type)
-    if isinstance(prompt, RequestError):
-        return prompt
     return Options(
         values["normalize"],
         dimensions,
@@ -76,38 +69,38 @@ def read_options(
 
 def read_sparse_options(
     body: Mapping[str, Any], limits: Limits, fields: Sequence[str], normalize: bool | None, dimensions: int | None
-) -> tuple[str | None, int | None] | RequestError:
+) -> tuple[str | None, int | None]:
     """`input_type` ("query" | "document") and, for a sparse model, `max_active_dims`; a sparse model's answer is
     not normalised or cut to `dimensions` (sentence-transformers' SparseEncoder does neither)."""
     input_type = body.get("input_type") if "input_type" in fields else None
     if input_type is not None and input_type not in INPUT_TYPES:
-        return bad(
+        raise bad(
             "InvalidRequest", f'"input_type" must be "query" or "document", got {quote(input_type, 40)}', "input_type"
         )
     kind = limits.kind
     max_active = body.get("max_active_dims") if "max_active_dims" in fields else None
     if max_active is not None:
         if "max_active_dims" not in kind.options:
-            return bad(
+            raise bad(
                 "InvalidRequest",
                 f'"max_active_dims" is for sparse models; this is an {limits.task} model',
                 "max_active_dims",
             )
         if not is_int(max_active) or max_active < 1:
-            return bad(
+            raise bad(
                 "InvalidRequest",
                 f'"max_active_dims" must be a positive integer, got {quote(max_active, 40)}',
                 "max_active_dims",
             )
         if max_active > limits.dimensions:  # a CSR model's top-k over its latents cannot take more
-            return bad(
+            raise bad(
                 "InvalidRequest",
                 f'"max_active_dims" must be at most {limits.dimensions}, the model\'s output size; got {max_active}',
                 "max_active_dims",
             )
     if not kind.normalized and (normalize is not None or dimensions is not None):
         which = "normalize" if normalize is not None else "dimensions"
-        return bad(
+        raise bad(
             "InvalidRequest",
             f'"{which}" is not served for a sparse model (its answer is the SparseEncoder\'s, neither normalised '
             'nor cut; use "max_active_dims")',
@@ -126,24 +119,28 @@ def input_prompt(name: Any, text: Any, input_type: str | None, limits: Limits) -
     return next((c for c in candidates if c in prompts), None)
 
 
-def resolve_prompt(name: Any, text: Any, limits: Limits, input_type: str | None = None) -> str | RequestError:
+def resolve_prompt(name: Any, text: Any, limits: Limits, input_type: str | None = None) -> str:
     """The text to put before each input: the request's `prompt`, or the model's prompt `name`, or with an
     `input_type` the model's prompt of that name (none: no prompt, as encode_query/encode_document), or its default."""
     prompts = dict(limits.prompts)
     if input_type is not None and name is None and text is None:
         return prompts.get(input_type, "")
     if name is not None and text is not None:
-        return bad("InvalidRequest", 'send "prompt_name" or "prompt", not both', "prompt")
+        raise bad("InvalidRequest", 'send "prompt_name" or "prompt", not both', "prompt")
     if text is not None:
         if not isinstance(text, str) or len(text) > MAX_PROMPT_CHARS:
-            return bad("InvalidType", f'"prompt" must be a string of at most {MAX_PROMPT_CHARS} characters', "prompt")
-        error = check_text(text, '"prompt"') if text.strip() else None  # a lone surrogate is the client's 400
-        return RequestError(error.status, error.type, error.message, "prompt") if error else text
+            raise bad("InvalidType", f'"prompt" must be a string of at most {MAX_PROMPT_CHARS} characters', "prompt")
+        if text.strip():  # a lone surrogate is the client's 400
+            try:
+                check_text(text, '"prompt"')
+            except RequestError as e:
+                raise e.with_param("prompt") from None
+        return text
     if name is None:
         return prompts.get(limits.default_prompt, "") if limits.default_prompt else ""
     if not isinstance(name, str) or name not in prompts:
         known = ", ".join(quote(k, 40) for k in prompts) or "none (this model has no prompts)"
-        return bad(
+        raise bad(
             "InvalidRequest",
             f'"prompt_name" {quote(name, 40)} is not a prompt of this model; its prompts: {known}',
             "prompt_name",

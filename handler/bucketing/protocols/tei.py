@@ -7,17 +7,19 @@ Unhealthy | Empty}` with the status its type implies (router/src/http/server.rs)
 request, too many inputs, a text over the model's length with truncation off), 400 Empty (an empty batch), 424
 Backend (the model cannot do this: `/embed` on a classifier). `own_error` maps our errors to those; a server fault
 keeps its 5xx (type Backend), an answer over max_response_bytes its 413 and a form body its 415; a text over
-max_length with truncation off is TEI's 422 (our other routes' 413).
+max_length with truncation off is TEI's 422 (our other routes' 413). The helpers below raise the client's mistake,
+as every parser does; `validation`, `empty`, `backend` and `too_many` make the error to raise.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from bucketing.answers import Options
-from bucketing.protocols.base import Input, Limits, RequestError, json_type
+from bucketing.protocols.base import Input, Limits, RequestError, error_of, json_type
 from bucketing.protocols.inputs import check_text
 from bucketing.protocols.options import read_options
 
@@ -47,26 +49,35 @@ def own_error(error: RequestError) -> RequestError:
     if error.type in STATUS:
         return error
     if error.type == "NotFound":  # a route this model cannot serve (/rerank on a three-label model): TEI's 424
-        return RequestError(STATUS["Backend"], "Backend", error.message, error.param)
+        return error_of(STATUS["Backend"], "Backend", error.message, error.param)
     if error.status >= 500:
-        return replace(error, type="Backend")
+        return error_of(error.status, "Backend", error.message, error.param)
     if error.type in KEPT:
-        return replace(error, type="Validation")
-    return RequestError(STATUS["Validation"], "Validation", error.message, error.param)
+        return error_of(error.status, "Validation", error.message, error.param)
+    return error_of(STATUS["Validation"], "Validation", error.message, error.param)
+
+
+@contextmanager
+def own_errors() -> Iterator[None]:
+    """An error raised within, raised again as TEI types it (`own_error`)."""
+    try:
+        yield
+    except RequestError as e:
+        raise own_error(e) from None
 
 
 def validation(message: str, param: str | None = None) -> RequestError:
-    return RequestError(STATUS["Validation"], "Validation", message, param)
+    return error_of(STATUS["Validation"], "Validation", message, param)
 
 
 def empty(field: str) -> RequestError:
     """TEI's answer to an empty batch."""
-    return RequestError(STATUS["Empty"], "Empty", f"`{field}` cannot be empty", field)
+    return error_of(STATUS["Empty"], "Empty", f"`{field}` cannot be empty", field)
 
 
 def backend(message: str) -> RequestError:
     """The model cannot serve this route (TEI's 424)."""
-    return RequestError(STATUS["Backend"], "Backend", message)
+    return error_of(STATUS["Backend"], "Backend", message)
 
 
 def too_many(count: int, limits: Limits) -> RequestError:
@@ -77,44 +88,44 @@ def too_many(count: int, limits: Limits) -> RequestError:
     )
 
 
-def body_object(body: Any, fields: str) -> Mapping[str, Any] | RequestError:
-    """The request as a JSON object, or TEI's validation error."""
+def body_object(body: Any, fields: str) -> Mapping[str, Any]:
+    """The request as a JSON object; raises TEI's validation error."""
     if body is None:
-        return validation(f"the request has no body; send JSON {{{fields}}}")
+        raise validation(f"the request has no body; send JSON {{{fields}}}")
     if not isinstance(body, Mapping):
-        return validation(f"expected a JSON object {{{fields}}}, got a JSON {json_type(body)}")
+        raise validation(f"expected a JSON object {{{fields}}}, got a JSON {json_type(body)}")
     return body
 
 
-def with_inputs(body: Any) -> Mapping[str, Any] | RequestError:
-    """The request as a JSON object holding `inputs`, or TEI's validation error."""
+def with_inputs(body: Any) -> Mapping[str, Any]:
+    """The request as a JSON object holding `inputs`; raises TEI's validation error."""
     request = body_object(body, '"inputs": ...')
-    if isinstance(request, RequestError):
-        return request
-    return request if "inputs" in request else validation("missing field `inputs`", "inputs")
+    if "inputs" not in request:
+        raise validation("missing field `inputs`", "inputs")
+    return request
 
 
-def texts(value: Any, limits: Limits, field: str = "inputs") -> tuple[tuple[str, ...], bool] | RequestError:
+def texts(value: Any, limits: Limits, field: str = "inputs") -> tuple[tuple[str, ...], bool]:
     """TEI's `inputs`: a string (single) or a list of strings (a batch); and whether it was a single one. Token ids
     are refused here: TEI sends them as they are (no special tokens added), which OpenAI's route does not."""
     if isinstance(value, str):
-        error = check_text(value, f"`{field}`")
-        return own_error(error) if error else ((value,), True)
+        with own_errors():
+            check_text(value, f"`{field}`")
+        return (value,), True
     if not isinstance(value, list):
-        return validation(f"`{field}` must be a string or a list of strings, got {json_type(value)}", field)
+        raise validation(f"`{field}` must be a string or a list of strings, got {json_type(value)}", field)
     if not value:
-        return empty(field)
+        raise empty(field)
     if len(value) > limits.max_texts:
-        return too_many(len(value), limits)
+        raise too_many(len(value), limits)
     for i, text in enumerate(value):
         if not isinstance(text, str):
             what = "token ids are served at v1/embeddings (OpenAI's route)" if isinstance(text, (int, list)) else ""
-            return validation(
+            raise validation(
                 f"{field}[{i}] must be a string, got {json_type(text)}{'; ' + what if what else ''}", field
             )
-        error = check_text(text, f"{field}[{i}]")
-        if error:
-            return own_error(error)
+        with own_errors():
+            check_text(text, f"{field}[{i}]")
     return tuple(value), False
 
 
@@ -133,18 +144,13 @@ class TeiInputs:
 Request = TypeVar("Request", bound=TeiInputs)
 
 
-def parse_texts(kind: type[Request], body: Any, limits: Limits, fields: Sequence[str]) -> Request | RequestError:
+def parse_texts(kind: type[Request], body: Any, limits: Limits, fields: Sequence[str]) -> Request:
     """A body that must be an object holding `inputs` (a string or a list of strings) and options among `fields`,
-    read into `kind`; or TEI's error."""
+    read into `kind`; raises TEI's error."""
     request = with_inputs(body)
-    if isinstance(request, RequestError):
-        return request
     parsed = texts(request["inputs"], limits)
-    if isinstance(parsed, RequestError):
-        return parsed
-    options = read_options(direction(request), limits, fields)
-    if isinstance(options, RequestError):
-        return own_error(options)
+    with own_errors():
+        options = read_options(direction(request), limits, fields)
     return kind(parsed[0], options, parsed[1])
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from bucketing.answers import Answer, Options
 from bucketing.kinds import KindName
 from bucketing.protocols import tei
-from bucketing.protocols.base import Input, Limits, RequestError, check_count, is_int, json_type
+from bucketing.protocols.base import Input, Limits, check_count, is_int, json_type
 from bucketing.protocols.tei import error_body as error_body
 from bucketing.protocols.tei import own_error as own_error
 from bucketing.protocols.tei_tokenize import facts
@@ -42,13 +42,13 @@ class DecodeRequest:
         return [self.tools.decode(ids, self.skip_special_tokens) for ids in self.ids]
 
 
-def token_ids(value: Any, where: str, limits: Limits) -> tuple[int, ...] | RequestError:
+def token_ids(value: Any, where: str, limits: Limits) -> tuple[int, ...]:
     if not isinstance(value, list):
-        return tei.validation(f"{where} must be a list of token ids, got {json_type(value)}", "ids")
+        raise tei.validation(f"{where} must be a list of token ids, got {json_type(value)}", "ids")
     for j, token in enumerate(value):
         if not is_int(token) or not 0 <= token < limits.vocab_size:
             shown = json_type(token) if not is_int(token) else str(token) if abs(token) < 10**12 else "a larger number"
-            return tei.validation(
+            raise tei.validation(
                 f"{where}[{j}] must be a token id of this model's vocabulary (0 to {limits.vocab_size - 1}), "
                 f"got {shown}",
                 "ids",
@@ -56,29 +56,22 @@ def token_ids(value: Any, where: str, limits: Limits) -> tuple[int, ...] | Reque
     return tuple(value)
 
 
-def parse(body: Any, limits: Limits) -> DecodeRequest | RequestError:
+def parse(body: Any, limits: Limits) -> DecodeRequest:
     model = facts(limits)
-    if isinstance(model, RequestError):
-        return model
     request = tei.body_object(body, '"ids": [...]')
-    if isinstance(request, RequestError):
-        return request
     if "ids" not in request:
-        return tei.validation("missing field `ids`", "ids")
+        raise tei.validation("missing field `ids`", "ids")
     value = request["ids"]
     batch = isinstance(value, list) and bool(value) and isinstance(value[0], list)
     if isinstance(value, list) and len(value) > limits.max_texts and batch:
-        return tei.too_many(len(value), limits)
+        raise tei.too_many(len(value), limits)
     lists = value if batch else [value]
     parsed = []
     for i, ids in enumerate(lists):
-        one = token_ids(ids, f"ids[{i}]" if batch else "`ids`", limits)
-        if isinstance(one, RequestError):
-            return one
-        parsed.append(one)
+        parsed.append(token_ids(ids, f"ids[{i}]" if batch else "`ids`", limits))
     skip = request.get("skip_special_tokens", True)
     if not isinstance(skip, bool):
-        return tei.validation(f"`skip_special_tokens` must be true or false, got {json_type(skip)}")
+        raise tei.validation(f"`skip_special_tokens` must be true or false, got {json_type(skip)}")
     return DecodeRequest(tuple(parsed), model.tools, skip)
 
 

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from bucketing.kinds import ONE_PER_INPUT, KindName
-from bucketing.protocols import tei_embed, tei_predict, tei_rerank, tei_similarity
-from bucketing.protocols.base import Limits, Request, RequestError
+from bucketing.protocols import tei, tei_embed, tei_predict, tei_rerank, tei_similarity
+from bucketing.protocols.base import Limits, Request
 from bucketing.protocols.tei import error_body as error_body
 from bucketing.protocols.tei import own_error as own_error
 
@@ -44,10 +44,10 @@ def claims(body: Any) -> bool:
     return isinstance(body.get("query"), str) and isinstance(body.get("texts"), list)
 
 
-def parse(body: Any, limits: Limits) -> Request | RequestError:
+def parse(body: Any, limits: Limits) -> Request:
     if "inputs" not in body:
-        rerank = tei_rerank.parse(body, limits)
-        return own_error(rerank) if isinstance(rerank, RequestError) else rerank
+        with tei.own_errors():
+            return tei_rerank.parse(body, limits)
     if isinstance(body["inputs"], Mapping):
         return tei_similarity.parse(body, limits)
     if limits.kind.classifier:

@@ -17,7 +17,7 @@ from typing import Any
 from bucketing.answers import Answer
 from bucketing.kinds import ONE_PER_INPUT, KindName
 from bucketing.protocols import tei
-from bucketing.protocols.base import Limits, RequestError, check_count
+from bucketing.protocols.base import Limits, check_count
 from bucketing.protocols.tei import error_body as error_body
 from bucketing.protocols.tei import own_error as own_error
 
@@ -35,13 +35,13 @@ class EmbedRequest(tei.TeiInputs):
         return [a.vector(self.options.dimensions, self.options.normalize).tolist() for a in answers]
 
 
-def parse(body: Any, limits: Limits) -> EmbedRequest | RequestError:
+def parse(body: Any, limits: Limits) -> EmbedRequest:
     if limits.kind.sparse:
-        return tei.backend(
+        raise tei.backend(
             "Model is not a dense embedding model: this is a sparse (SPLADE) model, served at /embed_sparse"
         )
     if not limits.kind.dense_vector:
-        return tei.backend(
+        raise tei.backend(
             f"Model is not an embedding model: this is a {limits.task} model, served at /predict "
             "(TEI's classification route)"
         )

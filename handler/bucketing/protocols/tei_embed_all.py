@@ -16,7 +16,7 @@ from typing import Any
 from bucketing.answers import Answer
 from bucketing.kinds import KindName
 from bucketing.protocols import tei
-from bucketing.protocols.base import Limits, RequestError, check_count
+from bucketing.protocols.base import Limits, check_count
 from bucketing.protocols.tei import error_body as error_body
 from bucketing.protocols.tei import own_error as own_error
 
@@ -34,9 +34,9 @@ class EmbedAllRequest(tei.TeiInputs):
         return [a.vectors(self.options).tolist() for a in answers]  # type: ignore[attr-defined]
 
 
-def parse(body: Any, limits: Limits) -> EmbedAllRequest | RequestError:
+def parse(body: Any, limits: Limits) -> EmbedAllRequest:
     if not limits.kind.per_token:
-        return tei.backend(
+        raise tei.backend(
             f"/embed_all (token embeddings) is served for multi-vector models; this is a {limits.task} model "
             "answered with one vector per input: use /embed"
         )

@@ -18,7 +18,7 @@ from bucketing.answers import Answer
 from bucketing.kinds import ONE_PER_INPUT, KindName
 from bucketing.model.chain import DOCUMENT_PROMPTS
 from bucketing.protocols import tei
-from bucketing.protocols.base import Limits, RequestError, check_count
+from bucketing.protocols.base import Limits, check_count
 from bucketing.protocols.tei import error_body as error_body
 from bucketing.protocols.tei import own_error as own_error
 
@@ -45,15 +45,13 @@ def input_type(prompt_name: Any) -> str | None:
     return "query" if prompt_name == "query" else "document" if prompt_name in DOCUMENT_PROMPTS else None
 
 
-def parse(body: Any, limits: Limits) -> EmbedSparseRequest | RequestError:
+def parse(body: Any, limits: Limits) -> EmbedSparseRequest:
     if not limits.kind.sparse:
-        return tei.backend(
+        raise tei.backend(
             f"Model is not an embedding model with SPLADE pooling: this is a dense {limits.task} model; use "
             f"{'/embed' if limits.kind.dense_vector else '/predict'}"
         )
     parsed = tei.parse_texts(EmbedSparseRequest, body, limits, FIELDS)
-    if isinstance(parsed, RequestError):
-        return parsed
     kind = input_type(body.get("prompt_name"))  # an object: parse_texts read it
     return replace(parsed, options=replace(parsed.options, input_type=kind))
 

@@ -19,7 +19,7 @@ from typing import Any
 from bucketing.answers import Answer, Options
 from bucketing.kinds import KindName
 from bucketing.protocols import tei
-from bucketing.protocols.base import Input, Limits, RequestError, check_count
+from bucketing.protocols.base import Input, Limits, check_count
 from bucketing.protocols.tei import error_body as error_body
 from bucketing.protocols.tei import own_error as own_error
 from bucketing.protocols.tei_tokenize import facts
@@ -63,9 +63,8 @@ class InfoRequest:
         }
 
 
-def parse(body: Any, limits: Limits) -> InfoRequest | RequestError:
-    model = facts(limits)
-    return model if isinstance(model, RequestError) else InfoRequest(model, limits)
+def parse(body: Any, limits: Limits) -> InfoRequest:
+    return InfoRequest(facts(limits), limits)
 
 
 ROUTES = {PATH: parse}

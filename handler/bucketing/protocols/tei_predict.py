@@ -15,7 +15,7 @@ from typing import Any
 from bucketing.answers import Answer, Options
 from bucketing.kinds import ONE_PER_INPUT, KindName
 from bucketing.protocols import tei
-from bucketing.protocols.base import Input, Limits, Pair, RequestError, check_count, json_type
+from bucketing.protocols.base import Input, Limits, Pair, check_count, json_type
 from bucketing.protocols.inputs import check_text
 from bucketing.protocols.options import read_options
 from bucketing.protocols.tei import error_body as error_body
@@ -46,55 +46,44 @@ def predictions(answer: Answer, options: Options) -> list[dict[str, Any]]:
     return [{"score": score, "label": label} for label, score in ranked]
 
 
-def sequence(value: Any, where: str) -> Input | RequestError:
+def sequence(value: Any, where: str) -> Input:
     """`[a]` (one text) or `[a, b]` (a pair), each a non-empty string."""
     if not isinstance(value, list) or not 1 <= len(value) <= 2 or not all(isinstance(t, str) for t in value):
         size = f" of {len(value)} items" if isinstance(value, list) else ""
-        return tei.validation(f"{where} must be {SHAPE}; got {json_type(value)}{size}", "inputs")
+        raise tei.validation(f"{where} must be {SHAPE}; got {json_type(value)}{size}", "inputs")
     for i, text in enumerate(value):
-        error = check_text(text, f"{where}[{i}]")
-        if error:
-            return own_error(error)
+        with tei.own_errors():
+            check_text(text, f"{where}[{i}]")
     return value[0] if len(value) == 1 else Pair(value[0], value[1])
 
 
-def inputs(value: Any, limits: Limits) -> tuple[tuple[Input, ...], bool] | RequestError:
+def inputs(value: Any, limits: Limits) -> tuple[tuple[Input, ...], bool]:
     """TEI's PredictInput: one input (a string, [a] or [a, b]) or a batch of lists; and whether it was one."""
     if isinstance(value, str):
-        one = tei.texts(value, limits)
-        return one if isinstance(one, RequestError) else (one[0], True)
+        return tei.texts(value, limits)[0], True
     if not isinstance(value, list):
-        return tei.validation(f"`inputs` must be {SHAPE}; got {json_type(value)}", "inputs")
+        raise tei.validation(f"`inputs` must be {SHAPE}; got {json_type(value)}", "inputs")
     if not value:
-        return tei.empty("inputs")
+        raise tei.empty("inputs")
     if isinstance(value[0], str):
-        single = sequence(value, "`inputs`")
-        return single if isinstance(single, RequestError) else ((single,), True)
+        return (sequence(value, "`inputs`"),), True
     if len(value) > limits.max_texts:
-        return tei.too_many(len(value), limits)
+        raise tei.too_many(len(value), limits)
     batch = []
     for i, item in enumerate(value):
-        parsed = sequence(item, f"inputs[{i}]")
-        if isinstance(parsed, RequestError):
-            return parsed
-        batch.append(parsed)
+        batch.append(sequence(item, f"inputs[{i}]"))
     return tuple(batch), False
 
 
-def parse(body: Any, limits: Limits) -> PredictRequest | RequestError:
+def parse(body: Any, limits: Limits) -> PredictRequest:
     if not limits.kind.classifier:
-        return tei.backend(
+        raise tei.backend(
             f"Model is not a classifier model: this is an {limits.task} model, served at /embed (TEI's embed route)"
         )
     request = tei.with_inputs(body)
-    if isinstance(request, RequestError):
-        return request
     parsed = inputs(request["inputs"], limits)
-    if isinstance(parsed, RequestError):
-        return parsed
-    options = read_options(tei.direction(request), limits, FIELDS)
-    if isinstance(options, RequestError):
-        return own_error(options)
+    with tei.own_errors():
+        options = read_options(tei.direction(request), limits, FIELDS)
     return PredictRequest(parsed[0], options, parsed[1])
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from bucketing.answers import Answer, Options
 from bucketing.kinds import ONE_PER_INPUT, KindName
-from bucketing.protocols.base import Limits, Pair, RequestError, bad, check_count, json_type
+from bucketing.protocols.base import Limits, NotFound, Pair, RequestError, bad, check_count, json_type
 from bucketing.protocols.inputs import check_text, texts
 from bucketing.protocols.options import read_options
 
@@ -48,47 +48,41 @@ class RerankRequest:
         return [{"index": i, "score": score, **text(i)} for i, score in ranked]
 
 
-def one_label_classifier(limits: Limits, route: str) -> RequestError | None:
+def one_label_classifier(limits: Limits, route: str) -> None:
     """Reranking needs a classification model with one label (a relevance score)."""
     if not limits.kind.classifier or limits.dimensions != 1:
         what = f"an {limits.task} model" if not limits.kind.classifier else f"{limits.dimensions} labels"
-        return RequestError(
-            404, "NotFound", f"{route} serves one-label classification models (cross-encoders); this model has {what}"
+        raise NotFound(
+            "NotFound", f"{route} serves one-label classification models (cross-encoders); this model has {what}"
         )
-    return None
 
 
-def rerank_query(body: Any, limits: Limits, route: str, documents: str) -> str | RequestError:
+def rerank_query(body: Any, limits: Limits, route: str, documents: str) -> str:
     """A rerank request's query, once the model is a one-label classifier and the body an object."""
-    wrong = one_label_classifier(limits, route)
-    if wrong:
-        return wrong
+    one_label_classifier(limits, route)
     if not isinstance(body, Mapping):
-        return bad("InvalidRequest", f'expected a JSON object {{"query", "{documents}"}}, got a JSON {json_type(body)}')
+        raise bad("InvalidRequest", f'expected a JSON object {{"query", "{documents}"}}, got a JSON {json_type(body)}')
     query = body.get("query")
     if not isinstance(query, str) or not query.strip():
-        return bad(
+        raise bad(
             "InvalidType" if not isinstance(query, str) else "EmptyText",
             f'"query" must be a non-empty string, got {json_type(query)}',
             "query",
         )
-    error = check_text(query, '"query"')  # a lone surrogate: the client's 400, as in a text
-    return RequestError(error.status, error.type, error.message, "query") if error else query
+    try:
+        check_text(query, '"query"')  # a lone surrogate: the client's 400, as in a text
+    except RequestError as e:
+        raise e.with_param("query") from None
+    return query
 
 
-def parse(body: Any, limits: Limits) -> RerankRequest | RequestError:
+def parse(body: Any, limits: Limits) -> RerankRequest:
     query = rerank_query(body, limits, PATH, "texts")
-    if isinstance(query, RequestError):
-        return query
     documents = texts(body.get("texts"), "texts", limits.max_texts)
-    if isinstance(documents, RequestError):
-        return documents
     options = read_options(body, limits, FIELDS)
-    if isinstance(options, RequestError):
-        return options
     return_text = body.get("return_text", False)
     if not isinstance(return_text, bool):
-        return bad("InvalidType", f'"return_text" must be true or false, got {json_type(return_text)}', "return_text")
+        raise bad("InvalidType", f'"return_text" must be true or false, got {json_type(return_text)}', "return_text")
     return RerankRequest(tuple(Pair(query, d) for d in documents), options, return_text)
 
 

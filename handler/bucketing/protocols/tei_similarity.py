@@ -18,7 +18,7 @@ import numpy as np
 from bucketing.answers import Answer, Options
 from bucketing.kinds import ONE_PER_INPUT, KindName
 from bucketing.protocols import tei
-from bucketing.protocols.base import Limits, RequestError, check_count, json_type
+from bucketing.protocols.base import Limits, check_count, json_type
 from bucketing.protocols.options import read_options
 from bucketing.protocols.tei import error_body as error_body
 from bucketing.protocols.tei import own_error as own_error
@@ -44,39 +44,32 @@ class SimilarityRequest:
         return [float(v) for v in vectors[1:] @ vectors[0]]
 
 
-def parse(body: Any, limits: Limits) -> SimilarityRequest | RequestError:
+def parse(body: Any, limits: Limits) -> SimilarityRequest:
     if not limits.kind.dense_vector:
-        return tei.backend(f"Model is not an embedding model: this is a {limits.task} model")
+        raise tei.backend(f"Model is not an embedding model: this is a {limits.task} model")
     request = tei.body_object(body, '"inputs": {"source_sentence", "sentences"}')
-    if isinstance(request, RequestError):
-        return request
     inputs = request.get("inputs")
     if not isinstance(inputs, Mapping):
-        return tei.validation(
+        raise tei.validation(
             f'`inputs` must be an object {{"source_sentence", "sentences"}}, got {json_type(inputs)}', "inputs"
         )
     sentences = inputs.get("sentences")
     if not isinstance(sentences, list):
-        return tei.validation(f"`inputs.sentences` must be a list of strings, got {json_type(sentences)}", "inputs")
+        raise tei.validation(f"`inputs.sentences` must be a list of strings, got {json_type(sentences)}", "inputs")
     if not sentences:
-        return tei.empty("inputs.sentences")
+        raise tei.empty("inputs.sentences")
     if len(sentences) + 1 > limits.max_texts:
-        return tei.too_many(len(sentences) + 1, limits)
+        raise tei.too_many(len(sentences) + 1, limits)
     source = inputs.get("source_sentence")
     if not isinstance(source, str):
-        return tei.validation(f"`inputs.source_sentence` must be a string, got {json_type(source)}", "inputs")
-    first = tei.texts(source, limits, "inputs.source_sentence")
-    if isinstance(first, RequestError):
-        return first
+        raise tei.validation(f"`inputs.source_sentence` must be a string, got {json_type(source)}", "inputs")
+    tei.texts(source, limits, "inputs.source_sentence")  # checked as TEI checks a text; kept as it came
     rest = tei.texts(sentences, limits, "inputs.sentences")
-    if isinstance(rest, RequestError):
-        return rest
     parameters = request.get("parameters")
     if parameters is not None and not isinstance(parameters, Mapping):
-        return tei.validation(f"`parameters` must be an object, got {json_type(parameters)}", "parameters")
-    options = read_options(tei.direction(parameters or {}), limits, FIELDS)
-    if isinstance(options, RequestError):
-        return own_error(options)
+        raise tei.validation(f"`parameters` must be an object, got {json_type(parameters)}", "parameters")
+    with tei.own_errors():
+        options = read_options(tei.direction(parameters or {}), limits, FIELDS)
     return SimilarityRequest((source, *rest[0]), options)
 
 

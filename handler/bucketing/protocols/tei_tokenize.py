@@ -16,7 +16,7 @@ from typing import Any
 from bucketing.answers import Answer, Options
 from bucketing.kinds import KindName
 from bucketing.protocols import tei
-from bucketing.protocols.base import Input, Limits, RequestError, check_count, json_type
+from bucketing.protocols.base import Input, Limits, ServerError, check_count, json_type
 from bucketing.protocols.options import read_options
 from bucketing.protocols.tei import error_body as error_body
 from bucketing.protocols.tei import own_error as own_error
@@ -46,34 +46,27 @@ class TokenizeRequest:
         return [self.tools.tokenize(prompt + text, self.add_special_tokens) for text in self.texts]
 
 
-def facts(limits: Limits) -> tei.ModelFacts | RequestError:
-    """The model facts the handler gives every request (a server fault when they are missing)."""
+def facts(limits: Limits) -> tei.ModelFacts:
+    """The model facts the handler gives every request (raises a server fault when they are missing)."""
     if not isinstance(limits.model, tei.ModelFacts):
-        return RequestError(500, "Backend", "the handler gave no tokenizer to this route")
+        raise ServerError("Backend", "the handler gave no tokenizer to this route")
     return limits.model
 
 
-def parse(body: Any, limits: Limits) -> TokenizeRequest | RequestError:
+def parse(body: Any, limits: Limits) -> TokenizeRequest:
     model = facts(limits)
-    if isinstance(model, RequestError):
-        return model
     request = tei.with_inputs(body)
-    if isinstance(request, RequestError):
-        return request
     parsed = tei.texts(request["inputs"], limits)
-    if isinstance(parsed, RequestError):
-        return parsed
     for i, text in enumerate(parsed[0]):
         if len(text) > model.max_chars:
-            return tei.validation(
+            raise tei.validation(
                 f"inputs[{i}] has {len(text)} characters; /tokenize reads at most {model.max_chars}", "inputs"
             )
     special = request.get("add_special_tokens", True)
     if not isinstance(special, bool):
-        return tei.validation(f"`add_special_tokens` must be true or false, got {json_type(special)}")
-    options = read_options(request, limits, ("prompt_name",))
-    if isinstance(options, RequestError):
-        return own_error(options)
+        raise tei.validation(f"`add_special_tokens` must be true or false, got {json_type(special)}")
+    with tei.own_errors():
+        options = read_options(request, limits, ("prompt_name",))
     return TokenizeRequest(parsed[0], model.tools, special, options)
 
 
