@@ -59,8 +59,9 @@ token:
 status:
 	@$(BIN)/python -m tsctl status
 
+# The tiers side by side: the end-to-end tier on one worker, the in-process ones on the other (tests/conftest.py).
 test: venv
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 unit: venv
 	$(BIN)/python -m pytest tests/unit tests/handler
