@@ -59,9 +59,8 @@ token:
 status:
 	@$(BIN)/python -m tsctl status
 
-# The tiers side by side: the end-to-end tier on one worker, the in-process ones on the other (tests/conftest.py).
 test: venv
-	$(BIN)/python -m pytest -n 2 --dist loadgroup
+	$(BIN)/python -m pytest
 
 unit: venv
 	$(BIN)/python -m pytest tests/unit tests/handler

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,24 +182,14 @@ def _generated(target: Path, make: Callable[[], PreTrainedModel], files: Callabl
     import torch
 
     torch.manual_seed(0)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f"{target.name}.", suffix=".partial", dir=target.parent))  # this build's own
-    try:
-        make().eval().save_pretrained(tmp)
-        copy_minilm_tokenizer(tmp)
-        if files is not None:
-            files(tmp)
-        if (target / "config.json").exists():  # a build beside this one finished first: the same seeded model
-            return target
-        if target.exists():  # an older layout's build (the SPLADE's masked LM in 0_Transformer/)
-            shutil.rmtree(target, ignore_errors=True)
-        try:
-            tmp.rename(target)
-        except OSError:  # a build beside this one renamed its folder there in between
-            if not (target / "config.json").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    tmp = target.with_name(target.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    make().eval().save_pretrained(tmp)
+    copy_minilm_tokenizer(tmp)
+    if files is not None:
+        files(tmp)
+    shutil.rmtree(target, ignore_errors=True)  # an older layout's build (the SPLADE's masked LM in 0_Transformer/)
+    tmp.rename(target)
     return target
 
 

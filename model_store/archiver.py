@@ -124,9 +124,9 @@ def build_all(configs: dict[str, dict[str, Any]], model_dir: Path, engine: str, 
     tmp = archives.ROOT / ".tmp"
     tmp.mkdir(exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
+    staging = stage(tmp / "staging", model_dir, engine, task)
     built = []
-    with tempfile.TemporaryDirectory(dir=tmp) as folder:  # this build's own: builds side by side share nothing
-        staging = stage(Path(folder) / "staging", model_dir, engine, task)
+    with tempfile.TemporaryDirectory(dir=tmp) as folder:
         for name, cfg in configs.items():
             start = time.perf_counter()
             config = Path(folder) / f"{name}.yaml"
@@ -138,4 +138,5 @@ def build_all(configs: dict[str, dict[str, Any]], model_dir: Path, engine: str, 
             built.append(path)
             shown = path.relative_to(archives.ROOT) if path.is_relative_to(archives.ROOT) else path
             print(f"built {shown} ({path.stat().st_size / 1e6:.0f} MB, {time.perf_counter() - start:.1f} s)")
+    shutil.rmtree(staging, ignore_errors=True)
     return built

@@ -27,15 +27,6 @@ def pytest_configure(config: pytest.Config) -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`make test` runs the tiers side by side (pytest-xdist, `-n 2 --dist loadgroup`): the end-to-end tier, which
-    mostly waits on its servers, on one worker (its session's model store and TorchServe built once), the in-process
-    tiers (unit, handler), which keep a core busy, on the other. A plain `pytest` runs them one after the other."""
-    e2e = config.rootpath / "tests" / "e2e"
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group("e2e" if item.path.is_relative_to(e2e) else "in-process"))
-
-
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
     return bundled_minilm()
