@@ -51,6 +51,7 @@ from bucketing.protocols.base import (
     bad,
     quote,
 )
+from bucketing.protocols.base import Reply as Reply
 from bucketing.protocols.body import decode
 
 # Body claims are tried in this order at the plain path; the wire that routes "" answers what none claims.
@@ -75,17 +76,6 @@ Parser = Callable[[Any, Limits], Any]
 
 ROUTES: dict[str, tuple[ModuleType, Parser]] = {path: (w, parser) for w in WIRES for path, parser in w.ROUTES.items()}
 SERVED = "; ".join(w.SERVED for w in WIRES)
-
-
-@dataclass(frozen=True)
-class Reply:
-    """One request's HTTP answer: status, body, its content type and extra headers (and the error type, if any)."""
-
-    status: int
-    body: str | bytes
-    error: str | None = None
-    content_type: str = "application/json"
-    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
