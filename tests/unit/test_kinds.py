@@ -29,16 +29,19 @@ def test_each_kind_resolves_to_its_task_class(name):
 @pytest.mark.parametrize("name", list(KINDS))
 def test_a_wire_formats_kinds_are_model_kinds(name):
     for wire in protocols.WIRES:
-        assert wire.ANSWERS is None or set(wire.ANSWERS) <= set(KINDS)
-        assert protocols.serves(wire, KINDS[name]) == (wire.ANSWERS is None or name in wire.ANSWERS)
-    assert any(protocols.serves(w, KINDS[name]) for w in protocols.WIRES)  # every kind is answered somewhere
+        assert wire.answers is None or set(wire.answers) <= set(KINDS)
+        assert wire.serves(KINDS[name]) == (wire.answers is None or name in wire.answers)
+    assert any(w.serves(KINDS[name]) for w in protocols.WIRES)  # every kind is answered somewhere
 
 
 def test_a_kind_refused_by_a_wire_format_has_its_own_line():
     for wire in protocols.WIRES:
         for kind in KINDS.values():
-            if not protocols.serves(wire, kind):
-                assert kind.wire_refusal, f"{kind.name} is refused by {wire.NAME} without a line of its own"
+            if not wire.serves(kind):
+                assert kind.wire_refusal, f"{kind.name} is refused by {wire.name} without a line of its own"
+                assert wire.refusal(kind) == kind.wire_refusal.format(wire=wire.name)
+            else:
+                assert wire.refusal(kind) is None
 
 
 def test_refusals_are_the_kinds_own_lines():

@@ -13,7 +13,7 @@ import pytest
 
 from bucketing import protocols
 from bucketing.answers import Answer, Options, activate
-from bucketing.kinds import answer_fields
+from bucketing.kinds import KINDS, answer_fields
 from bucketing.protocols import native, openai
 from bucketing.protocols.base import (
     ERRORS,
@@ -24,6 +24,7 @@ from bucketing.protocols.base import (
     RequestError,
     TooLarge,
     Unprocessable,
+    Wire,
     bad,
     error_of,
     snake,
@@ -40,13 +41,24 @@ def test_every_wire_format_is_registered_once_with_its_routes():
     tei = {"embed", "predict", "similarity", "tokenize", "decode", "info", "embed_sparse", "embed_all"}
     assert set(protocols.ROUTES) == {"", "v1/embeddings", "v1/models", "rerank", "v1/rerank", *tei}
     for wire in protocols.WIRES:
-        assert wire.SERVED in protocols.SERVED and callable(wire.error_body)
-    assert incoming({}, JSON, url_path="v1/nope").wire is openai  # a 404 in the shape of its neighbours
+        assert wire.served in protocols.SERVED and callable(wire.error_body)
+    assert incoming({}, JSON, url_path="v1/nope").wire is openai.WIRE  # a 404 in the shape of its neighbours
+
+
+def test_a_wire_format_is_declared_once_and_answers_errors_in_its_own_shape():
+    assert len({w.name for w in protocols.WIRES}) == len(protocols.WIRES)
+    assert all(w.claims is None or w.claimed is not None for w in protocols.WIRES)
+    with pytest.raises(ValueError, match="claims"):
+        Wire("x", {}, None, "x", error_body=lambda e: {}, claims=lambda body: True)  # a claim with no parser
+    plain = Wire("plain", {}, None, "served", error_body=lambda e: {"message": e.message})
+    reply = plain.error_reply(NotFound("NotFound", "nope"))  # no own_error: the error as raised
+    assert (reply.status, reply.error, json.loads(reply.body)) == (404, "NotFound", {"message": "nope"})
+    assert not plain.claims_body({"inputs": "a"}) and plain.refusal(KINDS["multivector"]) is None
 
 
 def test_an_answer_over_the_response_cap_is_a_413():
     request = TextRequest(("a", "b"), False)
-    reply = protocols.Incoming(native, request).reply([answer([0.5] * 100)] * 2, "m", 1024)
+    reply = protocols.Incoming(native.WIRE, request).reply([answer([0.5] * 100)] * 2, "m", 1024)
     assert reply.status == 413 and json.loads(reply.body)["type"] == "ResponseTooLarge"
 
 
@@ -104,7 +116,7 @@ def test_a_recorded_error_keeps_no_traceback():
         except ValueError:
             raise NotFound("NotFound", "nope") from None
     except RequestError as caught:
-        failed = protocols.Incoming(native, TextRequest(("a",), True)).fail(caught)
+        failed = protocols.Incoming(native.WIRE, TextRequest(("a",), True)).fail(caught)
     outcome = failed.outcome
     assert isinstance(outcome, NotFound) and outcome == NotFound("NotFound", "nope") and failed.request is None
     assert outcome.__traceback__ is None and outcome.__context__ is None

@@ -15,7 +15,7 @@ from tests.unit.wire import CLASSIFIER, JSON, answer, incoming, parse, v2
 
 def test_kserve_v2_bytes_input_carries_several_texts():
     result = incoming(v2(["a b", "c"], id="r1"), JSON)
-    assert result.wire is kserve_v2
+    assert result.wire is kserve_v2.WIRE
     assert result.outcome == V2Request(("a b", "c"), "r1")
     assert parse(v2([["a"], ["b"]], shape=[2, 1]), JSON).inputs == ("a", "b")
     # fields the Open Inference Protocol's clients add are tolerated
@@ -99,7 +99,7 @@ def test_kserve_v2_two_inputs_are_text_pairs_for_a_classifier():
 
 def test_kserve_v1_instances():
     result = incoming({"instances": ["a", {"text": "b"}], "parameters": {}}, JSON)
-    assert result.wire is kserve_v1 and result.outcome == V1Request(("a", "b"))
+    assert result.wire is kserve_v1.WIRE and result.outcome == V1Request(("a", "b"))
     assert result.outcome.render([answer([1.0]), answer([0.0])])["predictions"][1]["embedding"] == [0.0]
     bad = parse({"instances": [{"txt": "b"}]}, JSON)
     assert isinstance(bad, RequestError) and "instances[0] must be a string" in bad.message

@@ -27,7 +27,7 @@ def v2_binary(texts, extra=None, header=None):
 def test_kserve_v2_binary_inputs():
     body, headers = v2_binary(["caf\u00e9", "a b", "c"])
     result = incoming(body, "application/octet-stream", headers=headers)
-    assert result.wire is kserve_v2 and result.outcome == V2Request(("caf\u00e9", "a b", "c"), "b1")
+    assert result.wire is kserve_v2.WIRE and result.outcome == V2Request(("caf\u00e9", "a b", "c"), "b1")
 
 
 @pytest.mark.parametrize(
@@ -74,7 +74,7 @@ def test_kserve_v2_outputs_selected_and_binary():
     everything = parse(v2(["a", "b"], parameters={"binary_data_output": True}), JSON).render(answers, "m")
     assert [t["parameters"]["binary_data_size"] for t in everything.header["outputs"]] == [16, 16, 2]
     assert everything.chunks[2] == b"\x00\x01"
-    reply = protocols.Incoming(kserve_v2, parse(v2(["a", "b"], parameters={"binary_data_output": True}), JSON))
+    reply = protocols.Incoming(kserve_v2.WIRE, parse(v2(["a", "b"], parameters={"binary_data_output": True}), JSON))
     sent = reply.reply(answers, "m", 10**6)
     length = int(dict(sent.headers)["Inference-Header-Content-Length"])
     assert sent.content_type == "application/octet-stream" and json.loads(sent.body[:length])["model_name"] == "m"

@@ -28,7 +28,7 @@ from tests.unit.wire import CLASSIFIER, JSON, answer, incoming
 )
 def test_openai_inputs(body, inputs):
     result = incoming(body, JSON, "v1/embeddings")
-    assert result.wire is openai and result.outcome.inputs == inputs
+    assert result.wire is openai.WIRE and result.outcome.inputs == inputs
 
 
 @pytest.mark.parametrize(
@@ -88,7 +88,7 @@ def test_openai_models_and_unknown_paths():
     assert lost.outcome.status == 404 and "v1/embeddings" in lost.outcome.message
     assert json.loads(lost.reply([], "m", 10**6).body)["error"]["code"] == "not_found"
     other = incoming({"text": "x"}, JSON, "/somewhere/")
-    assert other.wire is native and json.loads(other.reply([], "m", 10**6).body)["code"] == 404
+    assert other.wire is native.WIRE and json.loads(other.reply([], "m", 10**6).body)["code"] == 404
 
 
 def test_openai_embeddings_on_a_classifier_is_a_404_saying_what_is_served():
@@ -127,6 +127,6 @@ def test_cohere_documents_may_be_objects_and_top_n_is_checked():
     from bucketing.protocols.base import Pair
 
     ok = incoming({"query": "q", "documents": [{"text": "a"}, "b"]}, JSON, url_path="v1/rerank", limits=CLASSIFIER)
-    assert ok.wire is cohere_rerank and ok.outcome.inputs == (Pair("q", "a"), Pair("q", "b"))
+    assert ok.wire is cohere_rerank.WIRE and ok.outcome.inputs == (Pair("q", "a"), Pair("q", "b"))
     bad = incoming({"query": "q", "documents": ["a"], "top_n": 0}, JSON, url_path="v1/rerank", limits=CLASSIFIER)
     assert bad.outcome.param == "top_n" and json.loads(bad.reply([], "m", 10**6).body)["error"]["param"] == "top_n"

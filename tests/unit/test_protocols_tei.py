@@ -263,7 +263,7 @@ def test_info_of_a_model_that_pools_no_tokens_says_none():
 )
 def test_sparse_and_token_embeddings_on_a_dense_model_are_refused_in_one_line(path, words, wire):
     result = incoming({"inputs": "a"}, path)
-    assert result.wire is wire
+    assert result.wire is wire.WIRE
     status, body = reply({"inputs": "a"}, path)
     assert status == 424 and body["error_type"] == "Backend" and words in body["error"] and "\n" not in body["error"]
 
@@ -282,14 +282,14 @@ def test_sparse_and_token_embeddings_on_a_dense_model_are_refused_in_one_line(pa
 )
 def test_the_plain_path_tells_tei_from_kserve_v2_by_the_shape_of_inputs(body, limits, wire, kind):
     result = incoming(body, "", limits)
-    assert result.wire is wire
+    assert result.wire is wire.WIRE
     if kind is not None:
         assert isinstance(result.outcome, kind)
 
 
 def test_the_plain_path_takes_teis_rerank_body_for_a_one_label_model():
     result = incoming({"query": "q", "texts": ["a", "b"]}, "", RERANKER)
-    assert result.wire is tei_default and result.outcome.inputs == (Pair("q", "a"), Pair("q", "b"))
+    assert result.wire is tei_default.WIRE and result.outcome.inputs == (Pair("q", "a"), Pair("q", "b"))
     status, body = reply({"query": "q", "texts": ["a"]}, "", CLASSIFIER)  # TEI: "model is not a re-ranker model"
     assert status == 424 and body["error_type"] == "Backend" and "one-label classification models" in body["error"]
 
@@ -329,7 +329,7 @@ def test_similarity_is_the_cosine_with_the_source_at_its_route_and_the_plain_pat
     body = {"inputs": {"source_sentence": "s", "sentences": ["a", "b"]}, "parameters": {"prompt_name": "query"}}
     for path in ("similarity", ""):
         result = incoming(body, path)
-        assert result.wire is (tei_similarity if path else tei_default)
+        assert result.wire is (tei_similarity if path else tei_default).WIRE
         assert result.outcome == SimilarityRequest(("s", "a", "b"), result.outcome.options)
         assert result.outcome.options.prompt == "query: "
     answers = [vector([1, 0, 0, 0]), vector([2, 2, 0, 0]), vector([0, 0, 3, 0])]

@@ -157,7 +157,7 @@ def test_a_sparse_answer_is_its_non_zeros_ascending_cut_to_the_top_values():
 
 
 def test_tei_embed_sparse_maps_prompt_name_to_input_type():
-    assert ROUTES["embed_sparse"][0] is tei_embed_sparse
+    assert ROUTES["embed_sparse"][0] is tei_embed_sparse.WIRE
     limits = Limits(8, 64, 100, task="sparse", dimensions=100, prompts=(("query", "q: "), ("passage", "p: ")))
     for name, kind in (("query", "query"), ("passage", "document"), (None, None)):
         body = {"inputs": ["a"], **({"prompt_name": name} if name else {})}

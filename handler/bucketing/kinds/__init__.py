@@ -4,7 +4,7 @@ model is read from its `Kind` here, never tested by name elsewhere.
 A kind declares its name (`handler.task`, `--task`), the task class that serves it (`module:Class` in this package,
 imported when first used: the registry stays light, `config` reads its names), the engines and dtypes it serves (and
 its refusal line for others), its answer's fields, how large an answer can be (for the start-up size check), its
-line from a wire format that does not answer it (each format declares the kinds it answers: `ANSWERS`) and a
+line from a wire format that does not answer it (each format declares the kinds it answers: `Wire.answers`) and a
 request's options of its own. The task class says the rest, as static methods (`task.TaskHooks` holds the defaults):
 `load` (the task on its engine), `read_settings` (its sentence-transformers settings, at build), `detects` (whether
 a folder is of this kind), `encoder_folder` (where its transformer lives, to check at build), `describe` (what the
@@ -62,7 +62,7 @@ class Kind:
     engines: tuple[str, ...] | None = None  # the engines it serves on (the first is its default); None: all
     dtypes: tuple[str, ...] | None = None  # the dtypes it serves in; None: all
     refusal: str = ""  # the line for another engine or dtype: {engine}, {dtype}, {setting} (the flag or key)
-    wire_refusal: str = ""  # the line from a wire format that does not answer it (its ANSWERS): {wire}
+    wire_refusal: str = ""  # the line from a wire format that does not answer it (`Wire.answers`): {wire}
     answer_bound: str = "texts"  # the start-up bound: per text; "one_text": one text must fit; "checked": per answer
     options: tuple[str, ...] = ()  # a request's options of its own
     normalized: bool = True  # a request may normalise its answer or cut it to `dimensions`

@@ -1,28 +1,29 @@
-"""Wire formats, one module each, behind one interface; `parse` picks the format of each request.
+"""Wire formats, one `Wire` each, behind one interface; `parse` picks the format of each request.
 
-A wire format is a module that declares, in one place, how requests reach it and how it answers:
-- `ROUTES`: the paths it serves after `/predictions/NAME/VERSION/` (TorchServe's `url_path`), each with its
+A wire format is a `Wire` (`base.py`), declared once at the end of its module as `WIRE`, from the module's names:
+- `routes`: the paths it serves after `/predictions/NAME/VERSION/` (TorchServe's `url_path`), each with its
   parser `(body, limits) -> Request`, which raises a `RequestError` (one subclass per status) for the client's
   mistake; `""` is the plain predictions path;
-- `claims(body)` (optional): whether a body at the plain path is its own (KServe v2: `inputs`; v1: `instances`);
-- `ANSWERS`: the model kinds it answers (None: every kind), checked here once (`admit`) before its parser runs;
-- `SERVED`: what it serves, for the 404 that lists everything; `error_body(error)`: its error shape;
-- `own_error(error)` (optional): an error as the format types it, status included (TEI's 422 Validation).
-Everything below is derived from `WIRES`: adding a wire format is its module and one entry there. Each request then
-carries its own outcome (`Incoming`): a request to run, or the error to answer. `parse` is where an error raised in
-decoding, admission or parsing becomes that outcome; the pipeline records those of its later steps (`Incoming.fail`).
+- `claims(body)` (optional, with `claimed`, its parser): whether a body at the plain path is its own (KServe v2:
+  `inputs`; v1: `instances`);
+- `answers`: the model kinds it answers (None: every kind), checked here once (`Wire.admit`) before its parser runs;
+- `served`: what it serves, for the 404 that lists everything; `error_body(error)`: its error shape;
+- `own_error(error)` (default: the error as raised): an error as the format types it, status included (TEI's 422
+  Validation); `Wire.error_reply` answers an error through both.
+Everything below is derived from `WIRES`: adding a wire format is its module (declaring its `WIRE`) and one entry
+there. Each request then carries its own outcome (`Incoming`): a request to run, or the error to answer. `parse` is
+where an error raised in decoding, admission or parsing becomes that outcome; the pipeline records those of its later
+steps (`Incoming.fail`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from types import ModuleType
 from typing import Any
 
 from bucketing.answers import Answer
-from bucketing.kinds import Kind
 from bucketing.protocols import (
     cohere_rerank,
     kserve_v1,
@@ -45,54 +46,45 @@ from bucketing.protocols.base import (
     Limits,
     Meta,
     NotFound,
+    Parser,
     Request,
     RequestError,
     TooLarge,
+    Wire,
     bad,
     quote,
 )
+from bucketing.protocols.base import Reply as Reply
 from bucketing.protocols.body import decode
 
 # Body claims are tried in this order at the plain path; the wire that routes "" answers what none claims.
-WIRES: tuple[ModuleType, ...] = (
-    tei_default,
-    kserve_v2,
-    kserve_v1,
-    openai,
-    tei_rerank,
-    cohere_rerank,
-    tei_embed,
-    tei_embed_all,
-    tei_embed_sparse,
-    tei_predict,
-    tei_similarity,
-    tei_tokenize,
-    tei_decode,
-    tei_info,
-    native,
+WIRES: tuple[Wire, ...] = (
+    tei_default.WIRE,
+    kserve_v2.WIRE,
+    kserve_v1.WIRE,
+    openai.WIRE,
+    tei_rerank.WIRE,
+    cohere_rerank.WIRE,
+    tei_embed.WIRE,
+    tei_embed_all.WIRE,
+    tei_embed_sparse.WIRE,
+    tei_predict.WIRE,
+    tei_similarity.WIRE,
+    tei_tokenize.WIRE,
+    tei_decode.WIRE,
+    tei_info.WIRE,
+    native.WIRE,
 )
-Parser = Callable[[Any, Limits], Any]
 
-ROUTES: dict[str, tuple[ModuleType, Parser]] = {path: (w, parser) for w in WIRES for path, parser in w.ROUTES.items()}
-SERVED = "; ".join(w.SERVED for w in WIRES)
-
-
-@dataclass(frozen=True)
-class Reply:
-    """One request's HTTP answer: status, body, its content type and extra headers (and the error type, if any)."""
-
-    status: int
-    body: str | bytes
-    error: str | None = None
-    content_type: str = "application/json"
-    headers: tuple[tuple[str, str], ...] = ()
+ROUTES: dict[str, tuple[Wire, Parser]] = {path: (w, parser) for w in WIRES for path, parser in w.routes.items()}
+SERVED = "; ".join(w.served for w in WIRES)
 
 
 @dataclass(frozen=True)
 class Incoming:
     """One request: its wire format, and either the request to run or the error it is answered with."""
 
-    wire: ModuleType
+    wire: Wire
     outcome: Request | RequestError
 
     @property
@@ -106,11 +98,11 @@ class Incoming:
     def reply(self, answers: Sequence[Answer], model_name: str, max_bytes: int) -> Reply:
         """Render the answer (or the error) in this request's own format; an answer over max_bytes is a 413."""
         if isinstance(self.outcome, RequestError):
-            return self._error(self.outcome)
+            return self.wire.error_reply(self.outcome)
         rendered = self.outcome.render(answers, model_name)
         body, reply = (json.dumps(rendered), Reply(200, "")) if not isinstance(rendered, Binary) else _binary(rendered)
         if len(body) > max_bytes:
-            return self._error(
+            return self.wire.error_reply(
                 TooLarge(
                     "ResponseTooLarge",
                     f"the answer would be {len(body)} bytes, over the {max_bytes} bytes a response may have "
@@ -118,10 +110,6 @@ class Incoming:
                 )
             )
         return replace(reply, body=body)
-
-    def _error(self, error: RequestError) -> Reply:
-        error = getattr(self.wire, "own_error", lambda e: e)(error)
-        return Reply(error.status, json.dumps(self.wire.error_body(error)), error.type)
 
 
 def _binary(rendered: Binary) -> tuple[bytes, Reply]:
@@ -142,13 +130,13 @@ def parse(row: Any, meta: Meta, limits: Limits) -> Incoming:
     try:
         header_length = meta.header(kserve_v2.HEADER_LENGTH)
         if not path and header_length is not None and isinstance(row, dict):
-            wire = kserve_v2
-            admit(wire, kind)
+            wire = kserve_v2.WIRE
+            wire.admit(kind)
             return Incoming(wire, _binary_request(row, header_length, limits))
         body = decode(row, content_type)
         if not path:
             wire, parser = _by_body(body)
-        admit(wire, kind)
+        wire.admit(kind)
         return Incoming(wire, parser(body, limits))
     except RequestError as error:
         return Incoming(wire, error.detached())
@@ -156,19 +144,6 @@ def parse(row: Any, meta: Meta, limits: Limits) -> Incoming:
         return Incoming(wire, bad("InvalidJSON", "the body nests too deeply"))
     except Exception as e:  # noqa: BLE001 - whatever a client sends is answered, never raised
         return Incoming(wire, bad("InvalidRequest", f"the request could not be read ({type(e).__name__})"))
-
-
-def serves(wire: ModuleType, kind: Kind) -> bool:
-    """Whether this wire format answers this kind: the one admission check, from the kinds each format declares it
-    answers (`ANSWERS`; None: every kind)."""
-    answers: tuple[str, ...] | None = wire.ANSWERS
-    return answers is None or kind.name in answers
-
-
-def admit(wire: ModuleType, kind: Kind) -> None:
-    """Raises the refusal of a wire format that does not answer this model's kind (`serves`), asked of it."""
-    if not serves(wire, kind):
-        raise bad("InvalidRequest", kind.wire_refusal.format(wire=wire.NAME))
 
 
 def _binary_request(row: dict[str, Any], header_length: str, limits: Limits) -> Request:
@@ -180,19 +155,18 @@ def _binary_request(row: dict[str, Any], header_length: str, limits: Limits) -> 
     return kserve_v2.parse(header, limits, binary)
 
 
-def _by_body(body: Any) -> tuple[ModuleType, Parser]:
-    for wire in WIRES:
-        claims = getattr(wire, "claims", None)
-        if claims is not None and claims(body):
-            return wire, wire.parse
-    return ROUTES[""]
+def _by_body(body: Any) -> tuple[Wire, Parser]:
+    """The wire format that claims a body at the plain path (in `WIRES`' order), with its parser; else the plain
+    path's."""
+    claimed = ((w, w.claimed) for w in WIRES if w.claimed is not None and w.claims_body(body))
+    return next(claimed, ROUTES[""])
 
 
-def _nearest(path: str) -> ModuleType:
+def _nearest(path: str) -> Wire:
     """The wire format whose routes share the unknown path's first segment (`v1/...`: OpenAI's), for its error
     shape; else the plain path's."""
     head = path.split("/", 1)[0]
-    near = [w for w in WIRES for route in w.ROUTES if "/" in route and route.split("/", 1)[0] == head]
+    near = [w for w in WIRES for route in w.routes if "/" in route and route.split("/", 1)[0] == head]
     return near[0] if near else ROUTES[""][0]
 
 

@@ -1,21 +1,22 @@
 """What every wire format shares: the parsed request's types (inputs, limits, request metadata), its errors (one
 exception per HTTP status), one input's answer check, the error body, and safe quoting of what a client sent.
 
-Pure: no torch, no I/O. A wire format (native, KServe v1/v2, OpenAI) is a module that offers `NAME`,
-`parse(body, limits) -> Request` (raising a `RequestError` for the client's mistake) and `error_body(error)`; see
-`protocols/__init__.py`, which turns a raised error into the request's outcome. Reading a request's body is `body`,
-its inputs `inputs`, its options `options`.
+Pure: no torch, no I/O. A wire format (native, KServe v1/v2, OpenAI, TEI's routes) is a `Wire`, declared once
+as its module's `WIRE`: its routes, each with a parser `(body, limits) -> Request` (raising a `RequestError` for the
+client's mistake), the kinds it answers, and its error shape; see `protocols/__init__.py`, which turns a raised
+error into the request's outcome. Reading a request's body is `body`, its inputs `inputs`, its options `options`.
 """
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from bucketing.answers import Answer, Options
-from bucketing.kinds import KINDS, Kind
+from bucketing.kinds import KINDS, Kind, KindName
 
 QUOTE_CHARS = 100  # at most this much of anything a client sent is quoted back in an error message
 NAMES_SHOWN = 5  # at most this many unknown keys are named in one message
@@ -192,6 +193,75 @@ class Request(Protocol):
 def check_count(request: Request, answers: Sequence[Answer]) -> None:
     if len(answers) != len(request.inputs):
         raise ValueError(f"{len(request.inputs)} inputs but {len(answers)} answers")
+
+
+Parser = Callable[[Any, Limits], Request]  # a route's parser: raises the client's mistake (a `RequestError`)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One request's HTTP answer: status, body, its content type and extra headers (and the error type, if any)."""
+
+    status: int
+    body: str | bytes
+    error: str | None = None
+    content_type: str = "application/json"
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+def as_raised(error: RequestError) -> RequestError:
+    """An error as it was raised (a wire format with no error types of its own)."""
+    return error
+
+
+@dataclass(frozen=True, eq=False)
+class Wire:
+    """One wire format, declared once (its module's `WIRE`): how requests reach it and how it answers them.
+
+    `routes`: the paths it serves after `/predictions/NAME/VERSION/`, each with its parser (`""`: the plain path);
+    `answers`: the model kinds it answers (None: every kind); `served`: what it serves, for the 404 that lists
+    everything; `error_body`: its error shape; `claims` (with `claimed`, its parser): whether a body at the plain
+    path is its own; `own_error`: an error as the format types it, status included (TEI's 422 Validation).
+    """
+
+    name: str
+    routes: Mapping[str, Parser]
+    answers: tuple[KindName, ...] | None
+    served: str
+    error_body: Callable[[RequestError], Any]
+    claims: Callable[[Any], bool] | None = None
+    claimed: Parser | None = None  # the parser of a body it claims
+    own_error: Callable[[RequestError], RequestError] = as_raised
+
+    def __post_init__(self) -> None:
+        if (self.claims is None) != (self.claimed is None):
+            raise ValueError(f"wire format {self.name}: a claim on a body comes with its parser (claims, claimed)")
+
+    def __repr__(self) -> str:
+        return f"Wire({self.name!r})"
+
+    def serves(self, kind: Kind) -> bool:
+        """Whether it answers this kind: the one admission check (`answers`; None: every kind)."""
+        return self.answers is None or kind.name in self.answers
+
+    def refusal(self, kind: Kind) -> str | None:
+        """Its line for a kind it does not answer (the kind's `wire_refusal`); None when it answers it."""
+        return None if self.serves(kind) else kind.wire_refusal.format(wire=self.name)
+
+    def admit(self, kind: Kind) -> None:
+        """Raises its refusal of this model's kind, when it does not answer it (`serves`)."""
+        line = self.refusal(kind)
+        if line is not None:
+            raise bad("InvalidRequest", line)
+
+    def claims_body(self, body: Any) -> bool:
+        """Whether a body at the plain path is its own (`claims`; then `claimed` parses it)."""
+        return self.claims is not None and self.claims(body)
+
+    def error_reply(self, error: RequestError) -> Reply:
+        """An error answered in this format: typed as it types errors (`own_error`), in its shape (`error_body`)."""
+        error = self.own_error(error)
+        return Reply(error.status, json.dumps(self.error_body(error)), error.type)
 
 
 def error_body(error: RequestError) -> dict[str, Any]:

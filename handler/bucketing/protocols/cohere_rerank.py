@@ -15,7 +15,7 @@ from typing import Any
 
 from bucketing.answers import Answer, Options
 from bucketing.kinds import ONE_PER_INPUT, KindName
-from bucketing.protocols.base import Limits, Pair, RequestError, bad, check_count, is_int, json_type
+from bucketing.protocols.base import Limits, Pair, RequestError, Wire, bad, check_count, is_int, json_type
 from bucketing.protocols.inputs import texts
 from bucketing.protocols.openai import MAX_MODEL_CHARS
 from bucketing.protocols.openai import error_body as error_body
@@ -80,3 +80,5 @@ def parse(body: Any, limits: Limits) -> CohereRerankRequest:
 
 
 ROUTES = {PATH: parse}
+
+WIRE = Wire(name=NAME, routes=ROUTES, answers=ANSWERS, served=SERVED, error_body=error_body)

@@ -11,7 +11,7 @@ from typing import Any
 
 from bucketing.answers import Answer, Options
 from bucketing.kinds import ONE_PER_INPUT, KindName
-from bucketing.protocols.base import Limits, bad, check_count, json_type
+from bucketing.protocols.base import Limits, Wire, bad, check_count, json_type
 from bucketing.protocols.base import error_body as error_body
 from bucketing.protocols.inputs import texts
 from bucketing.protocols.options import read_options
@@ -49,3 +49,14 @@ def parse(body: Any, limits: Limits) -> V1Request:
     unwrapped = [i["text"] if isinstance(i, Mapping) and set(i) == {"text"} else i for i in instances]
     parsed = texts(unwrapped, "instances", limits.max_texts)
     return V1Request(parsed, read_options({}, limits))
+
+
+WIRE = Wire(
+    name=NAME,
+    routes=ROUTES,
+    answers=ANSWERS,
+    served=SERVED,
+    error_body=error_body,
+    claims=claims,
+    claimed=parse,
+)

@@ -33,6 +33,7 @@ from bucketing.protocols.base import (
     Binary,
     Limits,
     Pair,
+    Wire,
     bad,
     check_count,
     is_int,
@@ -332,3 +333,14 @@ def _shape(shape: Any, max_texts: int, t: str = "inputs[0]") -> list[int]:
     if len(shape) == 2 and shape[1] != 1:
         raise bad("InvalidRequest", f"{t}.shape {quote(shape, 60)}: one text per row ([n, 1]) is expected")
     return shape
+
+
+WIRE = Wire(
+    name=NAME,
+    routes=ROUTES,
+    answers=ANSWERS,
+    served=SERVED,
+    error_body=error_body,
+    claims=claims,
+    claimed=parse,
+)

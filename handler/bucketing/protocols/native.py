@@ -16,7 +16,7 @@ from typing import Any
 
 from bucketing.answers import Answer, Options
 from bucketing.kinds import KindName
-from bucketing.protocols.base import Limits, Pair, bad, check_count, json_type, names
+from bucketing.protocols.base import Limits, Pair, Wire, bad, check_count, json_type, names
 from bucketing.protocols.base import error_body as error_body
 from bucketing.protocols.inputs import check_text, pairs, texts
 from bucketing.protocols.options import OPTION_FIELDS, read_options
@@ -97,3 +97,5 @@ def _single(text: str, where: str) -> TextRequest:
 
 
 ROUTES = {"": parse}
+
+WIRE = Wire(name=NAME, routes=ROUTES, answers=ANSWERS, served=SERVED, error_body=error_body)

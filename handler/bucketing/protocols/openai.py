@@ -26,7 +26,9 @@ from bucketing.protocols.base import (
     Input,
     Limits,
     NotFound,
+    Parser,
     RequestError,
+    Wire,
     bad,
     check_count,
     is_int,
@@ -241,5 +243,7 @@ def _param() -> Iterator[None]:
         raise e.with_param("input") from None
 
 
-ROUTES = {EMBEDDINGS: parse, MODELS: parse_models}
+ROUTES: dict[str, Parser] = {EMBEDDINGS: parse, MODELS: parse_models}
 SERVED = f"POST /predictions/NAME/VERSION/{EMBEDDINGS} (OpenAI, embedding models), GET .../{MODELS}"
+
+WIRE = Wire(name=NAME, routes=ROUTES, answers=ANSWERS, served=SERVED, error_body=error_body)

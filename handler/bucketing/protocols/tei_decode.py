@@ -13,7 +13,7 @@ from typing import Any
 from bucketing.answers import Answer, Options
 from bucketing.kinds import KindName
 from bucketing.protocols import tei
-from bucketing.protocols.base import Input, Limits, check_count, is_int, json_type
+from bucketing.protocols.base import Input, Limits, Wire, check_count, is_int, json_type
 from bucketing.protocols.tei import error_body as error_body
 from bucketing.protocols.tei import own_error as own_error
 from bucketing.protocols.tei_tokenize import facts
@@ -76,3 +76,5 @@ def parse(body: Any, limits: Limits) -> DecodeRequest:
 
 
 ROUTES = {PATH: parse}
+
+WIRE = Wire(name=NAME, routes=ROUTES, answers=ANSWERS, served=SERVED, error_body=error_body, own_error=own_error)

@@ -17,7 +17,7 @@ from typing import Any
 
 from bucketing.kinds import ONE_PER_INPUT, KindName
 from bucketing.protocols import tei, tei_embed, tei_predict, tei_rerank, tei_similarity
-from bucketing.protocols.base import Limits, Request
+from bucketing.protocols.base import Limits, Request, Wire
 from bucketing.protocols.tei import error_body as error_body
 from bucketing.protocols.tei import own_error as own_error
 
@@ -53,3 +53,15 @@ def parse(body: Any, limits: Limits) -> Request:
     if limits.kind.classifier:
         return tei_predict.parse(body, limits)
     return tei_embed.parse(body, limits)
+
+
+WIRE = Wire(
+    name=NAME,
+    routes=ROUTES,
+    answers=ANSWERS,
+    served=SERVED,
+    error_body=error_body,
+    claims=claims,
+    claimed=parse,
+    own_error=own_error,
+)

@@ -18,7 +18,7 @@ from bucketing.answers import Answer
 from bucketing.kinds import ONE_PER_INPUT, KindName
 from bucketing.model.chain import DOCUMENT_PROMPTS
 from bucketing.protocols import tei
-from bucketing.protocols.base import Limits, check_count
+from bucketing.protocols.base import Limits, Wire, check_count
 from bucketing.protocols.tei import error_body as error_body
 from bucketing.protocols.tei import own_error as own_error
 
@@ -57,3 +57,5 @@ def parse(body: Any, limits: Limits) -> EmbedSparseRequest:
 
 
 ROUTES = {PATH: parse}
+
+WIRE = Wire(name=NAME, routes=ROUTES, answers=ANSWERS, served=SERVED, error_body=error_body, own_error=own_error)

@@ -15,7 +15,7 @@ from typing import Any
 from bucketing.answers import Answer, Options
 from bucketing.kinds import ONE_PER_INPUT, KindName
 from bucketing.protocols import tei
-from bucketing.protocols.base import Input, Limits, Pair, check_count, json_type
+from bucketing.protocols.base import Input, Limits, Pair, Wire, check_count, json_type
 from bucketing.protocols.inputs import check_text
 from bucketing.protocols.options import read_options
 from bucketing.protocols.tei import error_body as error_body
@@ -88,3 +88,5 @@ def parse(body: Any, limits: Limits) -> PredictRequest:
 
 
 ROUTES = {PATH: parse}
+
+WIRE = Wire(name=NAME, routes=ROUTES, answers=ANSWERS, served=SERVED, error_body=error_body, own_error=own_error)

@@ -14,7 +14,7 @@ from typing import Any
 
 from bucketing.answers import Answer, Options
 from bucketing.kinds import ONE_PER_INPUT, KindName
-from bucketing.protocols.base import Limits, NotFound, Pair, RequestError, bad, check_count, json_type
+from bucketing.protocols.base import Limits, NotFound, Pair, RequestError, Wire, bad, check_count, json_type
 from bucketing.protocols.inputs import check_text, texts
 from bucketing.protocols.options import read_options
 
@@ -87,3 +87,5 @@ def parse(body: Any, limits: Limits) -> RerankRequest:
 
 
 ROUTES = {PATH: parse}
+
+WIRE = Wire(name=NAME, routes=ROUTES, answers=ANSWERS, served=SERVED, error_body=error_body)

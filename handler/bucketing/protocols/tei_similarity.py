@@ -18,7 +18,7 @@ import numpy as np
 from bucketing.answers import Answer, Options
 from bucketing.kinds import ONE_PER_INPUT, KindName
 from bucketing.protocols import tei
-from bucketing.protocols.base import Limits, check_count, json_type
+from bucketing.protocols.base import Limits, Wire, check_count, json_type
 from bucketing.protocols.options import read_options
 from bucketing.protocols.tei import error_body as error_body
 from bucketing.protocols.tei import own_error as own_error
@@ -74,3 +74,5 @@ def parse(body: Any, limits: Limits) -> SimilarityRequest:
 
 
 ROUTES = {PATH: parse}
+
+WIRE = Wire(name=NAME, routes=ROUTES, answers=ANSWERS, served=SERVED, error_body=error_body, own_error=own_error)

@@ -16,7 +16,7 @@ from typing import Any
 from bucketing.answers import Answer, Options
 from bucketing.kinds import KindName
 from bucketing.protocols import tei
-from bucketing.protocols.base import Input, Limits, ServerError, check_count, json_type
+from bucketing.protocols.base import Input, Limits, ServerError, Wire, check_count, json_type
 from bucketing.protocols.options import read_options
 from bucketing.protocols.tei import error_body as error_body
 from bucketing.protocols.tei import own_error as own_error
@@ -71,3 +71,5 @@ def parse(body: Any, limits: Limits) -> TokenizeRequest:
 
 
 ROUTES = {PATH: parse}
+
+WIRE = Wire(name=NAME, routes=ROUTES, answers=ANSWERS, served=SERVED, error_body=error_body, own_error=own_error)
