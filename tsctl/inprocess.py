@@ -2,7 +2,27 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, NamedTuple
+
+TORCHSERVE_PARSES = "application/json"  # the one Content-Type TorchServe's worker parses as JSON itself
+
+
+def torchserve_body(raw: bytes, content_type: str | None) -> tuple[Any, str]:
+    """An HTTP body and its Content-Type header as TorchServe 0.12 hands them to a handler: the body's value and the
+    row's content type. The frontend keeps the media type (Netty's `HttpUtil.getMimeType`: what precedes any `;`;
+    none is ""); the worker (`ts/protocol/otf_message_handler.py`, `_retrieve_input_data`) `json.loads` a body
+    whose type is exactly `application/json`, decodes a `text*` one to a string, and hands any other, or one that
+    fails, over as bytes."""
+    media = (content_type or "").split(";", 1)[0]
+    try:
+        if media == TORCHSERVE_PARSES:
+            return json.loads(raw.decode("utf-8")), media
+        if media.startswith("text"):
+            return raw.decode("utf-8"), media
+    except (ValueError, RecursionError):  # TorchServe catches any failure, logs it and forwards the bytes
+        pass
+    return raw, media
 
 
 class LocalMetrics:

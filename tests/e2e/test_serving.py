@@ -212,3 +212,17 @@ def test_histograms_and_errors_by_type_reach_prometheus(models):
     count = figure(batches, text)
     inf = figure(r'^bucket_batch_size_bucket{le="\+Inf",ModelName="bucketed",[^}]*} (\S+)$', text)
     assert count == inf > 0
+
+
+def test_bodies_are_decoded_once_through_torchserve(torchserve, shared_models, reference):
+    """TorchServe's worker parses an application/json body itself: a JSON string is refused, never parsed again
+    as an envelope; application/octet-stream is read as a body without a Content-Type (an envelope is JSON)."""
+    name = shared_models("bucketed")
+    client = torchserve.client
+    for body, ctype in [(b'"hello"', "application/json"), (b'"{\\"text\\": \\"hello\\"}"', "application/json")]:
+        reply = client.predict(name, body, ctype)
+        assert reply.status == 400 and "got a JSON string" in reply.json()["message"], reply.text
+    for untyped in ("application/octet-stream", None):
+        reply = client.predict(name, b'{"text": "hello"}', untyped)
+        assert reply.status == 200, reply.text
+        assert np.max(np.abs(np.array(reply.json()["embedding"]) - reference("hello"))) <= 1e-5

@@ -5,10 +5,13 @@ handler's settings, and TEI's errors come in its shape and codes."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.handler.test_handler import make_handler, mixed_texts, serve_at
 from tests.models import build_cross_encoder, build_sentence_transformer
+from tsctl.inprocess import torchserve_body
 
 np = pytest.importorskip("numpy")
 sentence_transformers = pytest.importorskip("sentence_transformers")
@@ -147,3 +150,27 @@ def test_teis_errors_in_its_shape_and_codes(embedder, classifier):
     _, handler, context = classifier
     ((status, body),) = serve_at(handler, context, [{"inputs": "a"}], ["embed"])
     assert status == 424 and body["error"].startswith("Model is not an embedding model")
+
+
+def test_bodies_are_decoded_once_as_torchserve_hands_them_over(embedder):
+    """A JSON string is never a second envelope (a 400 at our path, TEI's 422 at /embed); an envelope sent as
+    application/octet-stream is read as JSON (as without a Content-Type), never embedded as a text."""
+    folder, handler, context = embedder
+    sent = [
+        (b'"{\\"text\\": \\"hello\\"}"', "application/json", ""),
+        (b'"hello"', "application/json; charset=utf-8", ""),
+        (b'"hello"', "application/json", "embed"),
+        (b'{"text": "hello"}', "application/octet-stream", ""),
+        (b'{"inputs": "hello"}', "application/octet-stream", "embed"),
+        (b"hello", "application/octet-stream", ""),
+    ]
+    delivered = [torchserve_body(raw, content_type) for raw, content_type, _ in sent]
+    context.with_requests([media for _, media in delivered], [path for _, _, path in sent])
+    replies = [json.loads(b) for b in handler.handle([{"body": body} for body, _ in delivered], context)]
+    statuses = [context.status[i][0] for i in range(len(sent))]
+    assert statuses == [400, 400, 422, 200, 200, 200], replies
+    assert all("got a JSON string" in json.dumps(r) for r in replies[:3])
+    expected = sentence_transformers.SentenceTransformer(str(folder), device="cpu").encode(["hello"])
+    close([replies[3]["embedding"]], expected)
+    close(replies[4], expected)
+    close([replies[5]["embedding"]], expected)

@@ -10,6 +10,7 @@ import pytest
 from bucketing.protocols.base import RequestError
 from bucketing.protocols.native import TextRequest
 from tests.unit.wire import JSON, answer, incoming, parse
+from tsctl.inprocess import torchserve_body
 
 
 @pytest.mark.parametrize(
@@ -104,3 +105,56 @@ def test_a_bom_before_a_text_body_is_not_part_of_the_text():
 def test_an_integer_too_long_for_python_is_invalid_json_without_a_python_hint():
     error = parse(b'{"text": ' + b"9" * 5000 + b"}", JSON)
     assert error.type == "InvalidJSON" and "sys." not in error.message and "integer of more than" in error.message
+
+
+def as_torchserve(raw, content_type, url_path=None):
+    """What the handler makes of an HTTP body with this Content-Type, as TorchServe's worker hands it over."""
+    body, media = torchserve_body(raw, content_type)
+    return incoming(None, media, url_path=url_path, row={"body": body}).outcome
+
+
+JSON_TYPES = ["application/json", "application/json; charset=utf-8", "text/json", "application/vnd.api+json"]
+
+
+@pytest.mark.parametrize("content_type", JSON_TYPES)
+@pytest.mark.parametrize("raw", [b'"{\\"text\\": \\"hello\\"}"', b'"hello"'])
+def test_a_json_string_body_is_decoded_once_and_refused_naming_the_shapes(raw, content_type):
+    error = as_torchserve(raw, content_type)
+    assert isinstance(error, RequestError), error
+    assert (error.status, error.type) == (400, "InvalidRequest")
+    assert 'expected a JSON object {"text": ...} or {"texts": [...]}, got a JSON string' in error.message
+    assert "text/plain" in error.message
+
+
+@pytest.mark.parametrize("content_type", JSON_TYPES)
+def test_a_json_envelope_is_decoded_once_however_torchserve_hands_it_over(content_type):
+    assert as_torchserve(b'{"text": "hello"}', content_type) == TextRequest(("hello",), single=True)
+
+
+@pytest.mark.parametrize(
+    ("url_path", "status", "words"),
+    [("v1/embeddings", 400, "got a JSON string"), ("embed", 422, "got a JSON string")],
+)
+def test_a_json_string_is_refused_by_every_wire_format(url_path, status, words):
+    error = as_torchserve(b'"hello"', "application/json", url_path)
+    assert isinstance(error, RequestError) and error.status == status and words in error.message
+
+
+@pytest.mark.parametrize("content_type", ["application/octet-stream", "application/octet-stream; x=1"])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (b'{"text": "hello"}', TextRequest(("hello",), single=True)),
+        (b'\xef\xbb\xbf  {"texts": ["a", "b"]}', TextRequest(("a", "b"), single=False)),
+        (b"plain words", TextRequest(("plain words",), single=True)),
+        (b"[1] a numbered line", TextRequest(("[1] a numbered line",), single=True)),
+    ],
+)
+def test_octet_stream_is_read_as_a_body_without_a_content_type(raw, expected, content_type):
+    assert as_torchserve(raw, content_type) == as_torchserve(raw, None) == expected
+
+
+def test_invalid_json_under_octet_stream_says_how_it_was_read():
+    error = as_torchserve(b'{"text": ', "application/octet-stream")
+    assert isinstance(error, RequestError) and error.type == "InvalidJSON"
+    assert "application/octet-stream" in error.message and "Content-Type: text/plain" in error.message

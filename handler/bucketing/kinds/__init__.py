@@ -53,7 +53,7 @@ class Kind:
 
     name: KindName
     task: str  # its task class, `module:Class` in this package
-    title: str  # how a line names it: "a {title} model"
+    title: str  # how a line names it: "a {title} model" (`a_model`)
     head: tuple[str, ...] | None = ("embedding",)  # its answer's leading fields; None: a classifier's, by labels
     detects: int = 0  # over 0: a folder is detected as this kind by its task's `detects` (higher: asked first)
     saved_as: str = ""  # the sentence-transformers class that saves such a folder
@@ -61,12 +61,22 @@ class Kind:
     own_head: bool = False  # its task's `load_head` builds its head (a folder of it is refused as the default kind)
     engines: tuple[str, ...] | None = None  # the engines it serves on (the first is its default); None: all
     dtypes: tuple[str, ...] | None = None  # the dtypes it serves in; None: all
-    refusal: str = ""  # the line for another engine or dtype: {engine}, {dtype}, {setting} (the flag or key)
-    wire_refusal: str = ""  # the line from a wire format that does not answer it (`Wire.answers`): {wire}
+    refusal: str = ""  # the line for another engine or dtype: {model}, {engine}, {dtype}, {setting} (the flag or key)
+    wire_refusal: str = ""  # the line from a wire format that does not answer it (`Wire.answers`): {model}, {wire}
     answer_bound: str = "texts"  # the start-up bound: per text; "one_text": one text must fit; "checked": per answer
     options: tuple[str, ...] = ()  # a request's options of its own
     normalized: bool = True  # a request may normalise its answer or cut it to `dimensions`
     sparse: bool = False  # answers a vocabulary-size vector, as indices and values
+
+    def __post_init__(self) -> None:
+        """Its refusal lines name it as `a_model` does (`{model}` is filled in here; the rest when refused)."""
+        for line in ("refusal", "wire_refusal"):
+            object.__setattr__(self, line, getattr(self, line).replace("{model}", self.a_model))
+
+    @property
+    def a_model(self) -> str:
+        """How a line names such a model, article included: "an embedding model", "a multi-vector model"."""
+        return f"{'an' if self.title[:1].lower() in 'aeiou' else 'a'} {self.title} model"
 
     @property
     def classifier(self) -> bool:
@@ -112,7 +122,7 @@ KINDS: dict[str, Kind] = {  # by name (a str key: config and requests look names
             own_head=True,
             engines=("torch", "onnxruntime"),
             dtypes=("float32",),
-            refusal="{setting} {dtype}: a sparse model is served in float32 only (engine torch or onnxruntime)",
+            refusal="{setting} {dtype}: {model} is served in float32 only (engine torch or onnxruntime)",
             answer_bound="checked",
             options=("max_active_dims",),
             normalized=False,
@@ -128,8 +138,8 @@ KINDS: dict[str, Kind] = {  # by name (a str key: config and requests look names
             note="one vector per token",
             own_head=True,
             dtypes=("float32",),
-            refusal="{setting} {dtype}: a multi-vector model is served in float32 only",
-            wire_refusal="this is a multi-vector model (one vector per token), which {wire} cannot answer; served at "
+            refusal="{setting} {dtype}: {model} is served in float32 only",
+            wire_refusal="this is {model} (one vector per token), which {wire} cannot answer; served at "
             'POST /predictions/NAME (`{{"texts": [...], "input_type": "query" | "document"}}`) and .../embed_all (TEI)',
             answer_bound="one_text",
         ),

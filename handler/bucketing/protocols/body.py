@@ -1,4 +1,4 @@
-"""A request row's body as TorchServe delivers it (bytes, a string, or JSON it parsed), decoded to text or JSON
+"""A request row's body as TorchServe delivers it (bytes, a string, or JSON it parsed), decoded once to text or JSON
 by its Content-Type; the one-line error that stops it is raised. Pure."""
 
 from __future__ import annotations
@@ -12,15 +12,26 @@ from bucketing.protocols.base import UnsupportedMediaType, bad
 
 BODY_KEYS = ("body", "data")
 BOM = "\ufeff"
+# TorchServe's worker (ts/protocol/otf_message_handler.py, `_retrieve_input_data`) json.loads a body whose type is
+# exactly this (the frontend keeps only the media type) and decodes a `text*` one to a string; any other comes as bytes.
+TORCHSERVE_PARSES = "application/json"
+UNTYPED = ("", "application/octet-stream")  # types that say nothing of the content: the body is sniffed
+
+
+class Text(str):
+    """A body that is one text (`text/*`, a type that is not JSON, or an untyped body not starting with `{`); a JSON
+    value that is a string stays a plain `str`, never a text to embed nor a second envelope."""
 
 
 def decode(row: Any, content_type: str | None) -> Any:
-    """A request row's body as text or JSON (None when empty); raises the error that stops it.
+    """A request row's body as `Text` or a JSON value (None when empty), decoded once; raises the error that stops it.
 
     The rule for JSON: a JSON Content-Type (`application/json`, `text/json`, `...+json`, any parameters) is
-    parsed as JSON; any other `text/*` is always one text; a body sent with no Content-Type at all (Python
-    `requests` with `data=`, httpx with `content=`) is parsed as JSON when it starts with `{`, and is one text
-    otherwise. A leading UTF-8 byte-order mark is dropped first. A JSON envelope is never embedded as text.
+    parsed as JSON, once (what TorchServe parsed itself is taken as it is); any other type is one text; a body
+    whose type says nothing of its content (none at all, as Python `requests` with `data=` or httpx with `content=`
+    send it, or `application/octet-stream`, as aiohttp sends bytes) is parsed as JSON when it starts with `{`, and
+    is one text otherwise. A leading UTF-8 byte-order mark is dropped first. A JSON envelope is never embedded as
+    text, and a JSON string is never read as one: it is the JSON value it is.
     """
     if not isinstance(row, Mapping):
         raise bad("InvalidRequest", f"unexpected request shape {type(row).__name__}")
@@ -41,16 +52,15 @@ def decode(row: Any, content_type: str | None) -> Any:
             text = bytes(value).decode("utf-8")
         except UnicodeDecodeError as e:
             raise bad("InvalidEncoding", f"the body is not valid UTF-8 (byte {e.start}: {e.reason})") from None
-    elif isinstance(value, str):  # TorchServe decodes a text/* body (text/json too) to a string itself
+    elif isinstance(value, str) and content_type != TORCHSERVE_PARSES:  # a text/* body TorchServe decoded
         text = value
-    else:  # TorchServe parsed an application/json body itself
+    else:  # the JSON value TorchServe parsed from an application/json body: a string is that string, not a body
         return value
     text = text.removeprefix(BOM)  # a byte-order mark says how the body is encoded; it is not content
-    ctype = (content_type or "").strip().lower()
-    media = ctype.split(";", 1)[0].strip()
-    sniffed = not ctype and text.lstrip()[:1] == "{"
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    sniffed = media in UNTYPED and text.lstrip()[:1] == "{"
     if not (media.endswith("/json") or media.endswith("+json") or sniffed):
-        return text
+        return Text(text)
     try:
         return json.loads(text)
     except ValueError as e:  # JSONDecodeError, or an integer too long to convert
@@ -60,8 +70,9 @@ def decode(row: Any, content_type: str | None) -> Any:
                 f"the body is not valid JSON here: it holds an integer of more than "
                 f"{sys.get_int_max_str_digits()} digits",
             ) from None
+        sent = f"the Content-Type {media} says nothing of the content" if media else "no Content-Type was sent"
         hint = (
-            " (no Content-Type was sent and the body starts with '{', so it was read as JSON; "
+            f" ({sent} and the body starts with '{{', so it was read as JSON; "
             "send Content-Type: text/plain to embed it as text)"
             if sniffed
             else ""

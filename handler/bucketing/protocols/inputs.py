@@ -39,7 +39,7 @@ def pairs(value: Any, where: str, limits: Limits) -> tuple[Pair, ...]:
     if not limits.kind.classifier:
         raise bad(
             "InvalidRequest",
-            f'"{where}": text pairs need a classification model (a cross-encoder); this is an {limits.task} model',
+            f'"{where}": text pairs need a classification model (a cross-encoder); this is {limits.kind.a_model}',
             where,
         )
     if not isinstance(value, list):

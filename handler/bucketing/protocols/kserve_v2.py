@@ -182,7 +182,7 @@ def parse(body: Any, limits: Limits, binary: bytes | None = None) -> V2Request:
     if limits.kind.sparse:
         raise bad(
             "InvalidRequest",
-            "KServe v2 answers dense tensors; this is a sparse model, answered as indices and values at "
+            f"KServe v2 answers dense tensors; this is {limits.kind.a_model}, answered as indices and values at "
             "POST /predictions/NAME (native or KServe v1), v1/embeddings (OpenAI) or .../embed_sparse (TEI)",
         )
     request_id = body.get("id")

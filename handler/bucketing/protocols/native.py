@@ -18,6 +18,7 @@ from bucketing.answers import Answer, Options
 from bucketing.kinds import KindName
 from bucketing.protocols.base import Limits, Pair, Wire, bad, check_count, json_type, names
 from bucketing.protocols.base import error_body as error_body
+from bucketing.protocols.body import Text
 from bucketing.protocols.inputs import check_text, pairs, texts
 from bucketing.protocols.options import OPTION_FIELDS, read_options
 
@@ -53,13 +54,14 @@ def parse(body: Any, limits: Limits) -> TextRequest:
     """A decoded body (text, or JSON) to texts; raises the client's mistake."""
     if body is None:
         raise bad("EmptyBody", 'the request has no body; send a text or JSON {"text": ...}')
-    if isinstance(body, str):
+    if isinstance(body, Text):
         single = _single(body, "the body")
         return replace(single, options=read_options({}, limits))  # text/plain: the model's default prompt, if any
     if not isinstance(body, Mapping):
         raise bad(
             "InvalidRequest",
-            f'expected a JSON object {{"text": ...}} or {{"texts": [...]}}, got a JSON {json_type(body)}',
+            f'expected a JSON object {{"text": ...}} or {{"texts": [...]}}, got a JSON {json_type(body)}'
+            + (" (one text alone is sent as the body with Content-Type: text/plain)" if isinstance(body, str) else ""),
         )
     parsed = _texts(body, set(body) - set(OPTION_FIELDS), limits)
     return replace(parsed, options=read_options(body, limits))

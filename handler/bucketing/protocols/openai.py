@@ -109,7 +109,7 @@ def parse(body: Any, limits: Limits) -> EmbeddingsRequest:
     if limits.kind.head != ("embedding",):  # one vector per input: what OpenAI's answer holds
         raise NotFound(
             "NotFound",
-            f"this model is a {limits.task} model: it serves POST /predictions/NAME (native JSON, text/plain, "
+            f"this model is {limits.kind.a_model}: it serves POST /predictions/NAME (native JSON, text/plain, "
             f"KServe v1/v2 bodies), not {EMBEDDINGS}",
         )
     if body is None:

@@ -83,7 +83,7 @@ def read_sparse_options(
         if "max_active_dims" not in kind.options:
             raise bad(
                 "InvalidRequest",
-                f'"max_active_dims" is for sparse models; this is an {limits.task} model',
+                f'"max_active_dims" is for sparse models; this is {kind.a_model}',
                 "max_active_dims",
             )
         if not is_int(max_active) or max_active < 1:

@@ -38,11 +38,11 @@ class EmbedRequest(tei.TeiInputs):
 def parse(body: Any, limits: Limits) -> EmbedRequest:
     if limits.kind.sparse:
         raise tei.backend(
-            "Model is not a dense embedding model: this is a sparse (SPLADE) model, served at /embed_sparse"
+            f"Model is not a dense embedding model: this is {limits.kind.a_model}, served at /embed_sparse"
         )
     if not limits.kind.dense_vector:
         raise tei.backend(
-            f"Model is not an embedding model: this is a {limits.task} model, served at /predict "
+            f"Model is not an embedding model: this is {limits.kind.a_model}, served at /predict "
             "(TEI's classification route)"
         )
     return tei.parse_texts(EmbedRequest, body, limits, FIELDS)

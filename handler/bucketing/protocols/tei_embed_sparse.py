@@ -48,8 +48,8 @@ def input_type(prompt_name: Any) -> str | None:
 def parse(body: Any, limits: Limits) -> EmbedSparseRequest:
     if not limits.kind.sparse:
         raise tei.backend(
-            f"Model is not an embedding model with SPLADE pooling: this is a dense {limits.task} model; use "
-            f"{'/embed' if limits.kind.dense_vector else '/predict'}"
+            f"Model is not an embedding model with SPLADE pooling: this is {limits.kind.a_model}, not a sparse one; "
+            f"use {'/embed' if limits.kind.dense_vector else '/predict'}"
         )
     parsed = tei.parse_texts(EmbedSparseRequest, body, limits, FIELDS)
     kind = input_type(body.get("prompt_name"))  # an object: parse_texts read it

@@ -51,9 +51,9 @@ class RerankRequest:
 def one_label_classifier(limits: Limits, route: str) -> None:
     """Reranking needs a classification model with one label (a relevance score)."""
     if not limits.kind.classifier or limits.dimensions != 1:
-        what = f"an {limits.task} model" if not limits.kind.classifier else f"{limits.dimensions} labels"
+        what = f"is {limits.kind.a_model}" if not limits.kind.classifier else f"has {limits.dimensions} labels"
         raise NotFound(
-            "NotFound", f"{route} serves one-label classification models (cross-encoders); this model has {what}"
+            "NotFound", f"{route} serves one-label classification models (cross-encoders); this model {what}"
         )
 
 

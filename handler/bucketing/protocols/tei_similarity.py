@@ -46,7 +46,7 @@ class SimilarityRequest:
 
 def parse(body: Any, limits: Limits) -> SimilarityRequest:
     if not limits.kind.dense_vector:
-        raise tei.backend(f"Model is not an embedding model: this is a {limits.task} model")
+        raise tei.backend(f"Model is not an embedding model: this is {limits.kind.a_model}")
     request = tei.body_object(body, '"inputs": {"source_sentence", "sentences"}')
     inputs = request.get("inputs")
     if not isinstance(inputs, Mapping):

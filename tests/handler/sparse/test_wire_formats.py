@@ -71,3 +71,13 @@ def test_a_dense_model_refuses_embed_sparse(tiny_embedder_dir):
     handler, context = make_handler(tiny_embedder_dir, max_length=64)
     ((status, body),) = serve_at(handler, context, [{"inputs": "a"}], ["embed_sparse"])
     assert status == 424 and body["error_type"] == "Backend"
+
+
+def test_a_csr_model_is_named_a_sparse_model_in_refusals(csr_folders):
+    handler, context = make_handler(csr_folders["csr-dense-normalized"], task="sparse", max_length=64)
+    rows = [{"inputs": "a"}, {"inputs": "a"}, {"pairs": [["a", "b"]]}]
+    answers = serve_at(handler, context, rows, ["embed", "predict", ""])
+    assert [s for s, _ in answers] == [424, 424, 400], answers
+    for _, body in answers:
+        line = body.get("error") if isinstance(body.get("error"), str) else body["message"]
+        assert "this is a sparse model" in line and "SPLADE" not in line, line
