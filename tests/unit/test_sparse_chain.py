@@ -116,7 +116,8 @@ PROMPTS = (("query", "q: "), ("passage", "p: "), ("plain", "x: "))
     "body, prompt",
     [
         ({"input_type": "query"}, "q: "),
-        ({"input_type": "document"}, "p: "),  # encode_document's first of document, passage, corpus
+        ({"input_type": "document"}, ""),  # encode_document's `document` prompt (none here), never `passage`
+        ({"input_type": "document", "prompt_name": "passage"}, "p: "),  # named, as encode_document(prompt_name=)
         ({"input_type": "query", "prompt_name": "plain"}, "x: "),  # a named prompt wins, as in encode_query
         ({"input_type": "document", "prompt": ""}, ""),
         ({}, "x: "),  # encode(): the default prompt

@@ -44,7 +44,6 @@ class ChainError(ValueError):
 
 
 INPUT_TYPES = ("query", "document")  # a request's `input_type`: sentence-transformers' encode_query / encode_document
-DOCUMENT_PROMPTS = ("document", "passage", "corpus")  # encode_document's prompt: the first of these the model has
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bucketing.answers import Options
-from bucketing.model.chain import DOCUMENT_PROMPTS, INPUT_TYPES
+from bucketing.model.chain import INPUT_TYPES
 from bucketing.protocols.base import Limits, RequestError, bad, is_int, json_type, quote
 from bucketing.protocols.inputs import check_text
 
@@ -54,7 +54,7 @@ def read_options(body: Mapping[str, Any], limits: Limits, fields: Sequence[str] 
     input_type, max_active = read_sparse_options(body, limits, fields, values["normalize"], dimensions)
     prompt_name = body.get("prompt_name") if "prompt_name" in fields else None
     text = body.get("prompt") if "prompt" in fields else None
-    prompt = resolve_prompt(input_prompt(prompt_name, text, input_type, limits), text, limits, input_type)
+    prompt = resolve_prompt(prompt_name, text, limits, input_type)
     return Options(
         values["normalize"],
         dimensions,
@@ -109,19 +109,11 @@ def read_sparse_options(
     return input_type, max_active
 
 
-def input_prompt(name: Any, text: Any, input_type: str | None, limits: Limits) -> Any:
-    """The prompt name a request's input_type implies when it names none, as encode_query ("query") and
-    encode_document (the first of document, passage, corpus) pick it among the model's prompts."""
-    if name is not None or text is not None or input_type is None:
-        return name
-    prompts = dict(limits.prompts)
-    candidates = ("query",) if input_type == "query" else DOCUMENT_PROMPTS
-    return next((c for c in candidates if c in prompts), None)
-
-
 def resolve_prompt(name: Any, text: Any, limits: Limits, input_type: str | None = None) -> str:
     """The text to put before each input: the request's `prompt`, or the model's prompt `name`, or with an
-    `input_type` the model's prompt of that name (none: no prompt, as encode_query/encode_document), or its default."""
+    `input_type` the model's prompt of that name (none: no prompt), or its default. sentence-transformers 6.2 always
+    has a `query` and a `document` prompt (empty unless set), so encode_query / encode_document take exactly those,
+    never a `passage` or `corpus` prompt nor the default one."""
     prompts = dict(limits.prompts)
     if input_type is not None and name is None and text is None:
         return prompts.get(input_type, "")

@@ -16,7 +16,6 @@ from typing import Any
 
 from bucketing.answers import Answer
 from bucketing.kinds import ONE_PER_INPUT, KindName
-from bucketing.model.chain import DOCUMENT_PROMPTS
 from bucketing.protocols import tei
 from bucketing.protocols.base import Limits, Wire, check_count
 from bucketing.protocols.tei import error_body as error_body
@@ -27,6 +26,7 @@ ANSWERS: tuple[KindName, ...] | None = ONE_PER_INPUT  # not a multi-vector model
 PATH = "embed_sparse"
 SERVED = f"POST /predictions/NAME/VERSION/{PATH} (TEI's embed_sparse, sparse models)"
 FIELDS = ("truncate", "truncation_direction", "prompt_name")
+DOCUMENT_PROMPTS = ("document", "passage", "corpus")  # prompt names that ask for encode_document (with that prompt)
 
 
 @dataclass(frozen=True)
