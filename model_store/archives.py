@@ -115,11 +115,14 @@ class ModelFolderError(ValueError):
     """A model folder the handler cannot serve; the message names what is missing."""
 
 
-def check_model_dir(model_dir: Path, task: str, dtype: str | None = None, chained: bool = True) -> int:
-    """Whether the handler can serve this folder (config.json, a known architecture for the task, a fast
-    tokenizer, weights saved in float32 unless `dtype` (handler.dtype) is reduced); returns the tokens per text
-    sentence-transformers cuts it at (`sentence_transformers_limit`). Raises ModelFolderError naming what is
-    missing. `chained` False: the transformer of a chain its kind has read (its folder may be the chain's own)."""
+def check_model_dir(
+    model_dir: Path, task: str, dtype: str | None = None, chained: bool = True, loaded_as: str | None = None
+) -> int:
+    """Whether the handler can serve this folder (config.json, a known architecture for the task, weights of the
+    shapes config.json declares, a fast tokenizer, weights saved in float32 unless `dtype` (handler.dtype) is
+    reduced); returns the tokens per text sentence-transformers cuts it at (`sentence_transformers_limit`). Raises
+    ModelFolderError naming what is missing. `chained` False: the transformer of a chain its kind has read (its
+    folder may be the chain's own), loaded as the transformers class `loaded_as`."""
     if task not in TASKS:
         raise ModelFolderError(f"--task {task!r}; allowed: {', '.join(TASKS)}")
     kind = KINDS[task]
@@ -133,11 +136,12 @@ def check_model_dir(model_dir: Path, task: str, dtype: str | None = None, chaine
     except ChainError as e:
         raise ModelFolderError(str(e)) from None
     if encoder is not None:  # its transformer in a folder of its own (a sparse model's MLM): checked as a model
-        longest = check_model_dir(encoder[0], DEFAULT, dtype, chained=False)
+        longest = check_model_dir(encoder[0], DEFAULT, dtype, chained=False, loaded_as=encoder[2])
         return min(longest, encoder[1] or longest)
     if not (model_dir / "config.json").is_file():
         raise ModelFolderError(f"{model_dir}: no config.json (a Hugging Face model folder, as save_pretrained writes)")
-    from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
+    import transformers
+    from transformers import AutoConfig
 
     try:
         config = AutoConfig.from_pretrained(model_dir)
@@ -145,9 +149,15 @@ def check_model_dir(model_dir: Path, task: str, dtype: str | None = None, chaine
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
         raise ModelFolderError(f"{model_dir}: config.json is not a model config transformers knows ({first})") from e
     classifier = KINDS[task].classifier
-    auto = AutoModelForSequenceClassification if classifier else AutoModel
+    auto = getattr(transformers, loaded_as or ("AutoModelForSequenceClassification" if classifier else "AutoModel"))
     if type(config) not in auto._model_mapping:  # noqa: SLF001 - the mapping is what from_pretrained consults
         raise ModelFolderError(f"{model_dir}: architecture {config.model_type!r} has no {auto.__name__} class")
+    from bucketing.model.weights import check_weight_shapes
+
+    try:  # before anything of the sizes config.json declares is allocated (the worker checks it again)
+        check_weight_shapes(auto, model_dir)
+    except ChainError as e:
+        raise ModelFolderError(str(e)) from None
     from bucketing.model.head import REDUCED_SAVED, reduced_weights, saved_dtype
 
     if (dtype or "float32") == "float32" and saved_dtype(config) in REDUCED_SAVED:

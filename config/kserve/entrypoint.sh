@@ -5,11 +5,19 @@
 # closes the listeners and stops the model's workers, and the launcher then returns. Kubernetes sends SIGTERM,
 # then SIGKILL after the pod's grace period (30 s by default).
 set -u
-pidfile="${TMPDIR:-/tmp}/.model_server.pid"   # where the launcher writes the frontend's pid
 # The trap first: a SIGTERM from here on is kept, and acted on by the loop below (the trap only notes it), so none
 # arriving as TorchServe starts can end this shell and leave TorchServe running.
 term=0
 trap 'term=1' TERM INT
+# The launcher writes the frontend's pid to .model_server.pid in Python's tempfile.gettempdir() ($TMPDIR, else
+# $TEMP, $TMP, /tmp: the first that is a writable folder), not always $TMPDIR. Ask Python, and hand its answer to
+# the launcher as TMPDIR, so both name the same file whichever Python each runs.
+if ! tmp=$(python3 -c 'import tempfile; print(tempfile.gettempdir())'); then
+    echo "ts-entrypoint: no writable temporary folder (TMPDIR, TEMP, TMP, /tmp) for TorchServe's pid file"
+    exit 1
+fi
+export TMPDIR="$tmp"
+pidfile="$tmp/.model_server.pid"
 rm -f "$pidfile"
 if [ "$term" = 1 ]; then
     echo "ts-entrypoint: stopped before TorchServe started"

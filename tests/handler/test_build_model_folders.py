@@ -272,9 +272,15 @@ def test_an_explicit_max_length_below_the_model_s_says_so_at_build_and_start(lon
 
 
 def test_a_model_past_the_memory_cap_needs_an_explicit_max_length(tiny_embedder_dir, tmp_path, capsys):
+    import torch
+    from safetensors.torch import load_file, save_file
+
     folder = copy_of(tiny_embedder_dir, tmp_path)
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 16384}))
+    weights = load_file(str(folder / "model.safetensors"))  # positions as many as config.json says
+    weights["embeddings.position_embeddings.weight"] = torch.zeros(16384, config["hidden_size"])
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
     tokenizer = json.loads((folder / "tokenizer_config.json").read_text())
     tokenizer.pop("model_max_length", None)
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -18,12 +19,15 @@ from model_store.archives import ROOT
 ENTRYPOINT = ROOT / "config" / "kserve" / "entrypoint.sh"
 
 # TorchServe's launcher as it behaves (ts/model_server.py, --foreground): starts the frontend, writes its pid to
-# $TMPDIR/.model_server.pid, waits for it; SIGTERM kills the launcher at once and is forwarded to nothing. The fake
+# `.model_server.pid` in Python's `tempfile.gettempdir()` (asked of Python here, as the launcher does: $TMPDIR,
+# $TEMP, $TMP, /tmp, the first that is a writable folder), waits for it; SIGTERM kills the launcher at once and is
+# forwarded to nothing. The fake
 # frontend records the signals it gets and exits 0 on SIGTERM (FAKE_EXIT: exits with that at once).
 # FAKE_PID_DELAY: seconds between starting the frontend and writing its pid; FAKE_TERM_PARENT: the launcher sends
 # SIGTERM to the entrypoint as it starts.
 FAKE_TORCHSERVE = r"""#!/bin/sh
 echo "$$" >"$FAKE_LOG/launcher.pid"
+tmp=$("$FAKE_PYTHON" -c 'import tempfile; print(tempfile.gettempdir())')
 if [ -n "${FAKE_TERM_PARENT:-}" ]; then kill -TERM "$PPID"; fi
 sh -c 'trap "echo TERM >>\"$FAKE_LOG/frontend.signals\"; exit 0" TERM
        echo "$$" >"$FAKE_LOG/frontend.pid"
@@ -31,7 +35,7 @@ sh -c 'trap "echo TERM >>\"$FAKE_LOG/frontend.signals\"; exit 0" TERM
        while :; do sleep 0.05; done' &
 frontend=$!
 sleep "${FAKE_PID_DELAY:-0}"
-echo "$frontend" >"${TMPDIR:-/tmp}/.model_server.pid"
+echo "$frontend" >"$tmp/.model_server.pid"
 wait "$frontend"
 """
 
@@ -64,10 +68,13 @@ def wait_for(path: Path, timeout: float) -> None:
         time.sleep(0.02)
 
 
-def run_entrypoint(fake_path, tmp_path, **env: str) -> tuple[subprocess.Popen[str], Path]:
+def run_entrypoint(fake_path, tmp_path, **env: str | None) -> tuple[subprocess.Popen[str], Path]:
+    """The entrypoint with the fake on PATH and TMPDIR a folder of the test's (`env`: more variables; None unsets)."""
     path, log = fake_path
     (tmp_path / "tmp").mkdir()
-    environment = {**os.environ, "PATH": path, "FAKE_LOG": str(log), "TMPDIR": str(tmp_path / "tmp"), **env}
+    base = {k: v for k, v in os.environ.items() if k not in ("TMPDIR", "TEMP", "TMP")}
+    given = {"PATH": path, "FAKE_LOG": str(log), "FAKE_PYTHON": sys.executable, "TMPDIR": str(tmp_path / "tmp"), **env}
+    environment = {**base, **{k: v for k, v in given.items() if v is not None}}
     proc = subprocess.Popen(
         ["sh", str(ENTRYPOINT), "--model-store", "x"],
         env=environment,
@@ -108,6 +115,27 @@ def test_a_sigterm_before_the_frontend_pid_is_known_reaches_the_frontend(fake_pa
     assert left == [], f"still running after the entrypoint: {left}; {out}"
     assert (log / "frontend.signals").read_text().split() == ["TERM"], out
     assert status == 0 and "ts-entrypoint: stopping TorchServe (frontend pid" in out, out
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        pytest.param({"TMPDIR": None, "TEMP": "tmp"}, id="TEMP set, TMPDIR unset"),
+        pytest.param({"TMPDIR": "missing", "TEMP": "tmp"}, id="TMPDIR a missing folder"),
+    ],
+)
+def test_a_sigterm_reaches_the_frontend_wherever_python_puts_the_pid_file(fake_path, tmp_path, where):
+    """The launcher writes its pid file where Python's `tempfile.gettempdir()` points, which is not `$TMPDIR` when
+    TMPDIR is unset and TEMP is set, or when TMPDIR names no folder: the entrypoint finds it there all the same (was:
+    it polled `${TMPDIR:-/tmp}` for ever, SIGTERM never reached the frontend)."""
+    env = {k: None if v is None else str(tmp_path / v) for k, v in where.items()}
+    proc, log = run_entrypoint(fake_path, tmp_path, **env)
+    wait_for(log / "frontend.pid", 10)
+    proc.send_signal(signal.SIGTERM)
+    status, out, left = finish(proc, log, 10)
+    assert left == [], f"still running after the entrypoint: {left}; {out}"
+    assert (log / "frontend.signals").read_text().split() == ["TERM"], out
+    assert status == 0 and (tmp_path / "tmp" / ".model_server.pid").exists(), out
 
 
 def test_a_sigterm_as_torchserve_starts_reaches_the_frontend(fake_path, tmp_path):

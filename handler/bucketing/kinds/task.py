@@ -124,9 +124,9 @@ class TaskHooks:
         return False
 
     @staticmethod
-    def encoder_folder(folder: Path) -> tuple[Path, int | None] | None:
-        """Where its transformer lives when not in the folder itself (checked at build as an embedding model), and
-        the tokens its chain cuts texts at; None: the folder itself."""
+    def encoder_folder(folder: Path) -> tuple[Path, int | None, str] | None:
+        """Where its transformer lives when not in the folder itself (checked at build as an embedding model), the
+        tokens its chain cuts texts at, and the transformers class it is loaded as; None: the folder itself."""
         return None
 
     @staticmethod

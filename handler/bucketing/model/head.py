@@ -18,6 +18,7 @@ import torch
 
 from bucketing.kinds import KINDS
 from bucketing.model.chain import Chain, ChainError, check_dense_weights, read_chain, read_prompts
+from bucketing.model.weights import check_weight_shapes
 
 # Encoders whose position ids start after the padding index: max_position_embeddings - pad_token_id - 1 usable.
 OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert", "longformer", "mpnet")
@@ -165,7 +166,7 @@ def load_head(task: str, model_dir: str, attention: str | None = None) -> tuple[
     classifier = KINDS[task].classifier
     auto = AutoModelForSequenceClassification if classifier else AutoModel
     extra = {"attn_implementation": attention} if attention else {}
-    model = auto.from_pretrained(model_dir, **extra).eval()
+    model = load_pretrained(auto, model_dir, **extra)
     cfg = model.config
     positions = usable_positions(cfg)
     try:
@@ -177,6 +178,17 @@ def load_head(task: str, model_dir: str, attention: str | None = None) -> tuple[
     info = ModelInfo(positions, dims, labels, int(cfg.vocab_size), activation(cfg, model_dir), chain)
     head = Head(model, pooled=not classifier, chain=chain, dense=dense_layers(model_dir, chain))
     return head.eval(), info
+
+
+def load_pretrained(auto: Any, folder: str | Path, **extra: Any) -> Any:
+    """`auto.from_pretrained(folder)` in eval mode, once config.json's shapes are checked against the weights'
+    headers (every kind loads its transformer here): a mismatch is an EngineError in one line, before anything of
+    the sizes config.json declares is allocated."""
+    try:
+        check_weight_shapes(auto, folder)
+    except ChainError as e:
+        raise EngineError(str(e)) from None
+    return auto.from_pretrained(folder, **extra).eval()
 
 
 def class_labels(config: Any) -> tuple[str, ...]:

@@ -177,14 +177,14 @@ def load_token_head(model_dir: str, attention: str | None = None) -> tuple[Any, 
     """The encoder and the chain's Dense layers over every token, in eval mode, and the model's facts."""
     from transformers import AutoModel
 
-    from bucketing.model.head import EngineError, ModelInfo, dense_layers, usable_positions
+    from bucketing.model.head import EngineError, ModelInfo, dense_layers, load_pretrained, usable_positions
 
     try:
         spec = read_multivector(model_dir)
     except ChainError as e:
         raise EngineError(f"{model_dir}: {e}") from None
     extra = {"attn_implementation": attention} if attention else {}
-    model = AutoModel.from_pretrained(model_dir, **extra).eval()
+    model = load_pretrained(AutoModel, model_dir, **extra)
     cfg = model.config
     dims = spec.chain.dense[-1].out_features if spec.chain.dense else int(cfg.hidden_size)
     info = ModelInfo(usable_positions(cfg), dims, (), int(cfg.vocab_size), chain=spec.chain)

@@ -93,6 +93,12 @@ class SparseSpec:
         """The one transformer's folder (relative; MLM, or csr's dense one), if a route runs one."""
         return next((r.folder for r in self.routes.values() if r.runs_transformer), None)
 
+    @property
+    def loaded_as(self) -> str:
+        """The transformers class its transformer is loaded as: CSR's dense chain reads the hidden states
+        (`AutoModel`), SPLADE the masked-LM logits (`AutoModelForMaskedLM`)."""
+        return "AutoModel" if any(r.is_csr for r in self.routes.values()) else "AutoModelForMaskedLM"
+
     def route(self, input_type: str | None) -> str:
         """The route `encode(task=input_type)` takes, as sentence-transformers' Router resolves it for text."""
         if len(self.routes) == 1 and not self.mappings and self.default_route is None:

@@ -82,7 +82,7 @@ def load_head(model_dir: str, attention: str | None = None) -> tuple[Any, Any]:
     `onnx_engine.export_onnx` reads (its vocabulary, its positions)."""
     from transformers import AutoModel, AutoModelForMaskedLM
 
-    from bucketing.model.head import EngineError, Head, ModelInfo, dense_layers, usable_positions
+    from bucketing.model.head import EngineError, Head, ModelInfo, dense_layers, load_pretrained, usable_positions
 
     try:
         spec = read_sparse(model_dir)
@@ -96,11 +96,11 @@ def load_head(model_dir: str, attention: str | None = None) -> tuple[Any, Any]:
         raise EngineError(f"{model_dir}: {several}")
     head: torch.nn.Module
     if csr is not None and csr.dense is not None:
-        model = AutoModel.from_pretrained(folder, **extra).eval()
+        model = load_pretrained(AutoModel, folder, **extra)
         head = Head(model, pooled=True, chain=csr.dense, dense=dense_layers(model_dir, csr.dense))
         width = csr.dense.dimensions(int(model.config.hidden_size))
     else:
-        model = AutoModelForMaskedLM.from_pretrained(folder, **extra).eval()
+        model = load_pretrained(AutoModelForMaskedLM, folder, **extra)
         head = SpladeHead(model, pools(spec))
         width = int(model.config.vocab_size)
     cfg = model.config

@@ -62,10 +62,10 @@ class SparseTask(TaskHooks):
         return read_sparse(folder).chain
 
     @staticmethod
-    def encoder_folder(folder: Path) -> tuple[Path, int | None] | None:
-        """Its MLM transformer's folder, and the tokens its chain cuts at."""
+    def encoder_folder(folder: Path) -> tuple[Path, int | None, str] | None:
+        """Its transformer's folder, the tokens its chain cuts at, and the class the transformer is loaded as."""
         spec = read_sparse(folder)
-        return folder / (spec.mlm or ""), spec.chain.max_seq_length
+        return folder / (spec.mlm or ""), spec.chain.max_seq_length, spec.loaded_as
 
     @staticmethod
     def describe(folder: Path) -> dict[str, Any] | None:
@@ -201,7 +201,7 @@ def load_sparse_task(config: Any, model_dir: str, gpu_id: Any = None) -> SparseT
     from transformers import AutoModelForMaskedLM
 
     from bucketing.engines import select_device
-    from bucketing.model.head import EngineError, reduced_weights, usable_positions
+    from bucketing.model.head import EngineError, load_pretrained, reduced_weights, usable_positions
 
     try:
         spec = read_sparse(model_dir)
@@ -211,7 +211,7 @@ def load_sparse_task(config: Any, model_dir: str, gpu_id: Any = None) -> SparseT
     csr = next((r for r in spec.routes.values() if r.is_csr), None)
     if csr is not None:
         return load_csr_task(spec, csr, model_dir, folder, gpu_id)
-    model = AutoModelForMaskedLM.from_pretrained(folder).eval()
+    model = load_pretrained(AutoModelForMaskedLM, folder)
     saved = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
     if saved != torch.float32:
         raise EngineError(reduced_weights(model_dir, str(saved).removeprefix("torch.")))
@@ -229,9 +229,9 @@ def load_csr_task(spec: SparseSpec, route: Route, model_dir: str, folder: str, g
     from transformers import AutoModel
 
     from bucketing.engines import select_device
-    from bucketing.model.head import EngineError, Head, dense_layers, reduced_weights, usable_positions
+    from bucketing.model.head import EngineError, Head, dense_layers, load_pretrained, reduced_weights, usable_positions
 
-    model = AutoModel.from_pretrained(folder).eval()
+    model = load_pretrained(AutoModel, folder)
     saved = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
     if saved != torch.float32:
         raise EngineError(reduced_weights(model_dir, str(saved).removeprefix("torch.")))
