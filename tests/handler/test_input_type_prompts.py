@@ -124,3 +124,34 @@ def test_a_plain_folder_given_prompts_resolves_them_as_sentence_transformers(inp
     expected = [e / np.linalg.norm(e) for e in reference("dense", folder, texts, input_type, prompts=PROMPTS)]
     got = answers("dense", folder, texts, input_type, prompts=PROMPTS)
     assert {route: differences("dense", g, expected) for route, g in got.items()} == {route: [] for route in got}
+
+
+def named(kind: str, folder: Path, texts: list[str], prompt_name: str) -> list[Any]:
+    """sentence-transformers' own `encode(prompt_name=...)` of the folder."""
+    model = getattr(sentence_transformers, ENCODERS[kind])(str(folder), device="cpu")
+    if kind in ("splade", "csr"):
+        encoded = model.encode(texts, prompt_name=prompt_name, convert_to_tensor=True, batch_size=len(texts))
+        return list(encoded.to_dense().numpy())
+    return [np.asarray(e) for e in model.encode(texts, prompt_name=prompt_name, batch_size=len(texts))]
+
+
+@pytest.mark.parametrize("kind", list(BUILDERS))
+def test_prompt_name_query_or_document_is_served_where_the_model_lacks_it(folders, kind):
+    """sentence-transformers' encoders always have a `query` and a `document` prompt (empty unless set), so naming
+    one the folder does not save (the older layout has no `document`) is no prompt, not a 400."""
+    folder, texts = folders(kind, "older"), mixed_texts(3, seed=5) + ["short"]
+    handler, context = make_handler(folder, task=TASKS[kind], max_length=MAX_LENGTHS[kind])
+    served = serve_at(handler, context, [{"texts": texts, "prompt_name": "document"}], [""])
+    assert served[0][0] == 200, served
+    field = "embeddings" if kind == "multivector" else "embedding"
+    got = [a[field] for a in served[0][1]]
+    assert differences(kind, got, named(kind, folder, texts, "document")) == []
+
+
+def test_a_classifier_has_no_query_or_document_prompt_of_its_own(tmp_path_factory):
+    """A CrossEncoder keeps no default prompts: naming `document` on one that saves none is the client's 400."""
+    folder = build_tiny_bert(tmp_path_factory.mktemp("cross"), classifier=True)
+    handler, context = make_handler(folder, task="classification")
+    served = serve_at(handler, context, [{"texts": ["a text"], "prompt_name": "document"}], [""])
+    assert served[0][0] == 400, served
+    assert "is not a prompt of this model" in json.dumps(served[0][1]), served

@@ -41,7 +41,7 @@ def test_every_wire_format_picks_a_prompt(body, url_path, prompt):
     [
         (
             {"text": "a", "prompt_name": "nope"},
-            "\"prompt_name\" 'nope' is not a prompt of this model; its prompts: 'query', 'doc'",
+            "\"prompt_name\" 'nope' is not a prompt of this model; its prompts: 'query', 'doc', 'document'",
         ),
         ({"text": "a", "prompt_name": "doc", "prompt": "x"}, 'send "prompt_name" or "prompt", not both'),
         ({"text": "a", "normalize": "yes"}, '"normalize" must be true or false, got string'),
@@ -54,9 +54,19 @@ def test_option_mistakes_are_400s_saying_what_is_wrong(body, words):
     assert isinstance(error, RequestError) and error.status == 400 and words in error.message
 
 
-def test_a_model_without_prompts_says_so():
-    error = incoming({"text": "a", "prompt_name": "query"}, JSON).outcome
+def test_a_classifier_without_prompts_says_so():
+    error = incoming({"texts": ["a"], "prompt_name": "query"}, JSON, limits=CLASSIFIER).outcome
     assert error.message.endswith("its prompts: none (this model has no prompts)")
+
+
+@pytest.mark.parametrize("role", ["query", "document"])
+def test_an_encoder_always_has_a_query_and_a_document_prompt(role):
+    """As sentence-transformers' encoders: empty unless the model sets them, so naming one is never a 400."""
+    request = incoming({"text": "a", "prompt_name": role}, JSON).outcome
+    assert not isinstance(request, RequestError), request
+    assert request.options.prompt == ""
+    error = incoming({"text": "a", "prompt_name": "passage"}, JSON).outcome
+    assert error.message.endswith("its prompts: 'query', 'document'")
 
 
 @pytest.mark.parametrize(

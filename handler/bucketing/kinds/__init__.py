@@ -67,6 +67,8 @@ class Kind:
     options: tuple[str, ...] = ()  # a request's options of its own
     normalized: bool = True  # a request may normalise its answer or cut it to `dimensions`
     sparse: bool = False  # answers a vocabulary-size vector, as indices and values
+    # the prompts every such model has, empty unless set (sentence-transformers' `_default_prompts`)
+    role_prompts: tuple[str, ...] = ("query", "document")
 
     def __post_init__(self) -> None:
         """Its refusal lines name it as `a_model` does (`{model}` is filled in here; the rest when refused)."""
@@ -111,7 +113,7 @@ KINDS: dict[str, Kind] = {  # by name (a str key: config and requests look names
     k.name: k
     for k in (
         Kind("embedding", "embedding:EmbeddingTask", "embedding"),
-        Kind("classification", "classification:ClassificationTask", "classification", head=None),
+        Kind("classification", "classification:ClassificationTask", "classification", head=None, role_prompts=()),
         Kind(
             "sparse",
             "sparse.task:SparseTask",

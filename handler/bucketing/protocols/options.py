@@ -112,9 +112,11 @@ def read_sparse_options(
 def resolve_prompt(name: Any, text: Any, limits: Limits, input_type: str | None = None) -> str:
     """The text to put before each input: the request's `prompt`, or the model's prompt `name`, or with an
     `input_type` the model's prompt of that name (none: no prompt), or its default. sentence-transformers 6.2 always
-    has a `query` and a `document` prompt (empty unless set), so encode_query / encode_document take exactly those,
-    never a `passage` or `corpus` prompt nor the default one."""
+    has a `query` and a `document` prompt (empty unless set; a kind's `role_prompts`), so encode_query /
+    encode_document take exactly those, never a `passage` or `corpus` prompt nor the default one, and naming one the
+    model does not save is no prompt."""
     prompts = dict(limits.prompts)
+    prompts.update({role: "" for role in limits.kind.role_prompts if role not in prompts})
     if input_type is not None and name is None and text is None:
         return prompts.get(input_type, "")
     if name is not None and text is not None:
