@@ -351,3 +351,32 @@ def test_similarity_is_the_cosine_with_the_source_at_its_route_and_the_plain_pat
 def test_similarity_mistakes(inputs, status, words):
     got_status, got = reply({"inputs": inputs}, "similarity")
     assert got_status == status and words in got["error"], got
+
+
+SPARSE = Limits(4, 16, 1000, "sparse", 1000, model=facts(pooling=("splade",)))
+MULTIVECTOR = Limits(4, 16, 1000, "multivector", 4, model=facts(pooling=()))
+ROUTE_NAMES = {
+    "/embed": "TEI's embed route",
+    "/embed_sparse": "TEI's sparse route",
+    "/predict": "TEI's classification route",
+    "/embed_all": "TEI's token-embeddings route",
+}
+
+
+@pytest.mark.parametrize(
+    "limits, serving",
+    [(EMBEDDER, "/embed"), (SPARSE, "/embed_sparse"), (CLASSIFIER, "/predict"), (MULTIVECTOR, "/embed_all")],
+)
+@pytest.mark.parametrize("path", ["embed", "embed_sparse", "embed_all", "predict"])
+def test_a_refused_tei_route_names_the_route_that_serves_the_model(limits, serving, path):
+    """A model asked at a TEI route of another kind is told the one TEI route that answers it (a sparse model at
+    /embed_all or /predict was sent to /embed, a classifier at /embed_all too)."""
+    if serving == f"/{path}":
+        assert not isinstance(incoming({"inputs": "a"}, path, limits).outcome, RequestError)
+        return
+    status, body = reply({"inputs": "a"}, path, limits)
+    if limits is MULTIVECTOR and path != "embed_all":  # the wire format does not admit it: its own kind's line
+        assert status == 422 and ".../embed_all (TEI)" in body["error"], body
+    else:
+        assert status == 424 and body["error_type"] == "Backend", body
+        assert body["error"].endswith(f"this is {limits.kind.a_model}, served at {serving} ({ROUTE_NAMES[serving]})")

@@ -80,6 +80,21 @@ def backend(message: str) -> RequestError:
     return error_of(STATUS["Backend"], "Backend", message)
 
 
+def refused_here(what: str, limits: Limits) -> RequestError:
+    """A model this TEI route does not answer (TEI's 424): `what` it is not, and the TEI route that serves it."""
+    kind = limits.kind
+    route = (
+        "/embed_sparse (TEI's sparse route)"
+        if kind.sparse
+        else "/predict (TEI's classification route)"
+        if kind.classifier
+        else "/embed_all (TEI's token-embeddings route)"
+        if kind.per_token
+        else "/embed (TEI's embed route)"
+    )
+    return backend(f"{what}: this is {kind.a_model}, served at {route}")
+
+
 def too_many(count: int, limits: Limits) -> RequestError:
     """TEI's message for a batch over max_client_batch_size (handler.max_texts_per_request)."""
     return validation(

@@ -36,14 +36,9 @@ class EmbedRequest(tei.TeiInputs):
 
 
 def parse(body: Any, limits: Limits) -> EmbedRequest:
-    if limits.kind.sparse:
-        raise tei.backend(
-            f"Model is not a dense embedding model: this is {limits.kind.a_model}, served at /embed_sparse"
-        )
     if not limits.kind.dense_vector:
-        raise tei.backend(
-            f"Model is not an embedding model: this is {limits.kind.a_model}, served at /predict "
-            "(TEI's classification route)"
+        raise tei.refused_here(
+            "Model is not a dense embedding model" if limits.kind.sparse else "Model is not an embedding model", limits
         )
     return tei.parse_texts(EmbedRequest, body, limits, FIELDS)
 

@@ -36,10 +36,7 @@ class EmbedAllRequest(tei.TeiInputs):
 
 def parse(body: Any, limits: Limits) -> EmbedAllRequest:
     if not limits.kind.per_token:
-        raise tei.backend(
-            f"/embed_all (token embeddings) is served for multi-vector models; this is {limits.kind.a_model} "
-            "answered with one vector per input: use /embed"
-        )
+        raise tei.refused_here("/embed_all (token embeddings) is served for multi-vector models", limits)
     return tei.parse_texts(EmbedAllRequest, body, limits, FIELDS)
 
 

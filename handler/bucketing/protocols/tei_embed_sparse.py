@@ -47,10 +47,7 @@ def input_type(prompt_name: Any) -> str | None:
 
 def parse(body: Any, limits: Limits) -> EmbedSparseRequest:
     if not limits.kind.sparse:
-        raise tei.backend(
-            f"Model is not an embedding model with SPLADE pooling: this is {limits.kind.a_model}, not a sparse one; "
-            f"use {'/embed' if limits.kind.dense_vector else '/predict'}"
-        )
+        raise tei.refused_here("Model is not an embedding model with SPLADE pooling", limits)
     parsed = tei.parse_texts(EmbedSparseRequest, body, limits, FIELDS)
     kind = input_type(body.get("prompt_name"))  # an object: parse_texts read it
     return replace(parsed, options=replace(parsed.options, input_type=kind))

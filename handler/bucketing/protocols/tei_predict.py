@@ -77,9 +77,7 @@ def inputs(value: Any, limits: Limits) -> tuple[tuple[Input, ...], bool]:
 
 def parse(body: Any, limits: Limits) -> PredictRequest:
     if not limits.kind.classifier:
-        raise tei.backend(
-            f"Model is not a classifier model: this is {limits.kind.a_model}, served at /embed (TEI's embed route)"
-        )
+        raise tei.refused_here("Model is not a classifier model", limits)
     request = tei.with_inputs(body)
     parsed = inputs(request["inputs"], limits)
     with tei.own_errors():
