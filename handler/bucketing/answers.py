@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from bucketing.quantize import PRECISIONS
+
 ACTIVATIONS = ("softmax", "sigmoid", "identity")  # how a classifier's logits become its scores
 
 
@@ -65,7 +67,7 @@ class Answer:
             indices, values = self.sparse_vector(o.max_active_dims)
             head: dict[str, Any] = {"embedding": {"indices": indices, "values": values}}
         elif self.labels is None:
-            head = {"embedding": self.vector(o.dimensions, o.normalize).tolist()}
+            head = {"embedding": PRECISIONS[o.precision].apply(self.vector(o.dimensions, o.normalize)).tolist()}
         else:
             scores = activate(self.values, "identity" if o.raw_scores else self.activation)
             if len(self.labels) == 1:
@@ -88,6 +90,7 @@ class Options:
     truncation_direction: str = "right"  # which end of a text over max_length is cut: right or left
     input_type: str | None = None  # "query" | "document": as encode_query / encode_document; None: as encode()
     max_active_dims: int | None = None  # sparse: keep this many non-zeros (None: the model's max_active_dims)
+    precision: str = "float"  # a dense embedding's values: float32, or packed as `quantize.PRECISIONS` says
 
 
 def keep_top(row: Any, k: int) -> Any:

@@ -3,11 +3,13 @@
 Request: `{"id"?, "parameters"?, "inputs": [{"name", "datatype": "BYTES", "shape": [n] or [n, 1], "data"}],
 "outputs"?}`; other fields (`model_name`, `model_version`, input `parameters`, ...) are tolerated. The shape is
 checked (rank, then each dimension against max_texts_per_request) before any arithmetic on it.
-Answer: `{"id"?, "model_name", "outputs": [...]}`, one tensor per answer field: `embedding` FP32 [n, dim];
+Answer: `{"id"?, "model_name", "outputs": [...]}`, one tensor per answer field: `embedding` FP32 [n, dim] (with
+the parameter `precision` "binary" INT8 [n, ceil(dim / 8)], "ubinary" UINT8: sign bits packed, as
+sentence-transformers' `quantize_embeddings`);
 classification `label` BYTES [n] and `scores` FP32 [n, labels] (one label: `score` FP32 [n]); `tokens` INT64 [n];
 `truncated` BOOL [n]. A classifier also takes text pairs: two BYTES inputs, `text` and `text_pair`, of one shape.
 `outputs` in the request selects among them. The request's `parameters` may carry `prompt_name` or `prompt`,
-`normalize`, `dimensions` and `raw_scores`, as in our JSON.
+`normalize`, `dimensions`, `precision` and `raw_scores`, as in our JSON.
 
 The binary tensor data extension, as KServe's and Triton's clients send it: the request's JSON is the first
 `Inference-Header-Content-Length` bytes of the body, and an input with `parameters.binary_data_size` carries its
@@ -44,6 +46,7 @@ from bucketing.protocols.base import (
 from bucketing.protocols.base import error_body as error_body
 from bucketing.protocols.inputs import pairs, texts, too_many
 from bucketing.protocols.options import read_options
+from bucketing.quantize import PRECISIONS
 
 NAME = "kserve-v2"
 ANSWERS: tuple[KindName, ...] | None = ONE_PER_INPUT  # not a multi-vector model
@@ -52,7 +55,7 @@ ROUTES: dict[str, Any] = {}  # reached at the plain predictions path; its body i
 MAX_RANK = 2  # [n] or [n, 1]
 MAX_ID_CHARS = 1024  # a request id is echoed back; longer is a client's mistake, not an answer too large
 HEADER_LENGTH = "inference-header-content-length"
-BINARY_TYPES = {"FP32": "<f4", "INT64": "<i8", "BOOL": "?"}
+BINARY_TYPES = {"FP32": "<f4", "INT64": "<i8", "BOOL": "?", "INT8": "<i1", "UINT8": "<u1"}
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,8 @@ class V2Request:
 
     def render(self, answers: Sequence[Answer], model_name: str = "") -> Any:
         check_count(self, answers)
-        tensors = outputs([a.fields(self.options) for a in answers])
+        vectors = PRECISIONS[self.options.precision].v2_datatype
+        tensors = outputs([a.fields(self.options) for a in answers], vectors)
         if self.outputs is not None:
             by_name = {t["name"]: t for t in tensors}
             tensors = [by_name[name] for name in self.outputs]
@@ -91,8 +95,9 @@ def claims(body: Any) -> bool:
     return isinstance(body, Mapping) and "inputs" in body
 
 
-def outputs(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per-input answer fields as v2 tensors, one per field; a field of another type is a server error."""
+def outputs(rows: Sequence[dict[str, Any]], vectors: str = "FP32") -> list[dict[str, Any]]:
+    """Per-input answer fields as v2 tensors, one per field (`vectors`: the datatype of a vector's values, as the
+    request's precision says); a field of another type is a server error."""
     tensors: list[dict[str, Any]] = []
     n = len(rows)
     for name, first in rows[0].items():
@@ -107,7 +112,7 @@ def outputs(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             tensors.append({"name": name, "datatype": "BYTES", "shape": [n], "data": column})
         elif isinstance(first, list):
             flat = [x for row in column for x in row]
-            tensors.append({"name": name, "datatype": "FP32", "shape": [n, len(first)], "data": flat})
+            tensors.append({"name": name, "datatype": vectors, "shape": [n, len(first)], "data": flat})
         elif isinstance(first, dict):  # scores by label: a [n, labels] tensor in the first row's key order
             keys = list(first)
             flat = [row[k] for row in column for k in keys]

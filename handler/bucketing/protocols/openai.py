@@ -159,6 +159,13 @@ def _options(body: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
             f"'encoding_format' must be 'float' or 'base64', got {quote(encoding, 40)}",
             "encoding_format",
         )
+    if "precision" in body:  # tolerated fields are ignored: this one would be, silently
+        raise bad(
+            "InvalidRequest",
+            "'precision' is not an OpenAI field: OpenAI's embeddings are float or base64 ('encoding_format'); "
+            'binary embeddings are served in our JSON at POST /predictions/NAME ({"texts": [...], "precision": ...})',
+            "precision",
+        )
     fields = ("prompt_name", "prompt", "normalize", "dimensions", "truncate", "truncation_direction", "input_type")
     options = read_options(body, limits, (*fields, *limits.kind.options))
     if limits.kind.sparse and encoding != "float":

@@ -11,6 +11,7 @@ from bucketing.answers import Options
 from bucketing.model.chain import INPUT_TYPES
 from bucketing.protocols.base import Limits, RequestError, bad, is_int, json_type, quote
 from bucketing.protocols.inputs import check_text
+from bucketing.quantize import PRECISIONS
 
 MAX_PROMPT_CHARS = 4096  # a request's own `prompt`
 OPTION_FIELDS = (
@@ -23,6 +24,7 @@ OPTION_FIELDS = (
     "truncation_direction",
     "input_type",
     "max_active_dims",
+    "precision",
 )
 DIRECTIONS = ("right", "left")
 
@@ -55,6 +57,7 @@ def read_options(body: Mapping[str, Any], limits: Limits, fields: Sequence[str] 
     prompt_name = body.get("prompt_name") if "prompt_name" in fields else None
     text = body.get("prompt") if "prompt" in fields else None
     prompt = resolve_prompt(prompt_name, text, limits, input_type)
+    precision = read_precision(body.get("precision") if "precision" in fields else None, limits)
     return Options(
         values["normalize"],
         dimensions,
@@ -64,7 +67,31 @@ def read_options(body: Mapping[str, Any], limits: Limits, fields: Sequence[str] 
         direction,
         input_type,
         max_active,
+        precision,
     )
+
+
+def read_precision(value: Any, limits: Limits) -> str:
+    """A dense embedding's `precision` (absent: "float"); one a model cannot answer exactly is the client's 400."""
+    if value is None:
+        return "float"
+    if not isinstance(value, str) or value not in PRECISIONS:
+        raise bad(
+            "InvalidRequest",
+            f'"precision" must be one of {", ".join(map(repr, PRECISIONS))}, got {quote(value, 40)}',
+            "precision",
+        )
+    if not limits.kind.dense_vector:
+        raise bad("InvalidRequest", f'"precision" is for dense embeddings; this is {limits.kind.a_model}', "precision")
+    if PRECISIONS[value].ranged:
+        raise bad(
+            "InvalidRequest",
+            f'"precision" {value} needs per-dimension ranges fixed for the model (sentence-transformers takes them '
+            "from the batch it is given, which would make an answer depend on its batch); this model stores none: "
+            'ask "binary", "ubinary" or "float"',
+            "precision",
+        )
+    return value
 
 
 def read_sparse_options(

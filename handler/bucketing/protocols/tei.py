@@ -117,6 +117,12 @@ def with_inputs(body: Any) -> Mapping[str, Any]:
     request = body_object(body, '"inputs": ...')
     if "inputs" not in request:
         raise validation("missing field `inputs`", "inputs")
+    if "precision" in request:  # TEI tolerates unknown fields: this one would be ignored, silently
+        raise validation(
+            "`precision` is not a TEI field: TEI answers float embeddings; binary embeddings are served in our JSON "
+            'at POST /predictions/NAME ({"texts": [...], "precision": ...}) and KServe v2',
+            "precision",
+        )
     return request
 
 

@@ -1,0 +1,77 @@
+"""A dense embedding's precision: each packing equals sentence-transformers' `quantize_embeddings` of the same
+vector (any size, signs, zeros), and every wire format reads, answers or refuses `precision` as it says."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from bucketing.protocols.base import Limits, RequestError
+from bucketing.quantize import PRECISIONS
+from tests.unit.wire import CLASSIFIER, JSON, LIMITS, answer, incoming
+
+quantization = pytest.importorskip("sentence_transformers.util.quantization")
+
+FLOATS = st.floats(-2, 2, width=32).map(lambda x: 0.0 if abs(x) < 1e-3 else x)  # zeros: no bit, as `> 0` says
+
+
+@settings(max_examples=200, deadline=None)
+@given(arrays(np.float32, st.integers(1, 40), elements=FLOATS), st.sampled_from(["binary", "ubinary"]))
+def test_a_packing_equals_quantize_embeddings(vector, name):
+    got = PRECISIONS[name].apply(vector)
+    expected = quantization.quantize_embeddings(vector[None, :], name)[0]
+    assert got.dtype == expected.dtype and got.tolist() == expected.tolist()
+    assert len(got) == PRECISIONS[name].size(len(vector))
+
+
+def test_float_is_the_vector_as_served():
+    vector = np.asarray([0.5, -0.25, 0.0], dtype=np.float32)
+    assert PRECISIONS["float"].apply(vector).tolist() == [0.5, -0.25, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("name", "values"), [("float", [0.6, -0.8, 0.0]), ("binary", [-128 + 0b10000000]), ("ubinary", [0b10000000])]
+)
+def test_our_json_answers_the_precision_asked_after_normalize(name, values):
+    request = incoming({"texts": ["a"], "precision": name}, JSON).outcome
+    assert not isinstance(request, RequestError), request
+    got = request.render([answer([3, -4, 0], normalize=True)])[0]["embedding"]
+    assert got == pytest.approx(values)
+
+
+def test_kserve_v2_answers_binary_as_int8_and_ubinary_as_uint8():
+    body = {"inputs": [{"name": "t", "datatype": "BYTES", "shape": [2], "data": ["a", "b"]}]}
+    for name, datatype in (("binary", "INT8"), ("ubinary", "UINT8"), ("float", "FP32")):
+        request = incoming({**body, "parameters": {"precision": name}}, JSON).outcome
+        assert not isinstance(request, RequestError), request
+        rendered = request.render([answer([1, -1, 1, 1, 0, 0, 0, 0, 1]), answer([-1] * 9)])
+        tensor = next(t for t in rendered["outputs"] if t["name"] == "embedding")
+        assert tensor["datatype"] == datatype
+        if name != "float":
+            expected = quantization.quantize_embeddings(np.asarray([[1, -1, 1, 1, 0, 0, 0, 0, 1], [-1] * 9]), name)
+            assert tensor["shape"] == [2, 2] and tensor["data"] == expected.reshape(-1).tolist()
+
+
+@pytest.mark.parametrize(
+    ("body", "url_path", "limits", "words"),
+    [
+        ({"texts": ["a"], "precision": "fp8"}, None, LIMITS, "\"precision\" must be one of 'float', 'binary'"),
+        ({"texts": ["a"], "precision": "int8"}, None, LIMITS, "needs per-dimension ranges fixed for the model"),
+        ({"texts": ["a"], "precision": "binary"}, None, CLASSIFIER, '"precision" is for dense embeddings'),
+        (
+            {"texts": ["a"], "precision": "binary"},
+            None,
+            Limits(4, 16, 1000, "sparse", 1000),
+            "this is a sparse model",
+        ),
+        ({"input": ["a"], "precision": "binary"}, "v1/embeddings", LIMITS, "'precision' is not an OpenAI field"),
+        ({"inputs": ["a"], "precision": "binary"}, "embed", LIMITS, "`precision` is not a TEI field"),
+    ],
+)
+def test_a_precision_not_served_exactly_is_refused_in_one_line(body, url_path, limits, words):
+    error = incoming(body, JSON, url_path=url_path, limits=limits).outcome
+    assert isinstance(error, RequestError) and error.status in (400, 422), error
+    assert words in error.message and "\n" not in error.message and error.param == "precision"
