@@ -96,8 +96,9 @@ def test_the_clients_own_error_on_a_bad_request(client):
     assert raised.value.response.status_code == 422 and "dimensions" in str(raised.value)
 
 
-def test_llamaindex_tei_client_equals_sentence_transformers(served, url, expected):
-    """LlamaIndex's TextEmbeddingsInference (its own httpx POST to `{base_url}/embed`), in its own pinned venv."""
+@pytest.fixture(scope="module")
+def clients(served, url):
+    """What the clients in their own pinned venv (`tei_clients.py`) got back, run once for the module."""
     python = CLIENTS_VENV / "bin" / "python"
     if not python.exists():
         pytest.skip("the TEI clients' venv is missing: run `make tei-clients-venv` (CI does)")
@@ -111,6 +112,30 @@ def test_llamaindex_tei_client_equals_sentence_transformers(served, url, expecte
         check=False,
     )
     assert run.returncode == 0, run.stderr[-2000:]
-    got = json.loads(run.stdout)
-    assert float(np.max(np.abs(np.asarray(got["llamaindex_documents"]) - expected))) <= 1e-5
-    assert float(np.max(np.abs(np.asarray(got["llamaindex_query"]) - expected[0]))) <= 1e-5
+    return json.loads(run.stdout)
+
+
+def test_llamaindex_tei_client_equals_sentence_transformers(clients, expected):
+    """LlamaIndex's TextEmbeddingsInference (its own httpx POST to `{base_url}/embed`)."""
+    assert float(np.max(np.abs(np.asarray(clients["llamaindex_documents"]) - expected))) <= 1e-5
+    assert float(np.max(np.abs(np.asarray(clients["llamaindex_query"]) - expected[0]))) <= 1e-5
+
+
+def test_cohere_sdk_embed_equals_sentence_transformers(clients, sentence_transformer, expected):
+    """Cohere's SDK (`ClientV2.embed`, posting to `{base_url}/v2/embed`): float equal to `encode()`, binary and
+    ubinary equal to `quantize_embeddings` of it (every bit whose float is not within 1e-5 of zero), int8 refused
+    in Cohere's error shape."""
+    from sentence_transformers.util.quantization import quantize_embeddings
+
+    got = clients["cohere"]
+    assert float(np.max(np.abs(np.asarray(got["documents"]["float"]) - expected))) <= 1e-5
+    query = sentence_transformer.encode_query(TEXTS[:1], convert_to_numpy=True)
+    assert float(np.max(np.abs(np.asarray(got["query"]) - query))) <= 1e-5
+    ties = np.abs(expected) <= 1e-5
+    for packing in ("binary", "ubinary"):
+        packed = np.asarray(quantize_embeddings(expected, packing))
+        differ = np.unpackbits(
+            (np.asarray(got["documents"][packing]).astype(packed.dtype) ^ packed).astype(np.uint8), axis=-1
+        )
+        assert int(np.count_nonzero(differ[:, : expected.shape[1]] & ~ties)) == 0
+    assert got["int8"]["status"] == 400 and "int8" in got["int8"]["body"]["message"]

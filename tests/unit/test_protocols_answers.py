@@ -39,7 +39,7 @@ from tests.unit.wire import JSON, answer, incoming
 
 def test_every_wire_format_is_registered_once_with_its_routes():
     tei = {"embed", "predict", "similarity", "tokenize", "decode", "info", "embed_sparse", "embed_all"}
-    assert set(protocols.ROUTES) == {"", "v1/embeddings", "v1/models", "rerank", "v1/rerank", *tei}
+    assert set(protocols.ROUTES) == {"", "v1/embeddings", "v1/models", "rerank", "v1/rerank", "v2/embed", *tei}
     for wire in protocols.WIRES:
         assert wire.served in protocols.SERVED and callable(wire.error_body)
     assert incoming({}, JSON, url_path="v1/nope").wire is openai.WIRE  # a 404 in the shape of its neighbours

@@ -25,6 +25,7 @@ from typing import Any
 
 from bucketing.answers import Answer
 from bucketing.protocols import (
+    cohere_embed,
     cohere_rerank,
     kserve_v1,
     kserve_v2,
@@ -65,6 +66,7 @@ WIRES: tuple[Wire, ...] = (
     openai.WIRE,
     tei_rerank.WIRE,
     cohere_rerank.WIRE,
+    cohere_embed.WIRE,
     tei_embed.WIRE,
     tei_embed_all.WIRE,
     tei_embed_sparse.WIRE,
