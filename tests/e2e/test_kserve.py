@@ -57,3 +57,30 @@ def test_kserve_sdk_v2_client(v2_model, scheduled, reference, mode):
     assert requests == len(groups)
     if scheduled == "batch":  # continuous: calls are slices, not batches
         assert after["bucket_batches_total"] - before["bucket_batches_total"] < requests
+
+
+@pytest.mark.parametrize("precision", ["binary", "ubinary"])
+def test_kserve_sdk_v2_packed_precision(v2_model, scheduled, reference, precision):
+    """`parameters.precision` through the SDK's binary data extension: an INT8/UINT8 tensor whose rows equal
+    `quantize_embeddings` of sentence-transformers' embedding (every bit whose float is not within 1e-5 of zero)."""
+    from sentence_transformers.util.quantization import quantize_embeddings
+
+    groups = [texts_for_load(n, seed=40 + n) for n in (2, 3)]
+    token = v2_model.client.keys.key("inference")
+    run = subprocess.run(
+        [str(SDK_PYTHON), str(CLIENT), v2_model.endpoints.inference, scheduled, token, "binary", precision],
+        input=json.dumps(groups),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = json.loads(run.stdout.strip().splitlines()[-1])
+    for group, result in zip(groups, results, strict=True):
+        assert result["datatypes"]["embedding"] == ("INT8" if precision == "binary" else "UINT8")
+        floats = np.stack([reference(text) for text in group])
+        packed = np.asarray(quantize_embeddings(floats, precision))
+        got = np.asarray(result["outputs"]["embedding"]).astype(packed.dtype)
+        assert got.shape == packed.shape == (len(group), 48)
+        differ = np.unpackbits((got ^ packed).astype(np.uint8), axis=-1)
+        assert int(np.count_nonzero(differ & ~(np.abs(floats) <= 1e-5))) == 0

@@ -103,3 +103,13 @@ def test_kserve_v1_instances():
     assert result.outcome.render([answer([1.0]), answer([0.0])])["predictions"][1]["embedding"] == [0.0]
     bad = parse({"instances": [{"txt": "b"}]}, JSON)
     assert isinstance(bad, RequestError) and "instances[0] must be a string" in bad.message
+
+
+def test_kserve_v1_parameters_carry_our_options():
+    packed = incoming({"instances": ["a"], "parameters": {"precision": "ubinary", "dimensions": 2}}, JSON)
+    assert (packed.outcome.options.precision, packed.outcome.options.dimensions) == ("ubinary", 2)
+    assert packed.outcome.render([answer([1.0, -1.0, 3.0, 4.0])])["predictions"][0]["embedding"] == [128]
+    bad = parse({"instances": ["a"], "parameters": ["binary"]}, JSON)
+    assert isinstance(bad, RequestError) and '"parameters" must be an object' in bad.message
+    unknown = parse({"instances": ["a"], "parameters": {"precision": "int4"}}, JSON)
+    assert isinstance(unknown, RequestError) and "precision" in unknown.message

@@ -1,6 +1,7 @@
 """KServe v1 at `/v1/models/NAME:predict`: `{"instances": ["...", {"text": "..."}]}`, answered `{"predictions"}`.
 
-Other top-level fields are tolerated (KServe clients may add some), as in KServe v2.
+An optional top-level `"parameters"` object carries our options (`precision`, `prompt_name`, `dimensions`, ...) as
+a v2 request's `parameters` does. Other top-level fields are tolerated (KServe clients may add some), as in v2.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ ROUTES: dict[str, Any] = {}  # reached at the plain predictions path; its body i
 @dataclass(frozen=True)
 class V1Request:
     inputs: tuple[str, ...]
-    options: Options = Options()  # v1 has no parameters: the model's default prompt, if it has one
+    options: Options = Options()  # from `parameters`, where given; else the model's default prompt, if it has one
 
     def where(self, index: int) -> str:
         return f"instances[{index}]"
@@ -48,7 +49,10 @@ def parse(body: Any, limits: Limits) -> V1Request:
         raise bad("InvalidType", f'"instances" must be a list, got {json_type(instances)}', "instances")
     unwrapped = [i["text"] if isinstance(i, Mapping) and set(i) == {"text"} else i for i in instances]
     parsed = texts(unwrapped, "instances", limits.max_texts)
-    return V1Request(parsed, read_options({}, limits))
+    parameters = body.get("parameters") or {}
+    if not isinstance(parameters, Mapping):
+        raise bad("InvalidType", f'"parameters" must be an object, got {json_type(parameters)}', "parameters")
+    return V1Request(parsed, read_options(parameters, limits))
 
 
 WIRE = Wire(
