@@ -1,6 +1,6 @@
 """Run by test_kserve.py and test_kserve_image.py with the KServe SDK's own venv: concurrent inferences through
-`InferenceRESTClient`, as a new user would write them (v2 binary or JSON, optionally in a packed precision, or v1); prints what came back as JSON.
-Not collected by pytest."""
+`InferenceRESTClient`, as a new user would write them (v2 binary or JSON, optionally in a packed precision, or
+v1); prints what came back as JSON. Not collected by pytest."""
 
 from __future__ import annotations
 
