@@ -49,6 +49,14 @@ def render_block(s: Summary) -> str:
             f"p99 {num(s.p99_ms):>7} ms   max {num(s.max_ms):>7} ms   "
             f"(shortest quarter p50 {num(s.short_p50_ms)} ms)",
             batching,
+            *(
+                [
+                    f"  Answers:     {num(h.answer_us_per_text, '.1f')} us/text rendering and encoding, "
+                    f"{num(h.answer_bytes_per_text, '.0f')} bytes/text"
+                ]
+                if not c.peer and h.texts
+                else []
+            ),
             f"  Requests:    {s.requests} sent, {s.ok} ok, errors: {errors}",
             f"  CPU:         {server}load generator {s.client_cpu_cores:.2f} cores",
             *([capacity_line(s)] if s.capacity else []),
@@ -118,6 +126,8 @@ RESULT_COLUMNS = (
     "padding_efficiency",
     "mean_batch_size",
     "sub_batches_per_batch",
+    "answer_us_per_text",
+    "answer_bytes_per_text",
     "server_cpu_cores",
     "client_cpu_cores",
     "bound_fraction",

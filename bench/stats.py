@@ -113,6 +113,8 @@ class Summary:
             "padding_efficiency": _round(h.padding_efficiency, 3),
             "mean_batch_size": _round(h.mean_batch_size, 2),
             "sub_batches_per_batch": _round(h.sub_batches_per_batch, 2),
+            "answer_us_per_text": _round(h.answer_us_per_text, 1),
+            "answer_bytes_per_text": _round(h.answer_bytes_per_text, 0),
             "real_tokens": int(h.real_tokens),
             "padded_tokens": int(h.padded_tokens),
             "server_cpu_cores": _round(self.server_cpu_cores, 2),

@@ -25,6 +25,8 @@ METRICS = {
     "bucket_padded_tokens_total": ("padded_tokens", "count"),
     "bucket_sub_batches_total": ("sub_batches", "count"),
     "bucket_forward_ms_total": ("forward_ms", "ms"),
+    "bucket_answer_ms_total": ("answer_ms", "ms"),  # rendering and encoding the answers (JSON, base64, packed)
+    "bucket_answer_bytes_total": ("answer_bytes", "count"),  # the bodies of the 200 answers, in bytes
 }
 ERRORS = "bucket_errors_total"  # requests answered with an error, by `type` and `status`
 # A gauge, with every batch of a worker whose dtype is not float32: its cosine min to float32, measured at load.
@@ -44,7 +46,8 @@ class BatchStats:
     """What delivered batches cost: requests answered 4xx (`rejected`) and 5xx (`failed`), and the passes run.
 
     `passes` holds (texts, padded tokens) of each forward pass and `errors` the type and status of each error
-    answer; `handler_ms` is the batch's time in the handler (what each of its requests waited there)."""
+    answer; `handler_ms` is the batch's time in the handler (what each of its requests waited there), `answer_ms`
+    the part of it spent rendering and encoding answers, `answer_bytes` the 200 answers' bodies."""
 
     batches: int = 1
     requests: int = 0
@@ -55,6 +58,8 @@ class BatchStats:
     padded_tokens: int = 0
     sub_batches: int = 0
     forward_ms: float = 0.0
+    answer_ms: float = 0.0
+    answer_bytes: int = 0
     passes: tuple[tuple[int, int], ...] = ()
     errors: tuple[tuple[str, int], ...] = ()
     handler_ms: float = 0.0
@@ -68,6 +73,16 @@ class BatchStats:
     def mean_batch_size(self) -> float | None:
         """Requests per delivered batch."""
         return self.requests / self.batches if self.batches else None
+
+    @property
+    def answer_us_per_text(self) -> float | None:
+        """Microseconds spent rendering and encoding answers, per text answered."""
+        return self.answer_ms * 1000.0 / self.texts if self.texts else None
+
+    @property
+    def answer_bytes_per_text(self) -> float | None:
+        """Bytes of the 200 answers' bodies, per text."""
+        return self.answer_bytes / self.texts if self.texts else None
 
     @property
     def sub_batches_per_batch(self) -> float | None:

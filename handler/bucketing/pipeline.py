@@ -142,11 +142,14 @@ class Pipeline:
         return replies, call_stats(stats, replies, start)
 
     def reply(self, incoming: Incoming, answers: list[Answer], model_name: str) -> Reply:
+        """The request's answer (or error) rendered and encoded, with what that took (`Reply.answer_ms`)."""
+        start = time.perf_counter()
         try:
-            return incoming.reply(answers, model_name, self.config.max_response_bytes)
+            reply = incoming.reply(answers, model_name, self.config.max_response_bytes)
         except Exception as e:  # noqa: BLE001 - a rendering fault fails this request alone
             logger.exception("rendering an answer failed")
-            return incoming.fail(server_error(f"answering failed: {type(e).__name__}")).reply([], model_name, 0)
+            reply = incoming.fail(server_error(f"answering failed: {type(e).__name__}")).reply([], model_name, 0)
+        return replace(reply, answer_ms=(time.perf_counter() - start) * 1000.0)
 
     def encode(self, request: Request | _Merged) -> list[Encoded]:
         """The tokens of one request's inputs: texts tokenized after their prompt (the pooling leaves the prompt's
@@ -348,6 +351,8 @@ def call_stats(stats: BatchStats, replies: Sequence[Reply], start: float) -> Bat
         rejected=sum(400 <= r.status < 500 for r in replies),
         failed=sum(r.status >= 500 for r in replies),
         errors=tuple((r.error, r.status) for r in replies if r.error),
+        answer_ms=round(sum(r.answer_ms for r in replies), 3),
+        answer_bytes=sum(len(r.body) for r in replies if r.status == 200),
         handler_ms=round((time.perf_counter() - start) * 1000.0, 3),
     )
 

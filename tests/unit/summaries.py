@@ -14,7 +14,15 @@ def summary(strategy, bs, rps_scale, p99, mode="closed", rate=None):
     samples += [(1.0, 503, 50)] * 2
     padded = round(5000 / (0.95 if strategy == "bucketed" else 0.4))
     handler = stats.HandlerDelta(
-        batches=10, requests=100, texts=100, real_tokens=5000, padded_tokens=padded, sub_batches=30, forward_ms=900
+        batches=10,
+        requests=100,
+        texts=100,
+        real_tokens=5000,
+        padded_tokens=padded,
+        sub_batches=30,
+        forward_ms=900,
+        answer_ms=1.25,
+        answer_bytes=807_700,
     )
     return stats.summarize(config, samples, 10.0, handler, 0.5, 15.0, 20000.0)
 

@@ -58,7 +58,7 @@ def test_a_wire_format_is_declared_once_and_answers_errors_in_its_own_shape():
 
 def test_an_answer_over_the_response_cap_is_a_413():
     request = TextRequest(("a", "b"), False)
-    reply = protocols.Incoming(native.WIRE, request).reply([answer([0.5] * 100)] * 2, "m", 1024)
+    reply = protocols.Incoming(native.WIRE, request).reply([answer([0.5] * 300)] * 2, "m", 1024)
     assert reply.status == 413 and json.loads(reply.body)["type"] == "ResponseTooLarge"
 
 

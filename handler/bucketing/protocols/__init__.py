@@ -53,6 +53,7 @@ from bucketing.protocols.base import (
     TooLarge,
     Wire,
     bad,
+    dumps,
     quote,
 )
 from bucketing.protocols.base import Reply as Reply
@@ -102,7 +103,7 @@ class Incoming:
         if isinstance(self.outcome, RequestError):
             return self.wire.error_reply(self.outcome)
         rendered = self.outcome.render(answers, model_name)
-        body, reply = (json.dumps(rendered), Reply(200, "")) if not isinstance(rendered, Binary) else _binary(rendered)
+        body, reply = (dumps(rendered), Reply(200, "")) if not isinstance(rendered, Binary) else _binary(rendered)
         if len(body) > max_bytes:
             return self.wire.error_reply(
                 TooLarge(
@@ -115,7 +116,7 @@ class Incoming:
 
 
 def _binary(rendered: Binary) -> tuple[bytes, Reply]:
-    header = json.dumps(rendered.header).encode()
+    header = dumps(rendered.header)
     headers = (("Inference-Header-Content-Length", str(len(header))),)
     return header + b"".join(rendered.chunks), Reply(200, b"", content_type="application/octet-stream", headers=headers)
 
