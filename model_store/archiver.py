@@ -95,10 +95,12 @@ def print_commands(
     note = f"; {', '.join(written)} written for the {engine} engine" if written else ""
     model_files = sorted(p.name for p in (staging / "model").iterdir() if p.name not in written)
     _, package = archives.handler_sources()
+    skipped = archives.left_out(model_dir)
+    left = f"; left out, read by no loader: {', '.join(skipped)}" if skipped else ""
     print(
         f"# staged {shown(staging)}/: bucketing/ (the handler package, from {shown(package)}), model/ "
         f"({len(model_files)} files from {shown(model_dir)}"
-        f"{note})"
+        f"{note}{left})"
     )
     for name, cfg in configs.items():
         config = stage_dir / f"{name}.yaml"

@@ -7,12 +7,16 @@ a model folder, and the model-config template `config/minilm.yaml` with `handler
 
 from __future__ import annotations
 
+import collections
 import copy
+import fnmatch
 import functools
 import importlib.resources
 import importlib.util
+import json
 import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +29,6 @@ ROOT = Path(__file__).resolve().parent.parent
 STORE = ROOT / "model_store"
 TEMPLATE = ROOT / "config" / "minilm.yaml"
 PREFIX = "minilm"
-MODEL_FILES = (
-    "config.json",
-    "model.safetensors",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "vocab.txt",
-)
 
 
 def minilm_dir() -> Path:
@@ -224,26 +220,94 @@ def engine_model_dir(model_dir: Path, engine: str, task: str, target: Path) -> P
     return target
 
 
-# sentence-transformers' files beside the model's: the module chain, its Transformer's settings, its prompts.
-ST_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
+# The files of a model folder, and of each module folder its chain names, that a loader reads: transformers' config,
+# weights (a sharded checkpoint's index, a PEFT adapter, which from_pretrained applies) and tokenizer files,
+# sentence-transformers' module chain, settings and prompts; besides these, the shards an index names, the vocabulary
+# files its tokenizer class names, a legacy `sentence_<arch>_config.json` and a sentencepiece `*.model`. Nothing
+# else (notes, `.env`, `training_args.bin`, `README.md`) enters an archive.
+READ_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+    "adapter_config.json",
+    "adapter_model.safetensors",
+    "adapter_model.bin",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "modules.json",
+    "sentence_bert_config.json",
+    "config_sentence_transformers.json",
+    "router_config.json",
+)
+READ_PATTERNS = ("sentence_*_config.json", "*.model")
+
+
+def read_files(folder: Path) -> set[str]:
+    """The names in `folder` (a model folder or a module folder) a loader reads: `READ_FILES`, `READ_PATTERNS`, the
+    shards its weight indexes name and the vocabulary files its tokenizer class names."""
+    from bucketing.model.chain import ChainError, json_file
+
+    present = {p.name for p in folder.iterdir() if p.is_file()}
+    names = {n for n in present if n in READ_FILES or any(fnmatch.fnmatch(n, p) for p in READ_PATTERNS)}
+    for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        try:
+            shards = json_file(folder / index).get("weight_map", {}).values() if index in present else ()
+        except (ChainError, AttributeError):
+            shards = ()
+        names |= {str(shard) for shard in shards}
+    names |= tokenizer_vocabulary(folder)
+    return names & present
+
+
+def tokenizer_vocabulary(folder: Path) -> set[str]:
+    """The vocabulary files the folder's tokenizer class (its `tokenizer_config.json`) names, slow and fast."""
+    try:
+        name = json.loads((folder / "tokenizer_config.json").read_text()).get("tokenizer_class")
+    except (OSError, ValueError, AttributeError):
+        return set()
+    if not isinstance(name, str):
+        return set()
+    from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+
+    files: set[str] = set()
+    for each in {name, name.removesuffix("Fast"), name.removesuffix("Fast") + "Fast"}:
+        try:
+            cls = tokenizer_class_from_name(each)
+        except Exception:  # noqa: BLE001 - a class this transformers lacks names no file
+            cls = None
+        files |= {v for v in getattr(cls, "vocab_files_names", {}).values() if isinstance(v, str)}
+    return files
 
 
 def model_files(model_dir: Path) -> list[str]:
-    """What an archive carries of a model folder: its top-level files (the bundled MiniLM: those the handler
-    reads) but exported graphs, and the folders its sentence-transformers chain reads (`1_Pooling`, `2_Dense`)."""
+    """What an archive carries of a model folder: its top-level files a loader reads (`read_files`; no exported
+    graph), and the folders its sentence-transformers chain reads (`1_Pooling`, `2_Dense`)."""
     from bucketing.kinds.sparse.folder import sparse_folders
     from bucketing.model.chain import ChainError, module_folders
 
-    bundled = model_dir.resolve() == minilm_dir().resolve()
-    files = [p.name for p in sorted(model_dir.iterdir()) if p.is_file() and p.suffix != ".onnx"]
-    if bundled:
-        files = [f for f in files if f in MODEL_FILES or f in ST_FILES]
+    files = sorted(read_files(model_dir))
     try:
         folders = module_folders(model_dir)
         folders += sparse_folders(model_dir)  # a sparse Router's route modules
     except ChainError as e:
         raise ModelFolderError(str(e)) from None
     return files + [f for f in folders if (model_dir / f).is_dir()]
+
+
+def left_out(model_dir: Path) -> list[str]:
+    """The model folder's top-level files an archive does not carry (no loader reads them)."""
+    carried = set(model_files(model_dir))
+    return [p.name for p in sorted(model_dir.iterdir()) if p.is_file() and p.name not in carried]
 
 
 def allowed_root(model_dir: Path) -> Path:
@@ -256,9 +320,10 @@ def allowed_root(model_dir: Path) -> Path:
 
 
 def archived_files(model_dir: Path) -> list[tuple[str, Path]]:
-    """Each file an archive carries of a model folder (`model_files`, the module folders walked; no `.onnx`): its
-    path inside the archive's `model/` and the file read. A file or folder resolving outside `allowed_root` is a
-    ModelFolderError naming it: an archive carries nothing from outside the model folder."""
+    """Each file an archive carries of a model folder (`model_files`, the module folders walked for what a loader
+    reads; no `.onnx`): its path inside the archive's `model/` and the file read. A file or folder resolving outside
+    `allowed_root`, or a file hard-linked from outside it, is a ModelFolderError naming it: an archive carries
+    nothing from outside the model folder."""
     root = allowed_root(model_dir)
 
     def inside(path: Path) -> Path:
@@ -280,11 +345,38 @@ def archived_files(model_dir: Path) -> list[tuple[str, Path]]:
                 dirs.clear()
                 continue
             seen.add(here)
+            read = read_files(Path(current))
             for each in sorted(names):
                 path = Path(current) / each
-                if path.suffix != ".onnx" and inside(path).is_file():
+                if each in read and path.suffix != ".onnx" and inside(path).is_file():
                     files.append((str(path.relative_to(model_dir)), path.resolve()))
+    check_hard_links(model_dir, root, files)
     return files
+
+
+def check_hard_links(model_dir: Path, root: Path, files: list[tuple[str, Path]]) -> None:
+    """A ModelFolderError naming the first file with more links (names) than `root` holds: another name of it lies
+    outside the model folder, as a link out of it would (a symlink is refused for the same reason)."""
+    names: collections.Counter[tuple[int, int]] | None = None
+    for relative, source in files:
+        st = source.stat()
+        if st.st_nlink < 2:
+            continue
+        if names is None:  # the names of each file inside the root, counted once
+            names = collections.Counter()
+            for current, _, each in os.walk(root):
+                for name in each:
+                    inner = os.lstat(os.path.join(current, name))
+                    if stat.S_ISREG(inner.st_mode) and inner.st_nlink > 1:
+                        names[(inner.st_dev, inner.st_ino)] += 1
+        outside = st.st_nlink - names[(st.st_dev, st.st_ino)]
+        if outside > 0:
+            path = model_dir / relative
+            raise ModelFolderError(
+                f"{path}: a hard link to a file with {outside} more name(s) outside the model folder {root}; refused "
+                f"(an archive carries nothing from outside it): give the folder its own copy "
+                f"(cp '{path}' '{path}.copy' && mv '{path}.copy' '{path}') and build again"
+            )
 
 
 def sources(template: Path = TEMPLATE) -> list[Path]:

@@ -331,11 +331,12 @@ def build_sparse_encoder(
     max_active_dims: int | None = None,
     seed: int = 0,
     legacy: bool = True,
+    logit_scale: float = 1.0,
 ) -> Path:
     """A tiny random SparseEncoder saved by sentence-transformers itself: SPLADE (a 2-layer BERT masked-LM with
     MiniLM's tokenizer in an `MLMTransformer`, or with `legacy` False a `Transformer` with transformer_task
-    fill-mask, then SpladePooling), or (`router`) a Router with a SparseStaticEmbedding query route and that SPLADE
-    document route."""
+    fill-mask, then SpladePooling; its logits `logit_scale` times the random model's), or (`router`) a Router with a
+    SparseStaticEmbedding query route and that SPLADE document route."""
     import torch
     from sentence_transformers import SparseEncoder
     from sentence_transformers.base.modules import Router, Transformer
@@ -344,7 +345,12 @@ def build_sparse_encoder(
 
     torch.manual_seed(seed)
     body = target.parent / f"{target.name}-body"
-    BertForMaskedLM(tiny_bert_config()).eval().save_pretrained(body)
+    mlm_model = BertForMaskedLM(tiny_bert_config()).eval()
+    with torch.no_grad():  # the decoder is tied to the embeddings: scale what feeds it, and its bias
+        head = mlm_model.cls.predictions
+        for weight in (head.transform.LayerNorm.weight, head.transform.LayerNorm.bias, head.bias):
+            weight.mul_(logit_scale)
+    mlm_model.save_pretrained(body)
     copy_minilm_tokenizer(body)
     if legacy:
         mlm = MLMTransformer(str(body), max_seq_length=128)

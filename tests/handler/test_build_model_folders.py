@@ -70,16 +70,53 @@ def test_a_modules_json_path_out_of_the_folder_is_refused(st_folder, tmp_path, c
 
 
 def test_a_link_out_of_the_folder_is_refused(st_folder, tmp_path, capsys):
+    """A file the archive carries that links out of the folder is refused; one it does not carry is left out."""
     folder = copy_of(st_folder, tmp_path)
     (tmp_path / "id_rsa").write_text("SECRET")
-    (folder / "README.md").unlink()
-    (folder / "README.md").symlink_to(Path("..") / "id_rsa")
+    (folder / "vocab.txt").symlink_to(Path("..") / "id_rsa")  # a name BertTokenizer reads
     assert stage_only(folder, tmp_path) == 2
-    assert f"{folder / 'README.md'}: links to {tmp_path / 'id_rsa'}, outside the model folder" in one_line_error(capsys)
-    (folder / "README.md").unlink()
-    (folder / "1_Pooling" / "notes").symlink_to(tmp_path / "id_rsa")  # inside a module folder too
+    assert f"{folder / 'vocab.txt'}: links to {tmp_path / 'id_rsa'}, outside the model folder" in one_line_error(capsys)
+    (folder / "vocab.txt").unlink()
+    (folder / "2_Dense" / "pytorch_model.bin").symlink_to(tmp_path / "id_rsa")  # inside a module folder too
     assert stage_only(folder, tmp_path) == 2
-    assert "1_Pooling/notes: links to" in one_line_error(capsys)
+    assert "2_Dense/pytorch_model.bin: links to" in one_line_error(capsys)
+    (folder / "2_Dense" / "pytorch_model.bin").unlink()
+    (folder / "README.md").unlink()
+    (folder / "README.md").symlink_to(Path("..") / "id_rsa")  # read by no loader: not carried
+    (folder / "1_Pooling" / "notes").symlink_to(tmp_path / "id_rsa")
+    assert stage_only(folder, tmp_path) == 0
+    assert not any(b"SECRET" in data for data in staged(tmp_path).values())
+
+
+def test_a_hard_link_from_outside_the_folder_is_refused(st_folder, tmp_path, capsys):
+    """A carried file with another name outside the folder (a hard link) is refused in one line saying how to copy
+    it; a hard link whose names all lie inside the folder builds, as does the copy the line asks for."""
+    folder = copy_of(st_folder, tmp_path)
+    (tmp_path / "id_rsa").write_text("SECRET")
+    os.link(tmp_path / "id_rsa", folder / "vocab.txt")  # a name BertTokenizer reads
+    assert stage_only(folder, tmp_path) == 2
+    err = one_line_error(capsys)
+    assert f"{folder / 'vocab.txt'}: a hard link to a file with 1 more name(s) outside the model folder" in err
+    assert f"cp '{folder / 'vocab.txt'}' '{folder / 'vocab.txt'}.copy' && mv" in err
+    os.link(folder / "1_Pooling" / "config.json", folder / "pooling-backup.json")  # both names inside
+    shutil.copy(folder / "vocab.txt", folder / "vocab.txt.copy")  # what the error asks for
+    os.replace(folder / "vocab.txt.copy", folder / "vocab.txt")
+    assert stage_only(folder, tmp_path) == 0
+    assert staged(tmp_path)["1_Pooling/config.json"] == (st_folder / "1_Pooling" / "config.json").read_bytes()
+
+
+def test_the_archive_carries_only_what_a_loader_reads(st_folder, tmp_path, capsys):
+    """A folder's notes, `.env` and training leftovers stay out of the archive (the build says so), at the top and in
+    module folders; what sentence-transformers and transformers read goes in."""
+    folder = copy_of(st_folder, tmp_path)
+    for junk in (".env", "notes.txt", "training_args.bin", "1_Pooling/notes.md", "2_Dense/optimizer.pt"):
+        (folder / junk).write_text("SECRET")
+    assert stage_only(folder, tmp_path) == 0
+    out = capsys.readouterr().out
+    assert "left out, read by no loader: .env, README.md, notes.txt, training_args.bin)" in out
+    saved = {str(p.relative_to(st_folder)) for p in st_folder.rglob("*") if p.is_file()}
+    assert set(staged(tmp_path)) == saved - {"README.md"}
+    assert {"tokenizer.json", "modules.json", "2_Dense/model.safetensors", "1_Pooling/config.json"} <= saved
 
 
 def hub_cache(folder: Path, root: Path) -> Path:
@@ -107,9 +144,9 @@ def test_a_hugging_face_cache_snapshot_builds_from_its_blobs(st_folder, tmp_path
     assert not any(p.is_symlink() for p in (tmp_path / "stage" / "extra" / "model").rglob("*"))
     capsys.readouterr()
     (tmp_path / "hub" / "other").write_text("SECRET")  # beside the model's own cache folder: refused
-    (snapshot / "extra.txt").symlink_to(Path("..") / ".." / ".." / "other")
+    (snapshot / "vocab.txt").symlink_to(Path("..") / ".." / ".." / "other")
     assert stage_only(snapshot, tmp_path) == 2
-    assert "extra.txt: links to" in one_line_error(capsys)
+    assert "vocab.txt: links to" in one_line_error(capsys)
 
 
 def test_dense_sizes_are_checked_against_the_weights_before_allocating(st_folder, tmp_path, capsys):

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import shutil
 
+import numpy as np
 import pytest
 
-from tests.handler.sparse.support import MAX_LENGTH, mismatches, reference
+from tests.handler.sparse.support import ENGINES, MAX_LENGTH, mismatches, reference, stage_onnxruntime_archive
 from tests.handler.test_handler import make_handler, mixed_texts, serve_at
 from tests.models import build_sparse_encoder
 
@@ -71,3 +72,24 @@ def test_several_csr_routes_are_refused_on_onnxruntime_in_one_line(csr_routers, 
     with pytest.raises(EngineError, match="2 CSR routes .* served on engine torch only") as raised:
         make_handler(folder, task="sparse", engine="onnxruntime", max_length=MAX_LENGTH)
     assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_large_sums_equal_encode_within_1e5_on_both_engines(tmp_path, engine):
+    """A SPLADE whose sums over many tokens reach 20-64 (sum, log1p_relu, its logits scaled): every value within
+    1e-5 of encode()'s on both engines (onnxruntime's float32 ReduceSum was 1.9e-5 off; its sum is now float64)."""
+    folder = build_sparse_encoder(tmp_path / "large", pooling="sum", activation="log1p_relu", logit_scale=4, seed=1)
+    served = folder if engine == "torch" else stage_onnxruntime_archive(folder, tmp_path / "stage")[0]
+    section = {"max_length": MAX_LENGTH, "max_response_bytes": 1 << 28}  # a random model: most ids non-zero
+    handler, context = make_handler(served, task="sparse", engine=engine, **section)
+    assert ("a float64 copy of them for the sum" in handler.task.ready_note) == (engine == "onnxruntime")
+    texts = mixed_texts(32, seed=3)
+    ((status, body),) = serve_at(handler, context, [{"texts": texts}], [""])
+    assert status == 200, body
+    expected = reference(folder, texts)
+    assert 20 < expected.max() < 64  # one float32 step there: 1.9e-6 to 3.8e-6
+    worst = max(
+        float(np.max(np.abs(np.array(a["embedding"]["values"]) - row[a["embedding"]["indices"]])))
+        for a, row in zip(body, expected)
+    )
+    assert mismatches([a["embedding"] for a in body], expected) == 0, f"worst value {worst:.2e} off encode()"

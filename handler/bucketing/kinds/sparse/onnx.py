@@ -10,6 +10,11 @@ activation) of the folder's SPLADE routes (`pools`; one for every folder sentenc
 two unlike SPLADE routes). ONNX has no log1p: its export, log(1 + x), rounds a positive x under 2^-24 to 0, which
 would drop an id encode() keeps. So max pools before log1p (monotone) and log1p is computed accurately on the
 pooled vector; a sum that rounds to 0 takes the sum of the activations instead (log1p(x) is x there, in float32).
+A sum over the tokens is accumulated in float64 and rounded to float32 once: ONNX Runtime's float32 ReduceSum put
+sums of 23-59 up to 1.9e-5 (5 float32 steps) off encode(), the float64 sum 7.6e-6 (encode()'s own float32 rounding);
+it costs a float64 copy of the activations in the graph (twice the logits' size: with 16 rows of 128 tokens, the
+run's peak memory grew 1259 MiB where the float32 sum's grew 755 MiB; the logits are 238 MiB), which the ready line
+says.
 The engine runs it in row groups of at most max_batch_tokens tokens, as the torch engine does, so the ready line's
 bound on a pass's logits holds on both engines; unlike torch's in-place pooling, the graph also holds activations
 of the logits' size (the head's bias added, relu, log: ONNX Runtime plans those buffers), which the ready line says.
@@ -72,7 +77,7 @@ class SpladeHead(torch.nn.Module):
             y = torch.log(x + 1.0)
             if activation == "log1p_relu":
                 y = torch.log(y + 1.0)
-            summed = torch.sum(y, dim=1)
+            summed = torch.sum(y.double(), dim=1).float()  # the exact sum, rounded once (the module's docstring)
             out.append(torch.where(summed == 0, raw, summed))
         return torch.stack(out, dim=1)
 
@@ -182,7 +187,10 @@ def open_onnxruntime(task: Any, config: Any, model_dir: str) -> Any:
             model = next(iter(torch_engine.parts.values()))[0].model
         else:
             engine = OrtSpladeEngine(graph, pools(task.spec), torch_engine.group_tokens)
-            task.ready_note += "; onnxruntime: the graph also holds activations the size of a group's logits"
+            summed = any(pooling == "sum" for pooling, _ in engine.pools)
+            task.ready_note += "; onnxruntime: the graph also holds activations the size of a group's logits" + (
+                ", and a float64 copy of them for the sum (twice that size)" if summed else ""
+            )
             model = torch_engine.model
         ids, mask, pool_mask = probe(int(model.config.vocab_size))  # pool_mask: a prompt left out of pooling
         diff = max(
