@@ -116,7 +116,7 @@ class ArchiveSpec:
 
 
 def report_fidelity(configs: Mapping[str, dict[str, Any]], model_dir: Path) -> None:
-    """For archives of a reduced dtype: measure and print its fidelity to float32 on the sample texts, as the worker
+    """For archives of a reduced dtype: measure and print its fidelity to float32 on the probe set, as the worker
     will at start (a BuildError where the worker would refuse it: below its handler.min_cosine)."""
     from bucketing.config import HandlerConfig
 

@@ -119,6 +119,9 @@ def open(  # `bucketing.worker.open`; shadows the builtin in this module only
     `model_yaml_config`: TorchServe's whole model-config, which continuous batching checks."""
     model = load(config, model_dir, gpu_id)
     cost = cost_model(config, model)
+    shadow = model.task.engine.shadow  # shadow checks sample served texts only: from now on, not calibration's passes
+    if shadow is not None:
+        shadow.start()
     pipeline = Pipeline(config, model.tokenizer, model.task, make_planner(config, cost))
     pool = None
     if config.schedule == "continuous":

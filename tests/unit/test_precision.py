@@ -58,7 +58,7 @@ def test_embedding_fidelity_figures():
     assert fid.max_abs_diff == pytest.approx(np.sqrt(0.5))  # on unit vectors, as answered: (1, 0) - (.71, .71)
     assert fid.changed is None
     assert fid.describe() == (
-        "bfloat16 fidelity vs float32 on 3 sample texts: cosine min 0.707107 mean 0.902369, max abs diff 7.1e-01"
+        "bfloat16 fidelity vs float32 on 3 probe texts: cosine min 0.707107 mean 0.902369, max abs diff 7.1e-01"
     )
 
 
@@ -66,7 +66,7 @@ def test_a_worker_below_min_cosine_is_refused_naming_the_figure():
     fid = Fidelity("bfloat16", 16, 0.99871, 0.9995, 3e-3)
     assert fid.refusal(0.998) is None
     assert fid.refusal(0.999) == (
-        "handler.dtype bfloat16: cosine min 0.998710 to float32 on 16 sample texts is below handler.min_cosine "
+        "handler.dtype bfloat16: cosine min 0.998710 to float32 on 16 probe texts is below handler.min_cosine "
         "0.999; use dtype float32, or lower min_cosine knowingly"
     )
 
