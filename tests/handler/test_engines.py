@@ -186,7 +186,9 @@ def test_bfloat16_embeddings_state_their_fidelity(tiny_embedder_dir, bf16_cpu, c
 
 
 def test_bfloat16_below_min_cosine_stops_the_worker_naming_the_figure(tiny_embedder_dir, bf16_cpu):
-    with pytest.raises(EngineError, match=r"^handler.dtype bfloat16: cosine min 0\.99\d+ to float32 on 26 probe"):
+    with pytest.raises(
+        EngineError, match=r"^handler.dtype bfloat16: cosine min 0\.99\d+ \(on [a-z ]+\) to float32 on 26 probe"
+    ):
         make_handler(tiny_embedder_dir, dtype="bfloat16", min_cosine=1.0)
 
 

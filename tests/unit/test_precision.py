@@ -71,6 +71,14 @@ def test_a_worker_below_min_cosine_is_refused_naming_the_figure():
     )
 
 
+def test_the_fidelity_names_the_kind_of_probe_input_it_is_worst_on():
+    ref = np.array([[1.0, 0.0], [0.0, 1.0], [3.0, 4.0]])
+    got = np.array([[1.0, 0.01], [0.3, 1.0], [3.0, 4.0]])
+    fid = measure("bfloat16", ref, got, kinds=("prose", "digits", "scripts"))
+    assert fid.worst == "digits" and "cosine min 0.957826 (on digits) mean" in fid.describe()
+    assert str(fid.refusal(0.99)).startswith("handler.dtype bfloat16: cosine min 0.957826 (on digits) to float32 on 3 ")
+
+
 def test_classifier_fidelity_counts_changed_top_labels_and_ties():
     ref = np.array([[2.0, 0.0], [0.0, 0.01], [1.0, -1.0]])
     got = np.array([[2.0, 0.0], [0.01, 0.0], [1.0, -1.0]])  # the near-tie of row 1 flips

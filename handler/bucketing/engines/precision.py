@@ -129,7 +129,8 @@ class Fidelity:
     `max_abs_diff`: the largest component difference of the answers (unit vectors; a classifier's scores).
     `changed` of `compared`: classifiers only: texts whose top label changes (several labels), or pairs of texts
     whose order by score flips (one label: a reranker); `ties`: of those compared, how many lie within
-    `max_abs_diff` of each other in float32 (an order the measured error may flip)."""
+    `max_abs_diff` of each other in float32 (an order the measured error may flip); `worst`: the kind of probe input
+    of the cosine min."""
 
     dtype: str
     texts: int
@@ -139,23 +140,30 @@ class Fidelity:
     changed: int | None = None
     compared: int = 0
     ties: int = 0
+    worst: str = ""  # the kind of probe input (`probe_set`) the cosine min was measured on, where known
 
     def describe(self) -> str:
         """One line for the ready line and the build's output."""
         line = (
-            f"{self.dtype} fidelity vs float32 on {self.texts} probe texts: cosine min {self.cosine_min:.6f} "
-            f"mean {self.cosine_mean:.6f}, max abs diff {self.max_abs_diff:.1e}"
+            f"{self.dtype} fidelity vs float32 on {self.texts} probe texts: cosine min {self.cosine_min:.6f}"
+            f"{self.on_worst} mean {self.cosine_mean:.6f}, max abs diff {self.max_abs_diff:.1e}"
         )
         if self.changed is not None:
             line += f", {self.changed} of {self.compared} top labels/orders changed ({self.ties} within the error)"
         return line
+
+    @property
+    def on_worst(self) -> str:
+        """Where the cosine min was measured, for a line: " (on digits)"; empty where unknown."""
+        return f" (on {self.worst})" if self.worst else ""
 
     def refusal(self, floor: float) -> str | None:
         """Why a worker with this fidelity must not start under `handler.min_cosine` = floor, or None."""
         if self.cosine_min >= floor:
             return None
         return (
-            f"handler.dtype {self.dtype}: cosine min {self.cosine_min:.6f} to float32 on {self.texts} probe texts is "
+            f"handler.dtype {self.dtype}: cosine min {self.cosine_min:.6f}{self.on_worst} to float32 on {self.texts} "
+            "probe texts is "
             f"below handler.min_cosine {floor:g}; use dtype float32, or lower min_cosine knowingly"
         )
 
@@ -189,19 +197,27 @@ def scores(logits: np.ndarray, activation: str) -> np.ndarray:
 
 
 def measure(
-    dtype: str, reference: np.ndarray, candidate: np.ndarray, classifier: bool = False, activation: str = "softmax"
+    dtype: str,
+    reference: np.ndarray,
+    candidate: np.ndarray,
+    classifier: bool = False,
+    activation: str = "softmax",
+    kinds: Sequence[str] = (),
 ) -> Fidelity:
-    """The fidelity of `candidate` (a reduced-precision engine's outputs) to `reference` (float32's), row for row."""
+    """The fidelity of `candidate` (a reduced-precision engine's outputs) to `reference` (float32's), row for row;
+    `kinds`: each row's kind of probe input (`Probe.kind`), to name the worst."""
     cos = cosines(reference, candidate)
     if not classifier:
         diff = float(np.abs(unit(reference) - unit(candidate)).max())
-        return Fidelity(dtype, len(cos), float(cos.min()), float(cos.mean()), diff)
+        worst = kinds[int(cos.argmin())] if len(kinds) == len(cos) else ""
+        return Fidelity(dtype, len(cos), float(cos.min()), float(cos.mean()), diff, worst=worst)
     ref, got = scores(reference, activation), scores(candidate, activation)
     if ref.shape[1] == 1:  # one logit a row: its cosine is only its sign; compare the scores across the texts instead
         cos = cosines((ref - ref.mean()).T, (got - got.mean()).T)  # their centred cosine (correlation), one figure
     diff = float(np.abs(ref - got).max())
     changed, compared, ties = order_changes(ref, got, diff)
-    return Fidelity(dtype, len(ref), float(cos.min()), float(cos.mean()), diff, changed, compared, ties)
+    worst = kinds[int(cos.argmin())] if len(kinds) == len(cos) else ""  # none for one label: one figure
+    return Fidelity(dtype, len(ref), float(cos.min()), float(cos.mean()), diff, changed, compared, ties, worst)
 
 
 def order_changes(ref: np.ndarray, got: np.ndarray, error: float) -> tuple[int, int, int]:

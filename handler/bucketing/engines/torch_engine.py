@@ -117,7 +117,8 @@ def open_reduced(head: Head, info: ModelInfo, config: HandlerConfig, model_dir: 
     expected = precision.run_probes(reference, probes, tokenizer.pad_id)
     engine = TorchEngine(head, device, dtype, config.torchscript, info.vocab_size)
     got = precision.run_probes(engine, probes, tokenizer.pad_id)
-    engine.fidelity = precision.measure(config.dtype, expected, got, classifier, info.activation)
+    kinds = [p.kind for p in probes]
+    engine.fidelity = precision.measure(config.dtype, expected, got, classifier, info.activation, kinds)
     refusal = engine.fidelity.refusal(config.min_cosine)
     if refusal:
         raise EngineError(refusal)
