@@ -97,6 +97,8 @@ class Worker:
         described += self.task.ready_note  # a sparse model's routes and memory per pass
         fidelity = self.task.engine.fidelity  # a reduced dtype's, measured at load
         described += f", {fidelity.describe()}" if fidelity is not None else ""
+        shadow = self.task.engine.shadow
+        described += f", {shadow.describe()}" if shadow is not None else ""
         return f"bucketing handler ready: {self.config}{described}, cost model {self.cost}{self.pipeline.limit_note()}"
 
     def serve(

@@ -169,3 +169,14 @@ def test_a_share_samples_the_same_texts_whatever_their_batch(unseen_model, bf16_
     context.metrics.added.clear()
     serve(handler, context, [{"body": {"text": t}} for t in reversed(texts)])
     assert sample_metrics(context)[f"{SAMPLES}_count", ""] == sum(chosen)
+
+
+def test_shadow_checks_start_with_serving_not_with_calibration(unseen_model, bf16_cpu, caplog):
+    """Calibration's timed passes are no served texts: the first call's samples are its own texts only."""
+    with caplog.at_level(logging.INFO):
+        handler, context = make_handler(
+            unseen_model, max_length=32, dtype="bfloat16", fidelity_sample=1.0, cost={"calibrate": True}
+        )
+    assert "shadow-checking a share of 1 of served texts in float32" in caplog.text  # the ready line says so
+    serve(handler, context, [{"body": {"texts": ["one", "two"]}}])
+    assert sample_metrics(context)[f"{SAMPLES}_count", ""] == 2

@@ -42,6 +42,10 @@ class Shadow:
         self.cosines: list[float] = []
         self.minimum: float | None = None
 
+    def describe(self) -> str:
+        """For the ready line."""
+        return f"shadow-checking a share of {self.share:g} of served texts in float32 (handler.fidelity_sample)"
+
     def start(self) -> None:
         """Sample from now on (the worker is open and serving)."""
         self.started = True
