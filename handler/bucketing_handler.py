@@ -66,9 +66,10 @@ class BucketingHandler:
         model_name = getattr(context, "model_name", "")
         keys = request_keys(context, len(data)) if self.worker.pool is not None else None
         replies, stats = self.worker.serve(data, meta, keys, model_name)
-        fidelity = self.worker.task.engine.fidelity  # a reduced dtype's, measured at load
+        engine = self.worker.task.engine
+        fidelity, shadow = engine.fidelity, engine.shadow  # a reduced dtype's: measured at load; sampled since
         cosine = fidelity.cosine_min if fidelity is not None else None
-        emit(getattr(context, "metrics", None), stats, cosine)
+        emit(getattr(context, "metrics", None), stats, cosine, shadow.drain() if shadow is not None else None)
         for idx, reply in enumerate(replies):
             if reply is None:  # pending: no prediction in this response, so TorchServe sends it again next call
                 context.request_ids.pop(idx)

@@ -116,7 +116,7 @@ class ArchiveSpec:
 
 
 def report_fidelity(configs: Mapping[str, dict[str, Any]], model_dir: Path) -> None:
-    """For archives of a reduced dtype: measure and print its fidelity to float32 on the sample texts, as the worker
+    """For archives of a reduced dtype: measure and print its fidelity to float32 on the probe set, as the worker
     will at start (a BuildError where the worker would refuse it: below its handler.min_cosine)."""
     from bucketing.config import HandlerConfig
 
@@ -134,7 +134,7 @@ def report_fidelity(configs: Mapping[str, dict[str, Any]], model_dir: Path) -> N
 
     if handler.engine != "torch":
         raise BuildError(f"handler.dtype {handler.dtype} runs on engine torch; got engine {handler.engine}")
-    measured = dataclasses.replace(handler, min_cosine=0.0, torchscript=False)
+    measured = dataclasses.replace(handler, min_cosine=0.0, torchscript=False, fidelity_sample=0.0)
     try:
         head, info = load_head(handler.task, str(model_dir))
         with torch.inference_mode():

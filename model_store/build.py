@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         "--dtype",
         choices=DTYPES,
         help="handler.dtype; bfloat16 (engine torch; served where the CPU multiplies it natively) prints its "
-        "fidelity to float32, measured on sample texts here",
+        "fidelity to float32, measured on the probe set here",
     )
     args = parser.parse_args(argv)
     try:

@@ -149,8 +149,19 @@ class HandlerConfig:
     )
     min_cosine: float = option(
         0.999,
-        "`dtype` other than float32: the worker refuses to start when its cosine to float32 on sample texts "
-        "(embeddings; a classifier's logits) falls below this",
+        "`dtype` other than float32: the worker refuses to start when its cosine to float32 on its probe set "
+        "(prose, digits, punctuation, CJK, unknown-token text, word pieces from across the vocabulary, texts at "
+        "max_length; embeddings, a classifier's logits) falls below this; a guarantee on the probe set only "
+        "(served texts: `fidelity_sample`)",
+        low=0.0,
+        high=1.0,
+    )
+    fidelity_sample: float = option(
+        0.0,
+        "`dtype` other than float32: the share of served texts also run in float32 in the same call (shadow "
+        "checking; costs that share of float32 compute and a float32 copy of the encoder), their cosine in "
+        "`bucket_fidelity_sample_cosine` and the minimum in `bucket_fidelity_sample_cosine_min`, a warning logged "
+        "below `min_cosine`; answers are unchanged; 0: off",
         low=0.0,
         high=1.0,
     )

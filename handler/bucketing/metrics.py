@@ -31,6 +31,11 @@ METRICS = {
 ERRORS = "bucket_errors_total"  # requests answered with an error, by `type` and `status`
 # A gauge, with every batch of a worker whose dtype is not float32: its cosine min to float32, measured at load.
 FIDELITY = "bucket_fidelity_cosine_min"
+# Shadow checking (`handler.fidelity_sample`): a histogram of sampled served texts' cosines to float32 (buckets at
+# these bounds and at `handler.min_cosine`), and a gauge of the worker's minimum so far.
+SAMPLES = "bucket_fidelity_sample_cosine"
+SAMPLE_BOUNDS = (0.0, 0.9, 0.99, 0.995, 0.999, 0.9995, 0.9999, 0.99995, 0.99999)
+SAMPLES_MIN = "bucket_fidelity_sample_cosine_min"
 
 # Histogram name -> (unit, bucket upper bounds; +Inf is added), and what it observes.
 HISTOGRAMS = {
@@ -104,15 +109,31 @@ class BatchStats:
         }
 
 
+@dataclass(frozen=True)
+class Samples:
+    """One handler call's shadow checks: the sampled texts' cosines to float32, the worker's minimum so far (None
+    before its first), and `handler.min_cosine` (a bucket bound of their histogram)."""
+
+    cosines: tuple[float, ...]
+    minimum: float | None
+    floor: float
+
+    @property
+    def bounds(self) -> tuple[float, ...]:
+        """The histogram's bucket bounds: `SAMPLE_BOUNDS` and the floor."""
+        return tuple(sorted({*SAMPLE_BOUNDS, self.floor}))
+
+
 def cumulative(observations: Sequence[tuple[float, int]], bounds: Sequence[float]) -> list[tuple[str, int]]:
     """Prometheus buckets: for each upper bound (then +Inf), the weight of observations at or below it."""
-    out = [(f"{b:g}", sum(w for v, w in observations if v <= b)) for b in bounds]
+    out = [(f"{b:.10g}", sum(w for v, w in observations if v <= b)) for b in bounds]
     return [*out, ("+Inf", sum(w for _, w in observations))]
 
 
-def emit(metrics: Any, stats: BatchStats, cosine_min: float | None = None) -> None:
+def emit(metrics: Any, stats: BatchStats, cosine_min: float | None = None, samples: Samples | None = None) -> None:
     """Add one batch's figures to TorchServe's metric cache (`context.metrics`), if there is one; `cosine_min`:
-    the worker's measured fidelity to float32 (a reduced dtype), as the `FIDELITY` gauge."""
+    the worker's measured fidelity to float32 (a reduced dtype), as the `FIDELITY` gauge; `samples`: its shadow
+    checks (`handler.fidelity_sample`), as the `SAMPLES` histogram and `SAMPLES_MIN` gauge."""
     if metrics is None:
         return
     from ts.metrics.dimension import Dimension
@@ -124,8 +145,12 @@ def emit(metrics: Any, stats: BatchStats, cosine_min: float | None = None) -> No
 
     for name, (attr, unit) in METRICS.items():
         add(name, getattr(stats, attr), unit)
-    for name, observed in stats.observations().items():
-        unit, bounds = HISTOGRAMS[name]
+    histograms: dict[str, tuple[str, Sequence[float], list[tuple[float, int]]]] = {
+        name: (*HISTOGRAMS[name], observed) for name, observed in stats.observations().items()
+    }
+    if samples is not None:
+        histograms[SAMPLES] = ("cosine", samples.bounds, [(c, 1) for c in samples.cosines])
+    for name, (unit, bounds, observed) in histograms.items():
         for le, count in cumulative(observed, bounds):
             add(f"{name}_bucket", count, unit, [("le", le)])
         add(f"{name}_sum", sum(v * w for v, w in observed), unit)
@@ -134,9 +159,11 @@ def emit(metrics: Any, stats: BatchStats, cosine_min: float | None = None) -> No
         add(ERRORS, count, "count", [("type", kind), ("status", str(status))])
     if cosine_min is not None:
         metrics.add_metric(FIDELITY, cosine_min, "cosine", None, [], MetricTypes.GAUGE)
+    if samples is not None and samples.minimum is not None:
+        metrics.add_metric(SAMPLES_MIN, samples.minimum, "cosine", None, [], MetricTypes.GAUGE)
 
 
 def series_names() -> set[str]:
     """Every metric name the handler emits, as Prometheus shows it."""
-    names = set(METRICS) | {ERRORS, FIDELITY}
-    return names | {f"{h}_{part}" for h in HISTOGRAMS for part in ("bucket", "sum", "count")}
+    names = set(METRICS) | {ERRORS, FIDELITY, SAMPLES_MIN}
+    return names | {f"{h}_{part}" for h in (*HISTOGRAMS, SAMPLES) for part in ("bucket", "sum", "count")}

@@ -97,6 +97,8 @@ class Worker:
         described += self.task.ready_note  # a sparse model's routes and memory per pass
         fidelity = self.task.engine.fidelity  # a reduced dtype's, measured at load
         described += f", {fidelity.describe()}" if fidelity is not None else ""
+        shadow = self.task.engine.shadow
+        described += f", {shadow.describe()}" if shadow is not None else ""
         return f"bucketing handler ready: {self.config}{described}, cost model {self.cost}{self.pipeline.limit_note()}"
 
     def serve(
@@ -119,6 +121,9 @@ def open(  # `bucketing.worker.open`; shadows the builtin in this module only
     `model_yaml_config`: TorchServe's whole model-config, which continuous batching checks."""
     model = load(config, model_dir, gpu_id)
     cost = cost_model(config, model)
+    shadow = model.task.engine.shadow  # shadow checks sample served texts only: from now on, not calibration's passes
+    if shadow is not None:
+        shadow.start()
     pipeline = Pipeline(config, model.tokenizer, model.task, make_planner(config, cost))
     pool = None
     if config.schedule == "continuous":

@@ -170,7 +170,7 @@ def test_bfloat16_embeddings_state_their_fidelity(tiny_embedder_dir, bf16_cpu, c
     f32, _ = make_handler(tiny_embedder_dir, max_length=128)
     fidelity = bf16.task.engine.fidelity
     assert fidelity is not None and isinstance(bf16.task.engine, TorchEngine)
-    assert f32.task.engine.fidelity is None and fidelity.dtype == "bfloat16" and fidelity.texts == 16
+    assert f32.task.engine.fidelity is None and fidelity.dtype == "bfloat16" and fidelity.texts == 26
     assert 0.999 <= fidelity.cosine_min <= fidelity.cosine_mean < 1.0 and 0 < fidelity.max_abs_diff < 0.05
     assert bf16.task.engine.head.model.dtype == torch.bfloat16
     assert all(p.dtype == torch.float32 for p in bf16.task.engine.head.dense.parameters())
@@ -186,7 +186,9 @@ def test_bfloat16_embeddings_state_their_fidelity(tiny_embedder_dir, bf16_cpu, c
 
 
 def test_bfloat16_below_min_cosine_stops_the_worker_naming_the_figure(tiny_embedder_dir, bf16_cpu):
-    with pytest.raises(EngineError, match=r"^handler.dtype bfloat16: cosine min 0\.99\d+ to float32 on 16 sample"):
+    with pytest.raises(
+        EngineError, match=r"^handler.dtype bfloat16: cosine min 0\.99\d+ \(on [a-z ]+\) to float32 on 26 probe"
+    ):
         make_handler(tiny_embedder_dir, dtype="bfloat16", min_cosine=1.0)
 
 
@@ -195,7 +197,7 @@ def test_bfloat16_classification_keeps_its_labels(tiny_classifier_dir, bf16_cpu)
     f32, _ = make_handler(tiny_classifier_dir, task="classification")
     fidelity = bf16.task.engine.fidelity
     assert fidelity is not None
-    assert fidelity.texts == 31 and fidelity.compared == 31  # 16 texts and 15 pairs
+    assert fidelity.texts == 41 and fidelity.compared == 41  # 26 probes and 15 pairs of its 16 texts
     texts = mixed_texts(8, seed=12)
     a = serve(bf16, context, [{"body": {"texts": texts}}])[0][1]
     b = serve(f32, context, [{"body": {"texts": texts}}])[0][1]
@@ -218,7 +220,7 @@ def test_the_build_of_a_bfloat16_archive_prints_its_fidelity(tiny_embedder_dir, 
     common = ["--model-dir", str(tiny_embedder_dir), "--strategies", "bucketed", "--stage-dir", str(stage)]
     assert build.main([*common, "--dtype", "bfloat16", "--print-commands"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("bfloat16 fidelity vs float32 on 16 sample texts: cosine min 0.99")
+    assert out.startswith("bfloat16 fidelity vs float32 on 26 probe texts: cosine min 0.99")
     assert "(measured at build; this CPU " in out.splitlines()[0]
     handler = yaml.safe_load((stage / "minilm-bucketed.yaml").read_text())["handler"]
     assert handler["dtype"] == "bfloat16" and handler["engine"] == "torch"  # bfloat16 runs on torch
@@ -243,5 +245,5 @@ def test_the_build_of_a_float16_archive_says_it_is_for_a_gpu(tiny_embedder_dir, 
     argv = ["--model-dir", str(tiny_embedder_dir), "--strategies", "bucketed", "--stage-dir", str(tmp_path / "stage")]
     assert build.main([*argv, "--dtype", "float16", "--print-commands"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
-    assert first.startswith("float16 fidelity vs float32 on 16 sample texts: cosine min ")
+    assert first.startswith("float16 fidelity vs float32 on 26 probe texts: cosine min ")
     assert "bfloat16" not in first and "float16 is served on a CUDA GPU only" in first, first

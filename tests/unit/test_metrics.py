@@ -7,7 +7,19 @@ import re
 
 import yaml
 
-from bucketing.metrics import ERRORS, FIDELITY, HISTOGRAMS, METRICS, BatchStats, cumulative, emit, series_names
+from bucketing.metrics import (
+    ERRORS,
+    FIDELITY,
+    HISTOGRAMS,
+    METRICS,
+    SAMPLES,
+    SAMPLES_MIN,
+    BatchStats,
+    Samples,
+    cumulative,
+    emit,
+    series_names,
+)
 from model_store.archives import ROOT
 from tsctl.inprocess import LocalMetrics
 
@@ -28,12 +40,13 @@ def test_a_batch_emits_counters_histograms_and_errors_by_type():
         errors=(("EmptyText", 400), ("EmptyText", 400), ("InternalServerError", 500)),
     )
     metrics = LocalMetrics()
-    emit(metrics, stats, cosine_min=0.99993)
+    emit(metrics, stats, cosine_min=0.99993, samples=Samples((0.99997, 0.9992, 0.15), 0.15, 0.9993))
     names = {name for name, *_ in metrics.added}
     assert names == series_names()
     float32 = LocalMetrics()
     emit(float32, stats)
-    assert {name for name, *_ in float32.added} == series_names() - {FIDELITY}  # no fidelity gauge in float32
+    sampled = {SAMPLES_MIN} | {f"{SAMPLES}_{part}" for part in ("bucket", "sum", "count")}
+    assert {name for name, *_ in float32.added} == series_names() - {FIDELITY} - sampled  # none in float32
     added = {(name, tuple((d.name, d.value) for d in dims)): value for name, value, _, dims in metrics.added}
     assert added["bucket_requests_total", ()] == 5 and added["bucket_failed_total", ()] == 1
     assert added["bucket_batch_size_bucket", (("le", "4"),)] == 0
@@ -47,6 +60,13 @@ def test_a_batch_emits_counters_histograms_and_errors_by_type():
     assert added[ERRORS, (("type", "EmptyText"), ("status", "400"))] == 2
     assert added[ERRORS, (("type", "InternalServerError"), ("status", "500"))] == 1
     assert added[FIDELITY, ()] == 0.99993
+    # shadow checks: a bucket at min_cosine (0.9993) among the fixed ones, the minimum as a gauge
+    assert added[f"{SAMPLES}_bucket", (("le", "0.9993"),)] == 2 and added[f"{SAMPLES}_bucket", (("le", "0.999"),)] == 1
+    assert added[f"{SAMPLES}_bucket", (("le", "0.99995"),)] == 2 and added[f"{SAMPLES}_bucket", (("le", "+Inf"),)] == 3
+    assert added[f"{SAMPLES}_count", ()] == 3 and added[SAMPLES_MIN, ()] == 0.15
+    unsampled = LocalMetrics()
+    emit(unsampled, stats, 0.99993, Samples((), None, 0.999))  # sampling on, nothing sampled yet: no gauge
+    assert {n for n, *_ in unsampled.added} == series_names() - {SAMPLES_MIN}
 
 
 def test_stats_add_up_across_retries():

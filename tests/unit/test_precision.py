@@ -58,7 +58,7 @@ def test_embedding_fidelity_figures():
     assert fid.max_abs_diff == pytest.approx(np.sqrt(0.5))  # on unit vectors, as answered: (1, 0) - (.71, .71)
     assert fid.changed is None
     assert fid.describe() == (
-        "bfloat16 fidelity vs float32 on 3 sample texts: cosine min 0.707107 mean 0.902369, max abs diff 7.1e-01"
+        "bfloat16 fidelity vs float32 on 3 probe texts: cosine min 0.707107 mean 0.902369, max abs diff 7.1e-01"
     )
 
 
@@ -66,9 +66,17 @@ def test_a_worker_below_min_cosine_is_refused_naming_the_figure():
     fid = Fidelity("bfloat16", 16, 0.99871, 0.9995, 3e-3)
     assert fid.refusal(0.998) is None
     assert fid.refusal(0.999) == (
-        "handler.dtype bfloat16: cosine min 0.998710 to float32 on 16 sample texts is below handler.min_cosine "
+        "handler.dtype bfloat16: cosine min 0.998710 to float32 on 16 probe texts is below handler.min_cosine "
         "0.999; use dtype float32, or lower min_cosine knowingly"
     )
+
+
+def test_the_fidelity_names_the_kind_of_probe_input_it_is_worst_on():
+    ref = np.array([[1.0, 0.0], [0.0, 1.0], [3.0, 4.0]])
+    got = np.array([[1.0, 0.01], [0.3, 1.0], [3.0, 4.0]])
+    fid = measure("bfloat16", ref, got, kinds=("prose", "digits", "scripts"))
+    assert fid.worst == "digits" and "cosine min 0.957826 (on digits) mean" in fid.describe()
+    assert str(fid.refusal(0.99)).startswith("handler.dtype bfloat16: cosine min 0.957826 (on digits) to float32 on 3 ")
 
 
 def test_classifier_fidelity_counts_changed_top_labels_and_ties():

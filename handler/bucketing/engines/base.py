@@ -9,6 +9,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from bucketing.engines import precision
+    from bucketing.engines.shadow import Shadow
     from bucketing.model.head import Head
 
 TOLERANCE = 1e-5  # max abs difference of pooled outputs between an engine and the torch model
@@ -21,6 +22,11 @@ class Engine(Protocol):
     @property
     def fidelity(self) -> precision.Fidelity | None:
         """A reduced dtype's fidelity to float32, measured at load; None in float32."""
+        ...
+
+    @property
+    def shadow(self) -> Shadow | None:
+        """A reduced dtype's shadow checks of served texts (`handler.fidelity_sample`); None when off."""
         ...
 
     def __call__(

@@ -32,6 +32,7 @@ class OrtEngine:
 
     name = "onnxruntime"
     fidelity = None  # float32 only
+    shadow = None
 
     def __init__(self, path: Path, threads: int, device: str) -> None:
         import onnxruntime as ort

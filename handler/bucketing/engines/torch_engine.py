@@ -1,10 +1,12 @@
 """The `torch` engine: the Hugging Face model, eager or traced with TorchScript (the trace is checked against eager
 at load and dropped on any mismatch: both give the same numbers, the trace only faster); in a reduced dtype (float16
 on CUDA; bfloat16 on CUDA or a CPU that multiplies it natively) its encoder runs in that dtype and the pooling and
-Dense after it in float32, with its fidelity to float32 measured at load (`precision`)."""
+Dense after it in float32, with its fidelity to float32 measured at load on the probe set (`precision`), and, with
+`handler.fidelity_sample`, a share of the served texts run on a float32 copy as well (`shadow`)."""
 
 from __future__ import annotations
 
+import copy
 import logging
 import warnings
 from typing import Any
@@ -15,6 +17,7 @@ import torch
 from bucketing.config import HandlerConfig
 from bucketing.engines import precision
 from bucketing.engines.base import TOLERANCE, Engine, head_inputs, probe, probe_types
+from bucketing.engines.shadow import Shadow
 from bucketing.kinds import KINDS
 from bucketing.model.head import EngineError, Head, ModelInfo
 
@@ -28,6 +31,8 @@ class TorchEngine:
 
     name = "torch"
     fidelity: precision.Fidelity | None = None  # a reduced dtype's, measured against float32 at load
+    shadow: Shadow | None = None  # a reduced dtype's shadow checks (`handler.fidelity_sample`), with `reference`
+    reference: TorchEngine | None = None  # the float32 model they run on
 
     def __init__(self, head: Head, device: str, dtype: torch.dtype, torchscript: bool, vocab_size: int) -> None:
         self.device = device
@@ -64,7 +69,34 @@ class TorchEngine:
         self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None, types: np.ndarray | None = None
     ) -> np.ndarray:
         module = self.traced if self.traced is not None else self.head
-        return self._run(module, *head_inputs(self.head, ids, mask, pool_mask, types))
+        out = self._run(module, *head_inputs(self.head, ids, mask, pool_mask, types))
+        if self.shadow is not None and self.reference is not None:
+            self._check(self.shadow, self.reference, out, ids, mask, pool_mask, types)
+        return out
+
+    @staticmethod
+    def _check(
+        shadow: Shadow,
+        reference: TorchEngine,
+        out: np.ndarray,
+        ids: np.ndarray,
+        mask: np.ndarray,
+        pool_mask: np.ndarray | None,
+        types: np.ndarray | None,
+    ) -> None:
+        """Run the rows the shadow picks on the float32 model (cut to their longest) and record their cosines to
+        `out`, which stays the answer."""
+        rows = shadow.picks(ids, mask)
+        if not rows:
+            return
+        width = int(np.flatnonzero(mask[rows].any(axis=0)).max()) + 1
+        expected = reference(
+            ids[rows, :width],
+            mask[rows, :width],
+            None if pool_mask is None else pool_mask[rows, :width],
+            None if types is None else types[rows, :width],
+        )
+        shadow.record(precision.cosines(expected, out[rows]), mask[rows].sum(axis=1))
 
 
 def open_torch(head: Head, info: ModelInfo, config: HandlerConfig, model_dir: str, device: str, dtype: Any) -> Engine:
@@ -72,17 +104,25 @@ def open_torch(head: Head, info: ModelInfo, config: HandlerConfig, model_dir: st
 
 
 def open_reduced(head: Head, info: ModelInfo, config: HandlerConfig, model_dir: str, device: str, dtype: Any) -> Engine:
-    """The torch engine in a reduced dtype, its fidelity to the float32 model measured on `precision.PROBE_TEXTS`
-    (an EngineError below `handler.min_cosine`)."""
+    """The torch engine in a reduced dtype, its fidelity to the float32 model measured on `precision.probe_set`
+    (an EngineError below `handler.min_cosine`); with `handler.fidelity_sample`, it keeps a float32 copy of the model
+    for its shadow checks."""
     from bucketing.model.tokenizer import Tokenizer
 
     tokenizer = Tokenizer(model_dir, min(config.max_length, info.max_positions), bool(info.chain.do_lower_case))
-    probes = precision.probe_inputs(tokenizer, pairs=KINDS[config.task].classifier)
-    reference = TorchEngine(head, device, torch.float32, False, info.vocab_size)(*probes)
-    engine = TorchEngine(head, device, dtype, config.torchscript, info.vocab_size)
     classifier = KINDS[config.task].classifier
-    engine.fidelity = precision.measure(config.dtype, reference, engine(*probes), classifier, info.activation)
+    probes = precision.probe_set(tokenizer, pairs=classifier)
+    kept = copy.deepcopy(head) if config.fidelity_sample > 0 else head  # `head` turns to `dtype` below
+    reference = TorchEngine(kept, device, torch.float32, False, info.vocab_size)
+    expected = precision.run_probes(reference, probes, tokenizer.pad_id)
+    engine = TorchEngine(head, device, dtype, config.torchscript, info.vocab_size)
+    got = precision.run_probes(engine, probes, tokenizer.pad_id)
+    kinds = [p.kind for p in probes]
+    engine.fidelity = precision.measure(config.dtype, expected, got, classifier, info.activation, kinds)
     refusal = engine.fidelity.refusal(config.min_cosine)
     if refusal:
         raise EngineError(refusal)
+    if config.fidelity_sample > 0:
+        engine.shadow = Shadow(config.dtype, config.fidelity_sample, config.min_cosine)
+        engine.reference = reference
     return engine

@@ -68,7 +68,8 @@ class Tokenizer:
         self.vocab_size = int(self._backend.get_vocab_size(with_added_tokens=True))
         self.cut_chars = CUT_CHARS_PER_TOKEN * max_length
         self._prompt_lengths: dict[str, int] = {}
-        self._special_ids = frozenset(int(i) for i in hf.all_special_ids)
+        self.special_ids = frozenset(int(i) for i in hf.all_special_ids)
+        self.unk_id: int | None = int(hf.unk_token_id) if hf.unk_token_id is not None else None
 
     @property
     def max_cut_chars(self) -> int:
@@ -221,7 +222,7 @@ class Tokenizer:
         length = self._prompt_lengths.pop(prompt, None)
         if length is None:
             ids = self._backend.encode(prompt).ids
-            length = len(ids) - (1 if ids and ids[-1] in self._special_ids else 0)
+            length = len(ids) - (1 if ids and ids[-1] in self.special_ids else 0)
             if len(self._prompt_lengths) >= PROMPT_CACHE:
                 del self._prompt_lengths[next(iter(self._prompt_lengths))]  # the least recently used
         self._prompt_lengths[prompt] = length

@@ -37,6 +37,7 @@ class SparseEngine:
 
     name = "torch"
     fidelity = None
+    shadow = None
 
     def __init__(self, model: Any, device: str, group_tokens: int) -> None:
         self.model = model.to(device).eval()
@@ -70,6 +71,7 @@ class CsrEngine:
 
     name = "torch"
     fidelity = None
+    shadow = None
 
     def __init__(self, head: Any, weights: Mapping[str, Any], route: Route, device: str) -> None:
         self.device = device

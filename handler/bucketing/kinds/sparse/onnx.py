@@ -130,6 +130,7 @@ class OrtSpladeEngine:
 
     name = "onnxruntime"
     fidelity = None
+    shadow = None
 
     def __init__(self, graph: Any, pools: tuple[tuple[str, str], ...], group_tokens: int) -> None:
         self.graph = graph
