@@ -20,6 +20,20 @@ SDK_PYTHON = SDK_VENV / "bin" / "python"
 CLIENT = Path(__file__).with_name("kserve_sdk_client.py")
 
 
+def sdk_results(url: str, model: str, token: str, groups: list[list[str]], *args: str) -> list[dict]:
+    """What `kserve_sdk_client.py` (in the SDK's venv) got back for each group, sent concurrently: `args` are its
+    mode and, optionally, a precision."""
+    run = subprocess.run(
+        [str(SDK_PYTHON), str(CLIENT), url, model, token, *args],
+        input=json.dumps(groups),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
 @pytest.fixture(scope="module")
 def sdk_venv() -> None:
     if not (SDK_VENV / ".installed").exists():
@@ -37,15 +51,7 @@ def test_kserve_sdk_v2_client(v2_model, scheduled, reference, mode):
     groups = [texts_for_load(n, seed=20 + n) for n in (3, 1, 4, 2, 3, 5)]
     token = v2_model.client.keys.key("inference")
     before = parse_prometheus(v2_model.client.metrics(), scheduled)
-    run = subprocess.run(
-        [str(SDK_PYTHON), str(CLIENT), v2_model.endpoints.inference, scheduled, token, mode],
-        input=json.dumps(groups),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    results = json.loads(run.stdout.strip().splitlines()[-1])
+    results = sdk_results(v2_model.endpoints.inference, scheduled, token, groups, mode)
     for i, (group, result) in enumerate(zip(groups, results, strict=True)):
         assert result["id"] == f"sdk-{i}" and result["model_name"] == scheduled
         vectors = np.asarray(result["outputs"]["embedding"])
@@ -67,15 +73,7 @@ def test_kserve_sdk_v2_packed_precision(v2_model, scheduled, reference, precisio
 
     groups = [texts_for_load(n, seed=40 + n) for n in (2, 3)]
     token = v2_model.client.keys.key("inference")
-    run = subprocess.run(
-        [str(SDK_PYTHON), str(CLIENT), v2_model.endpoints.inference, scheduled, token, "binary", precision],
-        input=json.dumps(groups),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    results = json.loads(run.stdout.strip().splitlines()[-1])
+    results = sdk_results(v2_model.endpoints.inference, scheduled, token, groups, "binary", precision)
     for group, result in zip(groups, results, strict=True):
         assert result["datatypes"]["embedding"] == ("INT8" if precision == "binary" else "UINT8")
         floats = np.stack([reference(text) for text in group])

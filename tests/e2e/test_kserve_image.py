@@ -28,6 +28,7 @@ import yaml
 
 from bench.stats import parse_prometheus
 from model_store.archives import ROOT
+from tests.e2e.test_kserve import sdk_results
 from tests.e2e.test_serving import texts_for_load
 from tsctl import port_in_use, read_properties, request
 
@@ -39,7 +40,6 @@ CONTAINER = os.environ.get("KSERVE_CONTAINER", f"bucketing-ts-test-{os.getpid()}
 KSERVE = ROOT / "config" / "kserve"
 ARCHIVE = ROOT / "model_store" / "minilm-bucketed.mar"
 SDK_PYTHON = ROOT / ".venv-kserve" / "bin" / "python"
-SDK_CLIENT = Path(__file__).with_name("kserve_sdk_client.py")
 GRACE_S = 30  # Kubernetes' default terminationGracePeriodSeconds (our manifests set none)
 OLD_RUNTIME_ENV = {"TS_SERVICE_ENVELOPE": "kservev2"}  # what kserve-torchserve sets for v2: must change nothing
 MODEL = "minilm"
@@ -185,15 +185,7 @@ def test_kserve_sdk(pod, reference, mode):
     if not SDK_PYTHON.exists():
         pytest.fail("the KServe SDK's venv is missing: run `make kserve-venv`")
     groups = [texts_for_load(n, seed=60 + n) for n in (3, 1, 4, 2, 3, 5)]
-    run = subprocess.run(
-        [str(SDK_PYTHON), str(SDK_CLIENT), pod["url"], MODEL, "no-token-needed", mode],
-        input=json.dumps(groups),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    results = json.loads(run.stdout.strip().splitlines()[-1])
+    results = sdk_results(pod["url"], MODEL, "no-token-needed", groups, mode)
     for i, (group, result) in enumerate(zip(groups, results, strict=True)):
         if mode != "v1":
             assert result["id"] == f"sdk-{i}" and result["model_name"] == MODEL
