@@ -24,6 +24,7 @@ import yaml
 
 from bucketing.config import STRATEGIES, TASKS, HandlerConfig
 from bucketing.kinds import DEFAULT, KINDS, detect
+from bucketing.quantize import RANGES_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
 STORE = ROOT / "model_store"
@@ -248,6 +249,7 @@ READ_FILES = (
     "sentence_bert_config.json",
     "config_sentence_transformers.json",
     "router_config.json",
+    RANGES_FILE,  # our own: a dense model's fixed int8/uint8 ranges (`python -m model_store.ranges`)
 )
 READ_PATTERNS = ("sentence_*_config.json", "*.model")
 

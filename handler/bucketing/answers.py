@@ -4,7 +4,7 @@ type the kinds' tasks make and every wire format (`protocols`) reads."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -67,7 +67,8 @@ class Answer:
             indices, values = self.sparse_vector(o.max_active_dims)
             head: dict[str, Any] = {"embedding": {"indices": indices, "values": values}}
         elif self.labels is None:
-            head = {"embedding": PRECISIONS[o.precision].apply(self.vector(o.dimensions, o.normalize)).tolist()}
+            vector = self.vector(o.dimensions, o.normalize)
+            head = {"embedding": PRECISIONS[o.precision].apply(vector, o.ranges).tolist()}
         else:
             scores = activate(self.values, "identity" if o.raw_scores else self.activation)
             if len(self.labels) == 1:
@@ -91,6 +92,7 @@ class Options:
     input_type: str | None = None  # "query" | "document": as encode_query / encode_document; None: as encode()
     max_active_dims: int | None = None  # sparse: keep this many non-zeros (None: the model's max_active_dims)
     precision: str = "float"  # a dense embedding's values: float32, or packed as `quantize.PRECISIONS` says
+    ranges: Any = field(default=None, compare=False)  # int8/uint8: the model's fixed [minimums, maximums]
 
 
 def keep_top(row: Any, k: int) -> Any:

@@ -114,6 +114,7 @@ class Pipeline:
             prompts=tuple(prompts.items()),
             default_prompt=default_prompt,
             model=tei.model_facts(config, task, tokenizer),
+            ranges=task.ranges,
         )
         self.model_limit = check_fits(config, task, tokenizer, self.limits)
 

@@ -86,3 +86,13 @@ def test_a_field_it_cannot_serve_exactly_is_refused_in_one_line(body, says):
 def test_a_model_without_dense_embeddings_is_refused():
     error = raised(request, {"texts": ["a"]}, Limits(4, 16, 1000, "classification", 2))
     assert "dense embeddings" in error.message and "a classification model" in error.message
+
+
+def test_int8_and_uint8_are_answered_where_the_model_stores_ranges():
+    ranges = np.stack([np.full(8, -1.0, np.float32), np.full(8, 1.0, np.float32)])
+    limits = Limits(4, 16, 1000, "embedding", 8, ranges=ranges)
+    vector = np.linspace(-1, 1, 8, dtype=np.float32)
+    body = request({"texts": ["a"], "embedding_types": ["int8", "uint8"]}, limits).render([answer(vector)], "m")
+    for name in ("int8", "uint8"):
+        expected = quantization.quantize_embeddings(vector[None, :], name, ranges=ranges).tolist()
+        assert body["embeddings"][name] == expected

@@ -75,3 +75,49 @@ def test_a_precision_not_served_exactly_is_refused_in_one_line(body, url_path, l
     error = incoming(body, JSON, url_path=url_path, limits=limits).outcome
     assert isinstance(error, RequestError) and error.status in (400, 422), error
     assert words in error.message and "\n" not in error.message and error.param == "precision"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    arrays(np.float32, st.integers(1, 24), elements=st.floats(-2, 2, width=32)),
+    st.sampled_from(["int8", "uint8"]),
+    st.integers(0, 2**16),
+)
+def test_a_ranged_precision_equals_quantize_embeddings_with_those_ranges(vector, name, seed):
+    rng = np.random.default_rng(seed)
+    low = rng.uniform(-2, 0, len(vector)).astype(np.float32)
+    ranges = np.stack([low, low + rng.uniform(0, 2, len(vector)).astype(np.float32)])
+    ranges[:, 0] = 0.5  # a zero range: sentence-transformers' step of 1
+    got = PRECISIONS[name].apply(vector, ranges)
+    expected = quantization.quantize_embeddings(vector[None, :], name, ranges=ranges)[0]
+    assert got.dtype == expected.dtype and got.tolist() == expected.tolist()
+    cut = PRECISIONS[name].apply(vector[:1], ranges)  # a cut vector takes its ranges' first components
+    assert cut.tolist() == quantization.quantize_embeddings(vector[None, :1], name, ranges=ranges[:, :1])[0].tolist()
+
+
+def test_stored_ranges_are_checked_in_one_line():
+    from bucketing.quantize import parse_ranges
+
+    good = parse_ranges({"minimums": [0, -1], "maximums": [1, 1], "texts": 9}, 2)
+    assert good.dtype == np.float32 and good.shape == (2, 2)
+    for data, says in [
+        ([0, 1], "must be an object"),
+        ({"minimums": [0], "maximums": [1]}, "holds 1 dimensions per list; this model's embeddings have 2"),
+        ({"minimums": ["a", 0], "maximums": [1, 1]}, "lists of numbers"),
+        ({"minimums": [2, 0], "maximums": [1, 1]}, "at most its maximum"),
+        ({"minimums": [float("nan"), 0], "maximums": [1, 1]}, "finite"),
+    ]:
+        with pytest.raises(ValueError, match=says):
+            parse_ranges(data, 2)
+
+
+def test_int8_is_answered_with_the_models_ranges_and_refused_without():
+    ranges = np.array([[-1.0] * 4, [1.0] * 4], dtype=np.float32)
+    ranged = Limits(4, 16, 1000, "embedding", 4, ranges=ranges)
+    body = {"texts": ["a"], "precision": "int8"}
+    got = incoming(body, JSON, limits=ranged).outcome
+    vector = np.array([-1.0, 0.0, 0.5, 1.0], dtype=np.float32)
+    expected = quantization.quantize_embeddings(vector[None, :], "int8", ranges=ranges)[0].tolist()
+    assert got.render([answer(vector)])[0]["embedding"] == expected == [-128, -1, 63, 126]  # its float32 steps
+    refused = incoming(body, JSON).outcome
+    assert isinstance(refused, RequestError) and "embedding_ranges.json" in refused.message

@@ -3,6 +3,7 @@ text, L2-normalised as the chain says (or as `handler.normalize` forces)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from bucketing.kinds.task import Rows, TaskHooks
 from bucketing.model.chain import Chain, ChainError, read_chain
 from bucketing.model.head import ModelInfo
 from bucketing.model.tokenizer import Encoded
+from bucketing.quantize import RANGES_FILE, parse_ranges
 
 
 class EmbeddingTask(TaskHooks):
@@ -24,8 +26,9 @@ class EmbeddingTask(TaskHooks):
     name = "embedding"
     labels = None
 
-    def __init__(self, engine: Engine, info: ModelInfo, normalize: bool) -> None:
+    def __init__(self, engine: Engine, info: ModelInfo, normalize: bool, ranges: Any = None) -> None:
         self.engine = engine
+        self.ranges = ranges
         self.max_positions = info.max_positions
         self.dimensions = info.hidden_size
         self.chain = info.chain
@@ -45,7 +48,11 @@ class EmbeddingTask(TaskHooks):
     @staticmethod
     def load(config: Any, model_dir: str, gpu_id: Any = None) -> EmbeddingTask:
         engine, info = load_engine(config, model_dir, gpu_id)
-        return EmbeddingTask(engine, info, normalizes(config.normalize, info.chain))
+        ranges = read_ranges(Path(model_dir), info.hidden_size)
+        task = EmbeddingTask(engine, info, normalizes(config.normalize, info.chain), ranges)
+        if ranges is not None:
+            task.ready_note = f"; int8/uint8 answered with the ranges of its {RANGES_FILE}"
+        return task
 
     @staticmethod
     def read_settings(folder: Path) -> Chain:
@@ -66,3 +73,15 @@ def normalizes(setting: str, chain: Chain) -> bool:
     if setting != "auto":
         return setting == "true"
     return chain.normalize if chain.normalize is not None else True
+
+
+def read_ranges(folder: Path, dimensions: int) -> Any:
+    """The folder's fixed int8/uint8 ranges (`quantize.RANGES_FILE`), or None where it has none; ChainError (one
+    line) for a file that is not such ranges."""
+    path = folder / RANGES_FILE
+    if not path.is_file():
+        return None
+    try:
+        return parse_ranges(json.loads(path.read_text(encoding="utf-8")), dimensions)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ChainError(f"{path}: {e}") from None

@@ -61,6 +61,7 @@ class Task(Protocol):
     routed: bool  # forward takes each row's input_type (a sparse Router's route)
     tokenizer_dir: str | None  # where its tokenizer lives, if not the model folder (a sparse Router's MLM folder)
     ready_note: str  # said in the worker's ready line after the chain
+    ranges: Any  # a dense model's fixed int8/uint8 [minimums, maximums] (`quantize.RANGES_FILE`); None: none
 
     @property
     def labels(self) -> tuple[str, ...] | None:
@@ -114,6 +115,7 @@ class TaskHooks:
     routed = False
     tokenizer_dir: str | None = None
     ready_note = ""
+    ranges: Any = None
 
     def input_lengths(self) -> dict[str, int]:
         return {}

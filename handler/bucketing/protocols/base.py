@@ -179,6 +179,7 @@ class Limits:
     prompts: tuple[tuple[str, str], ...] = ()  # the model's prompts by name (sentence-transformers' `prompts`)
     default_prompt: str | None = None  # the prompt's name used when a request names none
     model: Any = None  # what TEI's /info, /tokenize and /decode read (protocols.tei.ModelFacts)
+    ranges: Any = None  # a dense model's fixed int8/uint8 [minimums, maximums] (`quantize.RANGES_FILE`), if any
 
     @property
     def kind(self) -> Kind:

@@ -5,8 +5,9 @@ Request: `{"model"?, "texts": [str], "input_type"?, "embedding_types"? (["float"
 "output_dimension"?, "max_tokens"?}`. `input_type` search_query / search_document are our `input_type` query /
 document (encode_query / encode_document's prompts); classification / clustering take the model's prompt of that
 name where it has one, else its default. `embedding_types`: float, binary, ubinary (sentence-transformers'
-`quantize_embeddings` packings); int8, uint8 and base64 are refused in one line. `truncate`: NONE (a text over
-max_length is a 413), START (its last tokens kept), END (its first kept); absent: as `handler.on_overflow` says.
+`quantize_embeddings` packings); int8, uint8 with the model's fixed ranges (refused in one line where it has
+none); base64 refused. `truncate`: NONE (a text over max_length is a 413), START (its last tokens kept), END (its
+first kept); absent: as `handler.on_overflow` says.
 `output_dimension` is our `dimensions`; `max_tokens` below max_length is refused (texts are cut at max_length).
 Answer: `{"id", "embeddings": {type: [...]}, "texts", "meta": {"api_version", "billed_units": {"input_tokens"}},
 "response_type": "embeddings_by_type"}`. Errors: `{"message"}`, as Cohere answers them. Other fields (`priority`)
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bucketing.answers import Answer, Options
@@ -25,16 +26,17 @@ from bucketing.kinds import ONE_PER_INPUT, KindName
 from bucketing.protocols.base import Limits, RequestError, Wire, bad, check_count, is_int, json_type, quote
 from bucketing.protocols.inputs import texts
 from bucketing.protocols.options import read_options
-from bucketing.quantize import PRECISIONS
+from bucketing.quantize import PRECISIONS, RANGES_FILE
 
 NAME = "cohere-embed"
 ANSWERS: tuple[KindName, ...] | None = ONE_PER_INPUT  # not a multi-vector model (dense ones: `parse`)
 PATH = "v2/embed"
 SERVED = f"POST /predictions/NAME/VERSION/{PATH} (Cohere embed v2, embedding models)"
 TYPES = ("float", "binary", "ubinary")  # Cohere's embedding types we answer exactly (PRECISIONS' names)
+RANGED = ("int8", "uint8")  # answered where the model stores fixed ranges (`quantize.RANGES_FILE`)
 REFUSED_TYPES = {
-    "int8": "needs per-dimension ranges fixed for the model, which it does not store",
-    "uint8": "needs per-dimension ranges fixed for the model, which it does not store",
+    "int8": f"needs per-dimension ranges fixed for the model, which it does not store ({RANGES_FILE})",
+    "uint8": f"needs per-dimension ranges fixed for the model, which it does not store ({RANGES_FILE})",
     "base64": "is not served; ask float",
 }
 TRUNCATE: dict[Any, dict[str, Any]] = {
@@ -56,6 +58,7 @@ class CohereEmbedRequest:
     inputs: tuple[str, ...]
     types: tuple[str, ...] = ("float",)
     options: Options = Options()
+    ranges: Any = field(default=None, compare=False)  # the model's fixed int8/uint8 ranges, where asked
 
     def where(self, index: int) -> str:
         return f"texts[{index}]"
@@ -63,7 +66,7 @@ class CohereEmbedRequest:
     def render(self, answers: Sequence[Answer], model_name: str = "") -> Any:
         check_count(self, answers)
         vectors = [a.vector(self.options.dimensions, self.options.normalize) for a in answers]
-        embeddings = {t: [PRECISIONS[t].apply(v).tolist() for v in vectors] for t in self.types}
+        embeddings = {t: [PRECISIONS[t].apply(v, self.ranges).tolist() for v in vectors] for t in self.types}
         return {
             "id": str(uuid.uuid4()),
             "embeddings": embeddings,
@@ -78,24 +81,27 @@ def parse(body: Any, limits: Limits) -> CohereEmbedRequest:
         raise bad("InvalidRequest", f"Cohere's embed answers dense embeddings; this is {limits.kind.a_model}")
     if not isinstance(body, Mapping):
         raise bad("InvalidRequest", f'expected a JSON object {{"texts": [...], ...}}, got a JSON {json_type(body)}')
-    for field in ("images", "inputs"):
-        if body.get(field) is not None:
-            raise bad("InvalidRequest", f"'{field}' is not served: this model embeds 'texts' only", field)
+    for name in ("images", "inputs"):
+        if body.get(name) is not None:
+            raise bad("InvalidRequest", f"'{name}' is not served: this model embeds 'texts' only", name)
     if "texts" not in body:
         raise bad("InvalidRequest", "'texts' is required", "texts")
     inputs = texts(body["texts"], "texts", limits.max_texts)
-    return CohereEmbedRequest(
-        inputs, embedding_types(body.get("embedding_types")), read_options(mapped(body, limits), limits)
-    )
+    types = embedding_types(body.get("embedding_types"), limits.ranges is not None)
+    ranges = limits.ranges if any(PRECISIONS[t].ranged for t in types) else None
+    return CohereEmbedRequest(inputs, types, read_options(mapped(body, limits), limits), ranges)
 
 
-def embedding_types(value: Any) -> tuple[str, ...]:
-    """`embedding_types` (absent: float), each once, in the request's order."""
+def embedding_types(value: Any, ranged: bool = False) -> tuple[str, ...]:
+    """`embedding_types` (absent: float), each once, in the request's order (`ranged`: the model stores ranges,
+    so int8 and uint8 are answered)."""
     if value is None:
         return ("float",)
     if not isinstance(value, list) or not value or not all(isinstance(t, str) for t in value):
         raise bad("InvalidType", "'embedding_types' must be a non-empty array of strings", "embedding_types")
     for t in value:
+        if ranged and t in RANGED:
+            continue
         if t in REFUSED_TYPES:
             raise bad("InvalidRequest", f"embedding type {t!r} {REFUSED_TYPES[t]}", "embedding_types")
         if t not in TYPES:

@@ -11,7 +11,7 @@ from bucketing.answers import Options
 from bucketing.model.chain import INPUT_TYPES
 from bucketing.protocols.base import Limits, RequestError, bad, is_int, json_type, quote
 from bucketing.protocols.inputs import check_text
-from bucketing.quantize import PRECISIONS
+from bucketing.quantize import PRECISIONS, RANGES_FILE
 
 MAX_PROMPT_CHARS = 4096  # a request's own `prompt`
 OPTION_FIELDS = (
@@ -68,6 +68,7 @@ def read_options(body: Mapping[str, Any], limits: Limits, fields: Sequence[str] 
         input_type,
         max_active,
         precision,
+        limits.ranges if PRECISIONS[precision].ranged else None,
     )
 
 
@@ -83,11 +84,12 @@ def read_precision(value: Any, limits: Limits) -> str:
         )
     if not limits.kind.dense_vector:
         raise bad("InvalidRequest", f'"precision" is for dense embeddings; this is {limits.kind.a_model}', "precision")
-    if PRECISIONS[value].ranged:
+    if PRECISIONS[value].ranged and limits.ranges is None:
         raise bad(
             "InvalidRequest",
             f'"precision" {value} needs per-dimension ranges fixed for the model (sentence-transformers takes them '
-            "from the batch it is given, which would make an answer depend on its batch); this model stores none: "
+            "from the batch it is given, which would make an answer depend on its batch); this model stores none "
+            f"({RANGES_FILE}: python -m model_store.ranges MODEL_DIR --texts FILE, then build): "
             'ask "binary", "ubinary" or "float"',
             "precision",
         )

@@ -1,0 +1,63 @@
+"""Fixed int8/uint8 ranges for a dense embedding model, from calibration texts: what `precision: int8/uint8`
+answers with (sentence-transformers' `quantize_embeddings(..., ranges=...)`), the same for every batch.
+
+`python -m model_store.ranges MODEL_DIR --texts FILE`: embeds FILE's texts (one per line, blank lines skipped)
+with `SentenceTransformer(MODEL_DIR).encode()` and writes each dimension's minimum and maximum to
+`MODEL_DIR/embedding_ranges.json` (`quantize.RANGES_FILE`), which the build then carries into the archive and the
+worker reads at start. Use texts like those you will serve: a component outside its range is clipped to 0 or 255.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bucketing.quantize import RANGES_FILE, parse_ranges
+
+MIN_TEXTS = 100  # sentence-transformers warns below this many calibration embeddings
+
+
+def ranges_of(embeddings: Any) -> dict[str, Any]:
+    """Per-dimension minimums and maximums of [n, dim] embeddings, as `RANGES_FILE` holds them."""
+    array = np.asarray(embeddings, dtype=np.float32)
+    if array.ndim != 2 or len(array) < 2:
+        raise ValueError("ranges need at least two embeddings")
+    data = {"minimums": array.min(axis=0).tolist(), "maximums": array.max(axis=0).tolist(), "texts": len(array)}
+    parse_ranges(data, array.shape[1])  # what the worker will accept
+    return data
+
+
+def write_ranges(model_dir: Path, texts: list[str], batch_size: int = 32) -> Path:
+    """Embed `texts` with sentence-transformers and write the model folder's `RANGES_FILE`."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(model_dir), device="cpu")
+    embeddings = model.encode(texts, batch_size=batch_size, convert_to_numpy=True)
+    path = model_dir / RANGES_FILE
+    path.write_text(json.dumps(ranges_of(embeddings)) + "\n", encoding="utf-8")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("model_dir", type=Path, help="a sentence-transformers embedding model folder")
+    parser.add_argument("--texts", type=Path, required=True, help="calibration texts, one per line")
+    args = parser.parse_args(argv)
+    texts = [line for line in args.texts.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if len(texts) < 2:
+        print(f"error: {args.texts} holds {len(texts)} texts; ranges need at least two", file=sys.stderr)
+        return 2
+    if len(texts) < MIN_TEXTS:
+        print(f"warning: {len(texts)} texts; ranges are steadier from {MIN_TEXTS} or more", file=sys.stderr)
+    path = write_ranges(args.model_dir, texts)
+    print(f"wrote {path} ({len(texts)} texts); build the archive again to carry it")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
