@@ -4,6 +4,7 @@ error types and status codes), with a fake tokenizer: pure, no model."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -248,6 +249,10 @@ def test_info_for_each_model_kind():
     _, info = reply(None, "info", RERANKER)
     assert info["model_type"] == {"reranker": {"id2label": {"0": "score"}, "label2id": {"score": 0}}}
     assert facts(pooling=("lasttoken",)).model_type() == {"embedding": {"pooling": "last_token"}}
+    assert info["embedding_ranges"] is None
+    ranges = np.array([[-1.0, -0.5, 0.0, 0.0], [1.0, 0.5, 0.25, 0.0]], dtype=np.float32)
+    _, info = reply(None, "info", replace(EMBEDDER, ranges=ranges))
+    assert info["embedding_ranges"] == ranges.tolist()  # the model's fixed int8/uint8 [minimums, maximums]
 
 
 def test_info_of_a_model_that_pools_no_tokens_says_none():

@@ -7,7 +7,8 @@ a sparse one `splade`, as TEI says, or `csr`), `max_input_length` (handler.max_l
 `max_client_batch_size` (handler.max_texts_per_request), `auto_truncate` (handler.on_overflow: truncate),
 `tokenization_workers` (1: each worker tokenizes its own batches), `version` (this package's). What TorchServe
 decides (`max_concurrent_requests`, `max_batch_requests`) and what it cannot know (`model_sha`, `sha`,
-`docker_label`) are null. Any body is ignored.
+`docker_label`) are null. Beside TEI's fields, `embedding_ranges`: a dense model's fixed int8/uint8 ranges as a
+`[minimums, maximums]` pair of per-dimension lists (`quantize.RANGES_FILE`), or null. Any body is ignored.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class InfoRequest:
             "version": tei.VERSION,
             "sha": None,
             "docker_label": None,
+            "embedding_ranges": self.limits.ranges.tolist() if self.limits.ranges is not None else None,
         }
 
 
