@@ -45,10 +45,21 @@ class ArchiveSpec:
     default_prompt: str | None = None
     max_length: int | None = None  # None: the model's own limit (the bundled MiniLM: the template's)
     dtype: str | None = None  # other than float32: engine torch, its fidelity measured and printed at build
+    calibration_texts: Path | None = None  # a file of texts, one a line: the archive's int8/uint8 ranges from them
 
     @property
     def folder(self) -> Path:
         return self.model_dir or archives.minilm_dir()
+
+    def calibration(self) -> list[str]:
+        """The calibration texts (none without `calibration_texts`): the file's non-blank lines."""
+        if self.calibration_texts is None:
+            return []
+        try:
+            lines = self.calibration_texts.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            raise BuildError(f"--calibration-texts {self.calibration_texts}: {e}") from None
+        return [line for line in lines if line.strip()]
 
     def length(self, longest: int) -> int:
         """The archive's max_length for a model sentence-transformers cuts at `longest` tokens: that, or the

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,10 @@ from model_store import archives
 from model_store.archive_spec import BuildError, report_fidelity
 
 
-def stage(staging: Path, model_dir: Path, engine: str, task: str) -> Path:
+def stage(staging: Path, model_dir: Path, engine: str, task: str, calibration: Sequence[str] = ()) -> Path:
     """Lay out the archive's extra files: `bucketing/` (from the installed sources) and `model/` (the folder's
-    files and the folders of its sentence-transformers chain; for onnxruntime, with the exported graph)."""
+    files and the folders of its sentence-transformers chain; for onnxruntime, with the exported graph; with
+    `calibration` texts, the int8/uint8 ranges computed from them, `model_store.ranges`)."""
     if staging.exists():
         shutil.rmtree(staging)
     _, package = archives.handler_sources()
@@ -34,6 +36,8 @@ def stage(staging: Path, model_dir: Path, engine: str, task: str) -> Path:
             raise BuildError(f"{relative}: would be written outside the staging folder {staging}; refused")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, target)
+    if calibration:
+        stage_ranges(staging / "model", task, calibration)
     from bucketing.engines import ENGINE_KINDS
     from bucketing.model.head import EngineError
 
@@ -42,6 +46,22 @@ def stage(staging: Path, model_dir: Path, engine: str, task: str) -> Path:
     except EngineError as e:
         raise BuildError(str(e)) from None
     return staging
+
+
+def stage_ranges(model: Path, task: str, calibration: Sequence[str]) -> None:
+    """The staged model's int8/uint8 ranges from the calibration texts (a dense embedding model's only)."""
+    from bucketing.kinds import KINDS
+    from bucketing.quantize import RANGES_FILE
+    from model_store.ranges import MIN_TEXTS, write_ranges
+
+    kind = KINDS[task]
+    if not kind.dense_vector:
+        raise BuildError(f"--calibration-texts computes int8/uint8 ranges of dense embeddings; this is {kind.a_model}")
+    if len(calibration) < 2:
+        raise BuildError(f"--calibration-texts holds {len(calibration)} texts; ranges need at least two")
+    write_ranges(model, list(calibration))
+    few = f" (ranges are steadier from {MIN_TEXTS} or more)" if len(calibration) < MIN_TEXTS else ""
+    print(f"# int8/uint8 ranges from {len(calibration)} calibration texts{few}: model/{RANGES_FILE}")
 
 
 def archiver_command(
@@ -84,11 +104,17 @@ def shown(path: Path) -> str:
 
 
 def print_commands(
-    configs: dict[str, dict[str, Any]], model_dir: Path, engine: str, task: str, out: Path, stage_dir: Path
+    configs: dict[str, dict[str, Any]],
+    model_dir: Path,
+    engine: str,
+    task: str,
+    out: Path,
+    stage_dir: Path,
+    calibration: Sequence[str] = (),
 ) -> int:
     """Stage the files and model-configs into `stage_dir` and print the archiver command of each archive."""
     report_fidelity(configs, model_dir)
-    staging = stage(stage_dir / "extra", model_dir, engine, task)
+    staging = stage(stage_dir / "extra", model_dir, engine, task, calibration)
     from bucketing.engines import ENGINE_KINDS
 
     written = ENGINE_KINDS[engine].files
@@ -115,7 +141,14 @@ def print_commands(
     return 0
 
 
-def build_all(configs: dict[str, dict[str, Any]], model_dir: Path, engine: str, task: str, out: Path) -> list[Path]:
+def build_all(
+    configs: dict[str, dict[str, Any]],
+    model_dir: Path,
+    engine: str,
+    task: str,
+    out: Path,
+    calibration: Sequence[str] = (),
+) -> list[Path]:
     """One archive per (name, model-config), sharing one staged model folder; their paths."""
     archiver = shutil.which("torch-model-archiver", path=str(Path(sys.executable).parent)) or shutil.which(
         "torch-model-archiver"
@@ -126,7 +159,7 @@ def build_all(configs: dict[str, dict[str, Any]], model_dir: Path, engine: str, 
     tmp = archives.ROOT / ".tmp"
     tmp.mkdir(exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    staging = stage(tmp / "staging", model_dir, engine, task)
+    staging = stage(tmp / "staging", model_dir, engine, task, calibration)
     built = []
     with tempfile.TemporaryDirectory(dir=tmp) as folder:
         for name, cfg in configs.items():

@@ -41,7 +41,8 @@ def build_archives(out: Path, spec: ArchiveSpec, if_stale: bool = False) -> list
             print("archives are up to date")
             return []
     handler = next(iter(configs.values()))["handler"]
-    return build_all(configs, spec.folder, handler["engine"], handler.get("task", "embedding"), out)
+    task = handler.get("task", "embedding")
+    return build_all(configs, spec.folder, handler["engine"], task, out, spec.calibration())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,8 +95,17 @@ def main(argv: list[str] | None = None) -> int:
         help="handler.dtype; bfloat16 (engine torch; served where the CPU multiplies it natively) prints its "
         "fidelity to float32, measured on the probe set here",
     )
+    parser.add_argument(
+        "--calibration-texts",
+        type=Path,
+        metavar="FILE",
+        help="texts like those you serve, one a line (100 or more): the archive's fixed int8/uint8 ranges, "
+        "computed with sentence-transformers (python -m model_store.ranges writes them into a folder instead)",
+    )
     args = parser.parse_args(argv)
     try:
+        if args.config is not None and args.calibration_texts is not None:
+            raise BuildError("--calibration-texts builds from --model-dir (or the bundled model), not --config")
         if args.config is not None:
             from_config(args.config, args.name, args.out, args.model_dir)
             return 0
@@ -111,13 +121,15 @@ def main(argv: list[str] | None = None) -> int:
             default_prompt=args.default_prompt,
             max_length=args.max_length,
             dtype=args.dtype,
+            calibration_texts=args.calibration_texts,
         )
         if args.print_commands:
             configs = spec.configs()
             handler = next(iter(configs.values()))["handler"]  # the task as given or detected
             args.stage_dir.mkdir(parents=True, exist_ok=True)
+            task = handler.get("task", "embedding")
             return print_commands(
-                configs, spec.folder, handler["engine"], handler.get("task", "embedding"), args.out, args.stage_dir
+                configs, spec.folder, handler["engine"], task, args.out, args.stage_dir, spec.calibration()
             )
         build_archives(args.out, spec, args.if_stale)
     except (BuildError, archives.ModelFolderError) as e:

@@ -359,3 +359,19 @@ def test_weights_saved_in_a_reduced_dtype_are_refused_in_float32(st_folder, tmp_
     as_float32 = sentence_transformers.SentenceTransformer(str(folder), device="cpu").float()
     as_float32.save(str(tmp_path / "float32"))
     assert stage_only(tmp_path / "float32", tmp_path / "again") == 0  # the fix the message names builds
+
+
+def test_calibration_texts_give_the_archive_its_int8_ranges(st_folder, tmp_path, capsys):
+    texts = [f"calibration text number {i} about {'serving ' * (i % 5)}embeddings" for i in range(12)]
+    (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n\n")
+    assert stage_only(st_folder, tmp_path, "--calibration-texts", str(tmp_path / "texts.txt")) == 0
+    assert "# int8/uint8 ranges from 12 calibration texts (ranges are steadier from 100" in capsys.readouterr().out
+    stored = json.loads(staged(tmp_path)["embedding_ranges.json"])
+    floats = sentence_transformers.SentenceTransformer(str(st_folder), device="cpu").encode(texts)
+    assert stored["texts"] == 12 and np.allclose(stored["minimums"], floats.min(axis=0), atol=1e-6)
+    assert np.allclose(stored["maximums"], floats.max(axis=0), atol=1e-6)
+    assert not (st_folder / "embedding_ranges.json").exists()  # the user's folder is left as it was
+    (tmp_path / "one.txt").write_text("only one\n")
+    capsys.readouterr()  # what loading the reference printed
+    assert stage_only(st_folder, tmp_path, "--calibration-texts", str(tmp_path / "one.txt")) == 2
+    assert "ranges need at least two" in one_line_error(capsys)

@@ -89,7 +89,7 @@ def read_precision(value: Any, limits: Limits) -> str:
             "InvalidRequest",
             f'"precision" {value} needs per-dimension ranges fixed for the model (sentence-transformers takes them '
             "from the batch it is given, which would make an answer depend on its batch); this model stores none "
-            f"({RANGES_FILE}: python -m model_store.ranges MODEL_DIR --texts FILE, then build): "
+            f"({RANGES_FILE}: build it with --calibration-texts FILE): "
             'ask "binary", "ubinary" or "float"',
             "precision",
         )
