@@ -32,8 +32,8 @@ class Precision:
         if self.ranged:
             if ranges is None:
                 raise ValueError(f"{self.name} needs the model's ranges")
-            starts = np.asarray(ranges, dtype=np.float32)[0, : row.shape[-1]]
-            steps = (np.asarray(ranges, dtype=np.float32)[1, : row.shape[-1]] - starts) / 255
+            starts, ends = np.asarray(ranges, dtype=np.float32)[:, : row.shape[-1]]
+            steps = (ends - starts) / 255
             steps = np.where(steps == 0, 1, steps)
             buckets = np.clip(np.floor((row - starts) / steps), 0, 255)
             return (buckets - 128).astype(np.int8) if self.dtype == "int8" else buckets.astype(np.uint8)

@@ -25,8 +25,8 @@ from bucketing.answers import Answer, Options
 from bucketing.kinds import ONE_PER_INPUT, KindName
 from bucketing.protocols.base import Limits, RequestError, Wire, bad, check_count, is_int, json_type, quote
 from bucketing.protocols.inputs import texts
-from bucketing.protocols.options import read_options
-from bucketing.quantize import PRECISIONS, RANGES_FILE
+from bucketing.protocols.options import ranges_missing, read_options
+from bucketing.quantize import PRECISIONS
 
 NAME = "cohere-embed"
 ANSWERS: tuple[KindName, ...] | None = ONE_PER_INPUT  # not a multi-vector model (dense ones: `parse`)
@@ -34,11 +34,8 @@ PATH = "v2/embed"
 SERVED = f"POST /predictions/NAME/VERSION/{PATH} (Cohere embed v2, embedding models)"
 TYPES = ("float", "binary", "ubinary")  # Cohere's embedding types we answer exactly (PRECISIONS' names)
 RANGED = ("int8", "uint8")  # answered where the model stores fixed ranges (`quantize.RANGES_FILE`)
-REFUSED_TYPES = {
-    "int8": f"needs per-dimension ranges fixed for the model, which it does not store ({RANGES_FILE})",
-    "uint8": f"needs per-dimension ranges fixed for the model, which it does not store ({RANGES_FILE})",
-    "base64": "is not served; ask float",
-}
+REFUSED_TYPES = {"base64": "is not served; ask float"}
+KNOWN_TYPES = (*TYPES, *RANGED, *REFUSED_TYPES)  # Cohere's embedding types, each answered or refused in its words
 TRUNCATE: dict[Any, dict[str, Any]] = {
     "NONE": {"truncate": False},
     "START": {"truncate": True, "truncation_direction": "left"},
@@ -100,14 +97,16 @@ def embedding_types(value: Any, ranged: bool = False) -> tuple[str, ...]:
     if not isinstance(value, list) or not value or not all(isinstance(t, str) for t in value):
         raise bad("InvalidType", "'embedding_types' must be a non-empty array of strings", "embedding_types")
     for t in value:
-        if ranged and t in RANGED:
+        if t in RANGED:
+            if not ranged:
+                raise bad("InvalidRequest", f"embedding type {ranges_missing(t)}", "embedding_types")
             continue
         if t in REFUSED_TYPES:
             raise bad("InvalidRequest", f"embedding type {t!r} {REFUSED_TYPES[t]}", "embedding_types")
         if t not in TYPES:
             raise bad(
                 "InvalidRequest",
-                f"embedding type {quote(t, 40)} is not one of {', '.join(map(repr, (*TYPES, *REFUSED_TYPES)))}",
+                f"embedding type {quote(t, 40)} is not one of {', '.join(map(repr, KNOWN_TYPES))}",
                 "embedding_types",
             )
     return tuple(dict.fromkeys(value))

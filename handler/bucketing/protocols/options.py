@@ -72,6 +72,15 @@ def read_options(body: Mapping[str, Any], limits: Limits, fields: Sequence[str] 
     )
 
 
+def ranges_missing(name: str) -> str:
+    """Why a ranged precision (int8, uint8) is refused by a model that stores no ranges: one wording, every format."""
+    return (
+        f"{name} needs per-dimension ranges fixed for the model (sentence-transformers takes them from the batch it "
+        f"is given, which would make an answer depend on its batch); this model stores none ({RANGES_FILE}: build "
+        'it with --calibration-texts FILE): ask "binary", "ubinary" or "float"'
+    )
+
+
 def read_precision(value: Any, limits: Limits) -> str:
     """A dense embedding's `precision` (absent: "float"); one a model cannot answer exactly is the client's 400."""
     if value is None:
@@ -85,14 +94,7 @@ def read_precision(value: Any, limits: Limits) -> str:
     if not limits.kind.dense_vector:
         raise bad("InvalidRequest", f'"precision" is for dense embeddings; this is {limits.kind.a_model}', "precision")
     if PRECISIONS[value].ranged and limits.ranges is None:
-        raise bad(
-            "InvalidRequest",
-            f'"precision" {value} needs per-dimension ranges fixed for the model (sentence-transformers takes them '
-            "from the batch it is given, which would make an answer depend on its batch); this model stores none "
-            f"({RANGES_FILE}: build it with --calibration-texts FILE): "
-            'ask "binary", "ubinary" or "float"',
-            "precision",
-        )
+        raise bad("InvalidRequest", f'"precision" {ranges_missing(value)}', "precision")
     return value
 
 
