@@ -39,6 +39,7 @@ class Answer:
     normalize: bool = False  # embeddings: L2-normalised unless a request says otherwise
     sparse: bool = False  # a sparse model's: `values` is the vocabulary-size vector
     max_active_dims: int | None = None  # sparse: the model's cut (its config_sentence_transformers.json)
+    chunks: int | None = None  # under `on_overflow: chunk`: the windows its vector pools (1: the text fit)
 
     def sparse_vector(self, max_active_dims: int | None = None) -> tuple[list[int], list[float]]:
         """A sparse answer's non-zero ids (ascending) and their values, cut to the request's max_active_dims (else
@@ -60,8 +61,8 @@ class Answer:
 
     def fields(self, options: Options | None = None) -> dict[str, Any]:
         """Our native answer object: `embedding`; or a one-label model's `score`; or `label` (the top one) and
-        `scores` by label; then `tokens` and `truncated` (`kinds.answer_fields` names them). `options`: the
-        request's."""
+        `scores` by label; then `tokens`, under `on_overflow: chunk` `chunks`, and `truncated` (`kinds.answer_fields`
+        names them). `options`: the request's."""
         o = options or Options()
         if self.sparse:
             indices, values = self.sparse_vector(o.max_active_dims)
@@ -76,7 +77,8 @@ class Answer:
             else:
                 best = max(range(len(scores)), key=scores.__getitem__)
                 head = {"label": self.labels[best], "scores": dict(zip(self.labels, scores))}
-        return {**head, "tokens": self.tokens, "truncated": self.truncated}
+        chunks = {} if self.chunks is None else {"chunks": self.chunks}
+        return {**head, "tokens": self.tokens, **chunks, "truncated": self.truncated}
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,7 @@ class Options:
     raw_scores: bool = False  # classification: logits instead of scores
     prompt: str = ""  # put before each text (a named prompt of the model's, resolved; or the request's own)
     truncate: bool | None = None  # a text over max_length: cut (true) or a 413 (false); None: handler.on_overflow
+    chunk: bool = False  # a text over max_length: split into windows, their vectors pooled (`on_overflow: chunk`)
     truncation_direction: str = "right"  # which end of a text over max_length is cut: right or left
     input_type: str | None = None  # "query" | "document": as encode_query / encode_document; None: as encode()
     max_active_dims: int | None = None  # sparse: keep this many non-zeros (None: the model's max_active_dims)

@@ -19,7 +19,9 @@ if TYPE_CHECKING:
 
 TASKS = tuple(KINDS)  # the model kinds, one declaration each in kinds.py
 STRATEGIES = ("bucketed", "dynamic", "static")
-OVERFLOW = ("truncate", "reject")
+# A text over max_length, by `on_overflow`: (whether it is cut, whether it is split into windows); neither: a 413.
+OVERFLOW_RULES = {"truncate": (True, False), "reject": (False, False), "chunk": (False, True)}
+OVERFLOW = tuple(OVERFLOW_RULES)
 ENGINES = ("torch", "onnxruntime")
 DTYPES = ("float32", "float16", "bfloat16")
 SCHEDULES = ("batch", "continuous")
@@ -107,7 +109,32 @@ class HandlerConfig:
         high=MAX_LENGTH_CAP,
     )
     on_overflow: str = option(
-        "truncate", "`truncate` (the answer says `truncated: true`) or `reject` (413)", choices=OVERFLOW
+        "truncate",
+        "a text over max_length: `truncate` (the answer says `truncated: true`), `reject` (413) or `chunk` "
+        "(embedding models: split into windows of its own tokens, each run as its own row, their pooled vectors "
+        "averaged by their text tokens, then normalised; the answer says `chunks`); a request may say otherwise "
+        "(`on_overflow`, or `truncate`)",
+        choices=OVERFLOW,
+    )
+    chunk_tokens: int = option(
+        0,
+        "`chunk`: a window's own tokens (0: as many as max_length leaves after the special tokens and the prompt; "
+        "never more)",
+        low=0,
+        high=MAX_LENGTH_CAP,
+    )
+    chunk_overlap: int = option(
+        0,
+        "`chunk`: tokens each window repeats from the end of the one before it (fewer than a window's)",
+        low=0,
+        high=MAX_LENGTH_CAP,
+    )
+    max_chunks: int = option(
+        32,
+        "`chunk`: windows of one text at most (a longer text is a 413 naming this key; bounds a text's cost: "
+        "the tokenizer reads at most the characters these windows hold)",
+        low=1,
+        high=1024,
     )
     max_texts_per_request: int = option(
         32,
@@ -218,6 +245,12 @@ class HandlerConfig:
             raise ConfigError(
                 f"handler.max_batch_tokens: got {self.max_batch_tokens}; allowed: at least "
                 f"max_length rounded up to pad_to_multiple_of ({longest}), so one text always fits"
+            )
+        window = min(self.chunk_tokens or self.max_length, self.max_length)
+        if self.chunk_overlap >= window:
+            raise ConfigError(
+                f"handler.chunk_overlap: got {self.chunk_overlap}; allowed: fewer than a window's tokens ({window}: "
+                "chunk_tokens, else max_length)"
             )
 
 

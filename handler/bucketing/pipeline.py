@@ -20,15 +20,17 @@ from typing import Any
 
 import numpy as np
 
-from bucketing import protocols
+from bucketing import chunks, protocols
 from bucketing.answers import Answer, Options
-from bucketing.config import HandlerConfig
+from bucketing.config import OVERFLOW_RULES, ConfigError, HandlerConfig
+from bucketing.kinds import KINDS
 from bucketing.kinds.task import Rows, Task
 from bucketing.metrics import BatchStats
-from bucketing.model.tokenizer import Encoded, Tokenizer, collate
+from bucketing.model.tokenizer import CUT_CHARS_PER_TOKEN, Encoded, Tokenizer, collate
 from bucketing.planning.planner import CostModel, Plan, plan_bucketed, plan_dynamic, plan_static
 from bucketing.protocols import Incoming, Reply, tei
 from bucketing.protocols.base import BadRequest, Limits, Meta, Pair, Request, RequestError, ServerError, TooLarge
+from bucketing.protocols.options import chunked
 from bucketing.startup_checks import check_fits, model_prompts
 
 logger = logging.getLogger(__name__)
@@ -38,10 +40,48 @@ Planner = Callable[[Sequence[int]], Plan]
 
 @dataclass(frozen=True)
 class Item:
-    """One input to run: the request it belongs to, and its tokens."""
+    """One row to run: the request it belongs to, and its tokens (an input's, or one window of a chunked text's:
+    the windows of one text are consecutive items, each holding the whole text's `Encoded`)."""
 
     request: int
     encoded: Encoded
+    whole: Encoded | None = None  # a window's text (`on_overflow: chunk`); None: the row is the input itself
+    weight: int = 0  # a window's own tokens of its text
+
+
+def items_of(request: int, encoded: Sequence[Encoded]) -> list[Item]:
+    """The rows of one request's inputs: one per input, or one per window of a chunked text."""
+    out: list[Item] = []
+    for e in encoded:
+        if e.chunks:
+            out.extend(Item(request, w, e, n) for w, n in zip(e.chunks, e.weights))
+        else:
+            out.append(Item(request, e))
+    return out
+
+
+def answers_of(task: Task, items: Sequence[Item], outputs: Sequence[np.ndarray | None]) -> dict[int, list[Answer]]:
+    """Each request's answers, one per input in order: a chunked text's from its windows' outputs pooled
+    (`chunks.pool`); none for a request whose outputs are None (it failed)."""
+    out: dict[int, list[Answer]] = {}
+    windows: list[np.ndarray] = []
+    for item, output in zip(items, outputs):
+        if output is None:
+            continue
+        whole = item.whole
+        if whole is None:
+            answer = task.answer(output, item.encoded)
+        else:
+            windows.append(output)
+            if len(windows) < len(whole.chunks):
+                continue
+            answer = task.answer(chunks.pool(windows, whole.weights), whole)
+            windows = []
+        chunking = item.encoded.chunking or whole is not None
+        out.setdefault(item.request, []).append(
+            replace(answer, chunks=len(whole.chunks) if whole else 1) if chunking else answer
+        )
+    return out
 
 
 @dataclass(frozen=True)
@@ -115,7 +155,12 @@ class Pipeline:
             default_prompt=default_prompt,
             model=tei.model_facts(config, task, tokenizer),
             ranges=task.ranges,
+            chunking=task.chunk_refusal and f"{task.chunk_refusal}; this is {KINDS[task.name].a_model}",
+            on_overflow=config.on_overflow,
         )
+        self.limits = replace(self.limits, chunk_reach=self.windows("").reach)
+        if self.limits.chunking and OVERFLOW_RULES[config.on_overflow][1]:
+            raise ConfigError(f"handler.on_overflow: got 'chunk'; it {self.limits.chunking}")
         self.model_limit = check_fits(config, task, tokenizer, self.limits)
 
     def limit_note(self) -> str:
@@ -133,10 +178,7 @@ class Pipeline:
         incoming = [protocols.parse(row, m, self.limits) for row, m in zip(rows, meta)]
         incoming, items = self.tokenize(incoming)
         incoming, outputs, stats = self.run(incoming, items)
-        answers: dict[int, list[Answer]] = {}
-        for item, output in zip(items, outputs):
-            if output is not None:
-                answers.setdefault(item.request, []).append(self.task.answer(output, item.encoded))
+        answers = answers_of(self.task, items, outputs)
         replies = [self.reply(inc, answers.get(i, []), model_name) for i, inc in enumerate(incoming)]
         if len(replies) != len(rows):
             raise RuntimeError(f"{len(rows)} requests but {len(replies)} replies")
@@ -181,10 +223,61 @@ class Pipeline:
         specials = (len(self.tokenizer.prefix), len(self.tokenizer.suffix))
         shape, ceiling = self.task.shape, self.config.max_length
         out = [e if e is None else shape(e, o, ceiling, specials) for e, o in zip(out, merged.options)]
+        self._chunk(merged, out)
         missing = [i for i, e in enumerate(out) if e is None]
         if missing:  # an input of no known kind: fail the request rather than shift its answers
             raise TypeError(f"input {missing[0]} is neither a text, token ids nor a pair")
         return [e for e in out if e is not None]
+
+    def windows(self, prompt: str) -> chunks.Windows:
+        """How a text after this prompt is cut into windows: `chunk_tokens`, within what max_length leaves after the
+        special tokens and the prompt's own tokens."""
+        room = self.config.max_length - self.tokenizer.specials - self._prompt_tokens(prompt)
+        tokens = min(self.config.chunk_tokens or room, room)
+        return chunks.Windows(tokens, self.config.chunk_overlap, self.config.max_chunks)
+
+    def _prompt_tokens(self, prompt: str) -> int:
+        """A prompt's own tokens (without special tokens), as they lead its text's tokens."""
+        return self.tokenizer.prompt_length(prompt) - len(self.tokenizer.prefix) if prompt else 0
+
+    def _chunk(self, merged: _Merged, out: list[Encoded | None]) -> None:
+        """In place: each input of a request that chunks marked so, and each over max_length (a text, or token ids)
+        read whole, up to its windows' reach, and split into windows (`chunks.Windows`); one past that reach stays
+        `truncated` with no windows (refused by `_check`), as does a text whose prompt leaves no room."""
+        long: dict[int, tuple[str, chunks.Windows]] = {}
+        for i, e in enumerate(out):
+            options = merged.options[i]
+            if e is None or isinstance(merged.inputs[i], Pair) or not chunked(options, self.limits):
+                continue
+            out[i] = e = replace(e, chunking=True)
+            windows = self.windows(options.prompt if isinstance(merged.inputs[i], str) else "")
+            if e.truncated and windows.stride >= 1:
+                long[i] = (options.prompt, windows)
+        reading: dict[int, list[int]] = {}  # texts by the tokens to read of them: their prompt's and windows' reach
+        for i, (prompt, windows) in long.items():
+            if isinstance(merged.inputs[i], str):
+                reading.setdefault(self._prompt_tokens(prompt) + windows.reach, []).append(i)
+        read: dict[int, tuple[int, ...] | None] = {}
+        for most, which in reading.items():
+            texts = [merged.options[i].prompt + str(merged.inputs[i]) for i in which]
+            read.update(zip(which, self.tokenizer.read_whole(texts, most)))
+        for i, (prompt, windows) in long.items():
+            e, x = out[i], merged.inputs[i]
+            if e is None:
+                continue
+            lead = self._prompt_tokens(prompt) if i in read else 0
+            ids = read[i] if i in read else tuple(x)  # type: ignore[arg-type]  # token ids
+            if ids is None:
+                out[i] = replace(e, ids=(), unbounded=True)
+                continue
+            head, body = tuple(ids[:lead]), tuple(ids[lead:])
+            if len(body) > windows.reach:
+                continue  # over max_chunks windows: stays truncated, refused by `_check`
+            prefix, suffix = self.tokenizer.prefix, self.tokenizer.suffix
+            spans = windows.spans(len(body))
+            parts = tuple(replace(e, ids=prefix + head + body[a:b] + suffix, truncated=False) for a, b in spans)
+            weights = tuple(b - a for a, b in spans)
+            out[i] = replace(e, ids=prefix + head + body + suffix, truncated=False, chunks=parts, weights=weights)
 
     @property
     def excludes_prompt(self) -> bool:
@@ -210,7 +303,7 @@ class Pipeline:
             except RequestError as error:
                 out[i] = incoming[i].fail(error)
                 continue
-            items.extend(Item(i, e) for e in encoded)
+            items.extend(items_of(i, encoded))
         return out, items
 
     def _encode_alone(self, request: Request) -> list[Encoded]:
@@ -227,6 +320,8 @@ class Pipeline:
             if isinstance(request.inputs[index], Pair):
                 self._check_pair(request, index, e)
                 continue
+            if e.chunking and e.truncated:
+                raise TooLarge("TextTooLong", self._too_long(request, index, e), "input")
             if e.unbounded:
                 raise TooLarge(
                     "TextTooLong",
@@ -264,6 +359,27 @@ class Pipeline:
                     "truncation_direction",
                 )
 
+    def _too_long(self, request: Request, index: int, e: Encoded) -> str:
+        """Why a text of a request that chunks is refused: too many windows, no room for one, or unreadable."""
+        where, prompt = request.where(index), request.options.prompt
+        windows = self.windows(prompt if isinstance(request.inputs[index], str) else "")
+        if windows.stride < 1:
+            return (
+                f"{where} is over max_length={self.config.max_length} tokens, and with its prompt a window holds "
+                f"{windows.tokens} of its tokens, not more than chunk_overlap={windows.overlap}"
+            )
+        if e.unbounded:
+            chars = CUT_CHARS_PER_TOKEN * (self._prompt_tokens(prompt) + windows.reach + 1)
+            return (
+                f"{where}: its first {chars} characters give fewer than the {windows.reach} tokens "
+                f"max_chunks={windows.most} windows hold and end in one unbroken run the tokenizer reads as a single "
+                "word; split it into shorter texts"
+            )
+        return (
+            f"{where} has more than max_chunks={windows.most} windows of {windows.tokens} tokens "
+            f"({windows.reach} tokens with chunk_overlap={windows.overlap}); split it, or raise handler.max_chunks"
+        )
+
     def _limit(self, options: Options) -> str:
         """Where a text of this request is cut, for a message: max_length, or a multi-vector model's length for
         the request's input type (query_length, document_length)."""
@@ -274,7 +390,9 @@ class Pipeline:
 
     def _may_cut(self, options: Options) -> bool:
         """Whether an input over max_length is cut (the request's `truncate`, else `handler.on_overflow`)."""
-        return options.truncate if options.truncate is not None else self.config.on_overflow == "truncate"
+        if chunked(options, self.limits):
+            return False
+        return options.truncate if options.truncate is not None else OVERFLOW_RULES[self.config.on_overflow][0]
 
     def _check_pair(self, request: Request, index: int, e: Encoded) -> None:
         where, options = request.where(index), request.options

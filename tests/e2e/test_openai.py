@@ -87,6 +87,16 @@ def test_token_ids(client, reference, hf_tokenizer):
         assert close(item.embedding, reference(text))
 
 
+def test_a_long_text_chunked_through_the_sdk_equals_sentence_transformers_windows(client, reference):
+    from tests.handler.test_chunking import reference as windows_reference
+
+    text = " ".join(mixed(12, seed=7))  # 727 tokens: 3 windows of MiniLM's 254
+    got = client.embeddings.create(model="minilm", input=[text, "short"], extra_body={"on_overflow": "chunk"})
+    assert close(got.data[0].embedding, windows_reference(minilm_dir(), text, max_length=256))
+    assert close(got.data[1].embedding, reference("short"))
+    assert got.usage.prompt_tokens == 727 + 2 + 3  # the text with its special tokens once, and "short"
+
+
 def test_models_list(client, scheduled):
     assert [m.id for m in client.models.list().data] == [scheduled]
 

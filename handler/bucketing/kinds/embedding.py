@@ -25,6 +25,7 @@ class EmbeddingTask(TaskHooks):
 
     name = "embedding"
     labels = None
+    chunk_refusal: str | None = None
 
     def __init__(self, engine: Engine, info: ModelInfo, normalize: bool, ranges: Any = None) -> None:
         self.engine = engine
@@ -33,6 +34,11 @@ class EmbeddingTask(TaskHooks):
         self.dimensions = info.hidden_size
         self.chain = info.chain
         self.normalize = normalize
+        if info.chain.dense:  # windows pool before the chain's Dense layers, which the engine runs after pooling
+            self.chunk_refusal = (
+                "is not served for a model whose chain has Dense layers after its pooling (windows are pooled "
+                "before them, and the engine runs them inside each pass)"
+            )
 
     def forward(self, rows: Rows) -> np.ndarray:
         """Pooled outputs of a padded sub-batch, each row's leading (prompt) tokens `skips` left out of pooling."""

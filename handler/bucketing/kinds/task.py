@@ -62,6 +62,7 @@ class Task(Protocol):
     tokenizer_dir: str | None  # where its tokenizer lives, if not the model folder (a sparse Router's MLM folder)
     ready_note: str  # said in the worker's ready line after the chain
     ranges: Any  # a dense model's fixed int8/uint8 [minimums, maximums] (`quantize.RANGES_FILE`); None: none
+    chunk_refusal: str | None  # why `on_overflow: chunk` is not served (the rest of a line); None: it is
 
     @property
     def labels(self) -> tuple[str, ...] | None:
@@ -116,6 +117,7 @@ class TaskHooks:
     tokenizer_dir: str | None = None
     ready_note = ""
     ranges: Any = None
+    chunk_refusal: str | None = "is for embedding models (one vector per text, pooled over windows)"
 
     def input_lengths(self) -> dict[str, int]:
         return {}

@@ -24,6 +24,9 @@ class Encoded:
     type_ids: tuple[int, ...] | None = None  # a text pair's token types (None: all 0, a single text)
     attention: tuple[int, ...] | None = None  # the row's attention mask where not all ones (query expansion)
     input_type: str | None = None  # its request's query/document choice (a sparse Router's route)
+    chunks: tuple[Encoded, ...] = ()  # `on_overflow: chunk`, a text over max_length: its windows, each a row
+    weights: tuple[int, ...] = ()  # the text's own tokens in each of its windows
+    chunking: bool = False  # its request pools windows (`on_overflow: chunk`): its answer says `chunks`
 
 
 class Tokenizer:
@@ -170,6 +173,28 @@ class Tokenizer:
             last = max((w for w in e.word_ids if w is not None), default=-1)
             valid = next((k for k, w in enumerate(e.word_ids) if w is None or w > last - 2), len(e.ids))
             known[text, n] = _Side(tuple(e.ids[:valid]), valid + 1, False)
+
+    def read_whole(self, texts: Sequence[str], most: int) -> list[tuple[int, ...] | None]:
+        """Each text's own tokens (no special tokens) as the whole text gives them: all of them when it has at
+        most `most`, else its first `most + 1` (one over: the caller refuses it); None for a text whose prefix of
+        `CUT_CHARS_PER_TOKEN` characters per token settles neither (one huge "word"). Read from a prefix of
+        `LONG_CHARS_PER_TOKEN` characters per token first, then of `CUT_CHARS_PER_TOKEN`: no text costs more
+        than reading that many characters, whatever its size."""
+        known: dict[tuple[str, int], _Side] = {}
+        out: list[tuple[int, ...] | None] = [None] * len(texts)
+        pending = list(range(len(texts)))
+        for per_token in (LONG_CHARS_PER_TOKEN, CUT_CHARS_PER_TOKEN):
+            chars = per_token * (most + 1)
+            self._read_sides([texts[i] for i in pending], chars, known)
+            retry = []
+            for i in pending:
+                side = known[texts[i], min(len(texts[i]), chars)]
+                if side.exact or len(side.ids) > most:
+                    out[i] = side.ids[: most + 1]
+                else:
+                    retry.append(i)
+            pending = retry
+        return out
 
     @property
     def specials(self) -> int:
@@ -324,6 +349,7 @@ def _settle(a: _Side, b: _Side, budget: int) -> tuple[int, int] | None:
 
 
 CUT_CHARS_PER_TOKEN = 32  # the first prefix tried: enough for max_length tokens of any ordinary prose
+LONG_CHARS_PER_TOKEN = 8  # a long text's first prefix (`read_whole`): most prose holds its tokens in it
 GROWTH = 4  # the one longer prefix tried when the first settles nothing (so a text costs at most 1 + 4 prefixes)
 
 

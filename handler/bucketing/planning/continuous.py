@@ -24,7 +24,7 @@ from typing import Any
 from bucketing import protocols
 from bucketing.config import ConfigError
 from bucketing.metrics import BatchStats
-from bucketing.pipeline import Item, Pipeline, call_stats
+from bucketing.pipeline import Item, Pipeline, answers_of, call_stats
 from bucketing.planning import scheduler
 from bucketing.planning.planner import CostModel
 from bucketing.protocols import Incoming, Reply
@@ -107,7 +107,7 @@ class Pool:
         slice_ms = config.slice_ms if new else float("inf")
         chosen = scheduler.pick(pool, now, self.cost, slice_ms, config.max_wait_ms, config.max_batch_tokens)
         incoming = [self.entries[k].incoming for k in live]
-        run = [Item(pos, x.encoded) for pos, n in chosen.take for x in self.entries[live[pos]].remaining[:n]]
+        run = [replace(x, request=pos) for pos, n in chosen.take for x in self.entries[live[pos]].remaining[:n]]
         outcome, outputs, stats = pipeline.run(incoming, run)
         ran: dict[int, list[Any]] = {}
         for item, output in zip(run, outputs):
@@ -120,7 +120,7 @@ class Pool:
                 entry.outputs.extend(results)
                 if entry.remaining:
                     continue
-                answers = [pipeline.task.answer(o, x.encoded) for o, x in zip(entry.outputs, entry.items)]
+                answers = answers_of(pipeline.task, entry.items, entry.outputs).get(0, [])
                 replies[position[key]] = pipeline.reply(entry.incoming, answers, model_name)
             del self.entries[key]
         return replies, call_stats(stats, [r for r in replies if r is not None], start)

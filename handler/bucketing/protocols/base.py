@@ -180,6 +180,9 @@ class Limits:
     default_prompt: str | None = None  # the prompt's name used when a request names none
     model: Any = None  # what TEI's /info, /tokenize and /decode read (protocols.tei.ModelFacts)
     ranges: Any = None  # a dense model's fixed int8/uint8 [minimums, maximums] (`quantize.RANGES_FILE`), if any
+    chunking: str | None = None  # why `on_overflow: chunk` is not served (the rest of a line); None: it is
+    on_overflow: str = "truncate"  # `handler.on_overflow`: what a request that says nothing gets
+    chunk_reach: int = 0  # `on_overflow: chunk`: the most token ids one input may hold (its windows' reach)
 
     @property
     def kind(self) -> Kind:

@@ -1,8 +1,9 @@
 """OpenAI's embeddings API at `/predictions/NAME/VERSION/v1/embeddings`, and `v1/models`.
 
 Request: `{"input": str | [str] | [int] | [[int]], "model"?, "encoding_format"?: "float" | "base64",
-"dimensions"?, "user"?}`, and our extra fields `prompt_name` or `prompt`, `normalize`, `truncate` and
-`truncation_direction`; other fields are tolerated (as Text Embeddings Inference and infinity do).
+"dimensions"?, "user"?}`, and our extra fields `prompt_name` or `prompt`, `normalize`, `truncate` or `on_overflow`
+(`"chunk"`: a text over max_length pooled over windows), and `truncation_direction`; other fields are tolerated
+(as Text Embeddings Inference and infinity do).
 Token ids are the text's tokens without special tokens (what OpenAI's tiktoken ids are, or
 `tokenizer(text, add_special_tokens=False)`); the model's special tokens are added around them.
 Answer: `{"object": "list", "data": [{"object": "embedding", "index", "embedding"}], "model", "usage"}`, the
@@ -37,7 +38,7 @@ from bucketing.protocols.base import (
     snake,
 )
 from bucketing.protocols.inputs import check_text, too_many
-from bucketing.protocols.options import read_options
+from bucketing.protocols.options import chunked, read_options
 
 NAME = "openai"
 ANSWERS: tuple[KindName, ...] | None = ONE_PER_INPUT  # not a multi-vector model
@@ -118,8 +119,9 @@ def parse(body: Any, limits: Limits) -> EmbeddingsRequest:
         raise bad("InvalidRequest", f"expected a JSON object, got a JSON {json_type(body)}")
     if "input" not in body:
         raise bad("InvalidRequest", "'input' is a required property", "input")
-    inputs = _inputs(body["input"], limits, body.get("truncation_direction") == "left")
     options = _options(body, limits)
+    keep = limits.chunk_reach if chunked(options["options"], limits) else limits.max_length
+    inputs = _inputs(body["input"], limits, body.get("truncation_direction") == "left", keep)
     if options["options"].prompt and not isinstance(inputs[0], str):
         raise _prompted_ids(body, limits)
     return EmbeddingsRequest(inputs, **options)
@@ -166,7 +168,16 @@ def _options(body: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
             'binary embeddings are served in our JSON at POST /predictions/NAME ({"texts": [...], "precision": ...})',
             "precision",
         )
-    fields = ("prompt_name", "prompt", "normalize", "dimensions", "truncate", "truncation_direction", "input_type")
+    fields = (
+        "prompt_name",
+        "prompt",
+        "normalize",
+        "dimensions",
+        "truncate",
+        "on_overflow",
+        "truncation_direction",
+        "input_type",
+    )
     options = read_options(body, limits, (*fields, *limits.kind.options))
     if limits.kind.sparse and encoding != "float":
         raise bad(
@@ -178,9 +189,9 @@ def _options(body: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
     return {"model": model, "encoding_format": encoding, "options": options}
 
 
-def _inputs(value: Any, limits: Limits, left: bool = False) -> tuple[Input, ...]:
+def _inputs(value: Any, limits: Limits, left: bool = False, keep: int = 0) -> tuple[Input, ...]:
     """A string, a list of strings, a list of token ids, or a list of lists of token ids (`left`: ids over
-    max_length keep their last ones)."""
+    max_length keep their last ones; `keep`: the ids an input may hold, max_length unless chunked)."""
     if isinstance(value, str):
         with _param():
             check_text(value, "'input'")
@@ -191,7 +202,7 @@ def _inputs(value: Any, limits: Limits, left: bool = False) -> tuple[Input, ...]
         raise bad("EmptyText", "'input' is an empty array", "input")
     first = value[0]
     if is_int(first):
-        return (_ids(value, "input", limits, left),)
+        return (_ids(value, "input", limits, left, keep),)
     if not isinstance(first, (str, list)):
         raise bad(
             "InvalidType",
@@ -215,20 +226,21 @@ def _inputs(value: Any, limits: Limits, left: bool = False) -> tuple[Input, ...]
         with _param():
             if kind is str:
                 check_text(item, f"input[{i}]")
-            out.append(item if kind is str else _ids(item, f"input[{i}]", limits, left))
+            out.append(item if kind is str else _ids(item, f"input[{i}]", limits, left, keep or limits.max_length))
     return tuple(out)
 
 
-def _ids(value: list[Any], where: str, limits: Limits, left: bool = False) -> tuple[int, ...]:
-    """Token ids, each an integer; those max_length keeps (the first max_length, or the last with a `left` cut) in
-    the vocabulary. The rest is cut away by max_length (truncate, or a 413 under on_overflow: reject), so only one
-    more is kept, unchecked, on the side cut: it only tells that ids were cut (wrapped in the special tokens, at
-    most max_length of them are kept, never it)."""
+def _ids(value: list[Any], where: str, limits: Limits, left: bool = False, keep: int = 0) -> tuple[int, ...]:
+    """Token ids, each an integer; those served (`keep`: the first max_length, or the last with a `left` cut; a
+    chunked input's windows' reach) in the vocabulary. The rest is cut away (truncate, or a 413), so only one more is
+    kept, unchecked, on the side cut: it only tells that ids were cut (wrapped in the special tokens, at most
+    `keep` of them are kept, never it)."""
+    keep = keep or limits.max_length
     for j, token in enumerate(value):
         if type(token) is not int:  # noqa: E721 - bool is not a token id; one fast pass over a long list
             raise bad("InvalidType", f"{where}[{j}] must be a token id (an integer), got {json_type(token)}", "input")
-    first = max(len(value) - limits.max_length, 0) if left else 0
-    for j, token in enumerate(value[first : first + limits.max_length], first):
+    first = max(len(value) - keep, 0) if left else 0
+    for j, token in enumerate(value[first : first + keep], first):
         if not 0 <= token < limits.vocab_size:
             shown = token if abs(token) < 10**12 else "a larger number"
             raise bad(
@@ -236,7 +248,7 @@ def _ids(value: list[Any], where: str, limits: Limits, left: bool = False) -> tu
                 f"{where}[{j}] = {shown} is not a token id of this model's vocabulary (0 to {limits.vocab_size - 1})",
                 "input",
             )
-    return tuple(value[-limits.max_length - 1 :] if left else value[: limits.max_length + 1])
+    return tuple(value[-keep - 1 :] if left else value[: keep + 1])
 
 
 @contextmanager

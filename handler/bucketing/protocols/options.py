@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bucketing.answers import Options
+from bucketing.config import OVERFLOW, OVERFLOW_RULES
 from bucketing.model.chain import INPUT_TYPES
 from bucketing.protocols.base import Limits, RequestError, bad, is_int, json_type, quote
 from bucketing.protocols.inputs import check_text
@@ -21,6 +22,7 @@ OPTION_FIELDS = (
     "dimensions",
     "raw_scores",
     "truncate",
+    "on_overflow",
     "truncation_direction",
     "input_type",
     "max_active_dims",
@@ -53,6 +55,7 @@ def read_options(body: Mapping[str, Any], limits: Limits, fields: Sequence[str] 
             f'"truncation_direction" must be "right" or "left", got {quote(direction, 40)}',
             "truncation_direction",
         )
+    truncate, chunk = read_overflow(body.get("on_overflow") if "on_overflow" in fields else None, values, limits)
     input_type, max_active = read_sparse_options(body, limits, fields, values["normalize"], dimensions)
     prompt_name = body.get("prompt_name") if "prompt_name" in fields else None
     text = body.get("prompt") if "prompt" in fields else None
@@ -63,13 +66,39 @@ def read_options(body: Mapping[str, Any], limits: Limits, fields: Sequence[str] 
         dimensions,
         bool(values["raw_scores"]),
         prompt,
-        values["truncate"],
+        truncate,
+        chunk,
         direction,
         input_type,
         max_active,
         precision,
         limits.ranges if PRECISIONS[precision].ranged else None,
     )
+
+
+def read_overflow(value: Any, values: Mapping[str, Any], limits: Limits) -> tuple[bool | None, bool]:
+    """`on_overflow` ("truncate" | "reject" | "chunk"), or `truncate` (true | false), as (truncate, chunk); absent:
+    (None, False), `handler.on_overflow` decides. Both at once is the client's 400; so is "chunk" where the model
+    cannot pool windows (`Limits.chunking`)."""
+    if value is None:
+        return values["truncate"], False
+    if values["truncate"] is not None:
+        raise bad("InvalidRequest", 'send "on_overflow" or "truncate", not both', "on_overflow")
+    if not isinstance(value, str) or value not in OVERFLOW:
+        raise bad(
+            "InvalidRequest",
+            f'"on_overflow" must be one of {", ".join(map(repr, OVERFLOW))}, got {quote(value, 40)}',
+            "on_overflow",
+        )
+    cut, chunk = OVERFLOW_RULES[value]
+    if chunk and limits.chunking:
+        raise bad("InvalidRequest", f'"on_overflow" "chunk" {limits.chunking}', "on_overflow")
+    return (None if chunk else cut), chunk
+
+
+def chunked(options: Options, limits: Limits) -> bool:
+    """Whether a text over max_length is split into windows: as the request says, else as `handler.on_overflow`."""
+    return options.chunk or (options.truncate is None and OVERFLOW_RULES[limits.on_overflow][1])
 
 
 def ranges_missing(name: str) -> str:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from bucketing.answers import Options
+from bucketing.config import OVERFLOW_RULES
 from bucketing.protocols.base import Input, Limits, RequestError, error_of, json_type
 from bucketing.protocols.inputs import check_text
 from bucketing.protocols.options import read_options
@@ -261,7 +262,7 @@ def model_facts(config: HandlerConfig, task: Task, tokenizer: Tokenizer) -> Mode
         pooling=None if labels is not None else (chain.pooling if chain is not None else ("mean",)),
         labels=tuple(labels) if labels is not None else None,
         max_batch_tokens=config.max_batch_tokens,
-        auto_truncate=config.on_overflow == "truncate",
+        auto_truncate=OVERFLOW_RULES[config.on_overflow][0],
         max_chars=tokenizer.max_cut_chars,
         tools=BackendTools(tools_backend(tokenizer, config.max_length)),
     )

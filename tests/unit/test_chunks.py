@@ -1,0 +1,102 @@
+"""`on_overflow: chunk`: where windows lie (`chunks.Windows`), how their vectors pool (`chunks.pool`), and how a
+request says it (`on_overflow`, beside `truncate`) in each wire format."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bucketing.answers import Options
+from bucketing.chunks import Windows, pool
+from bucketing.protocols.base import Limits, RequestError
+from bucketing.protocols.options import chunked, read_options
+
+LIMITS = Limits(8, 16, 1000, "embedding", 4)
+
+
+@pytest.mark.parametrize(
+    ("length", "tokens", "overlap", "spans"),
+    [
+        (0, 4, 0, [(0, 0)]),
+        (4, 4, 0, [(0, 4)]),
+        (5, 4, 0, [(0, 4), (4, 5)]),
+        (10, 4, 1, [(0, 4), (3, 7), (6, 10)]),
+        (11, 4, 1, [(0, 4), (3, 7), (6, 10), (9, 11)]),
+    ],
+)
+def test_spans(length, tokens, overlap, spans):
+    assert Windows(tokens, overlap, 99).spans(length) == spans
+
+
+@given(st.integers(0, 500), st.integers(1, 40), st.data())
+def test_windows_cover_the_text_in_order_each_within_its_size(length, tokens, data):
+    overlap = data.draw(st.integers(0, tokens - 1))
+    windows = Windows(tokens, overlap, 10**6)
+    spans = windows.spans(length)
+    assert spans[0][0] == 0 and spans[-1][1] == length
+    assert all(0 < b - a <= tokens for a, b in spans) or length == 0
+    assert all(b1 - a2 == overlap for (_, b1), (a2, _) in zip(spans, spans[1:]))  # each repeats `overlap`
+    assert all(a2 + tokens >= length or b2 == a2 + tokens for a2, b2 in spans)  # only the last is short
+    most = len(spans)
+    assert length <= Windows(tokens, overlap, most).reach  # the reach of that many windows holds it
+    assert most == 1 or length > Windows(tokens, overlap, most - 1).reach  # and one window fewer does not
+
+
+def test_a_window_no_longer_than_its_overlap_is_refused():
+    with pytest.raises(ValueError, match="cannot overlap"):
+        Windows(3, 3, 4).spans(10)
+
+
+def test_pool_weights_windows_by_their_tokens():
+    got = pool([np.array([1.0, 0.0], np.float32), np.array([0.0, 1.0], np.float32)], [3, 1])
+    assert got.dtype == np.float32 and got.tolist() == [0.75, 0.25]
+
+
+@pytest.mark.parametrize(
+    ("body", "truncate", "chunk"),
+    [
+        ({}, None, False),
+        ({"truncate": True}, True, False),
+        ({"on_overflow": "truncate"}, True, False),
+        ({"on_overflow": "reject"}, False, False),
+        ({"on_overflow": "chunk"}, None, True),
+    ],
+)
+def test_on_overflow_reads_as_truncate_or_chunk(body, truncate, chunk):
+    options = read_options(body, LIMITS)
+    assert (options.truncate, options.chunk) == (truncate, chunk)
+
+
+@pytest.mark.parametrize(
+    ("body", "limits", "message"),
+    [
+        ({"on_overflow": "chunk", "truncate": False}, LIMITS, 'send "on_overflow" or "truncate", not both'),
+        ({"on_overflow": True}, LIMITS, "\"on_overflow\" must be one of 'truncate', 'reject', 'chunk', got"),
+        (
+            {"on_overflow": "chunk"},
+            Limits(
+                8, 16, 1000, "classification", 2, chunking="is for embedding models; this is a classification model"
+            ),
+            '"on_overflow" "chunk" is for embedding models; this is a classification model',
+        ),
+    ],
+)
+def test_on_overflow_mistakes_are_400s(body, limits, message):
+    with pytest.raises(RequestError) as e:
+        read_options(body, limits)
+    assert e.value.status == 400 and message in e.value.message and e.value.param == "on_overflow"
+
+
+@pytest.mark.parametrize(
+    ("options", "setting", "expected"),
+    [
+        (Options(), "truncate", False),
+        (Options(), "chunk", True),
+        (Options(truncate=True), "chunk", False),  # the request's own word wins
+        (Options(chunk=True), "reject", True),
+    ],
+)
+def test_chunked_as_the_request_says_else_as_the_handler(options, setting, expected):
+    assert chunked(options, Limits(8, 16, 1000, on_overflow=setting)) is expected
