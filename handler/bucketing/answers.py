@@ -4,7 +4,7 @@ type the kinds' tasks make and every wire format (`protocols`) reads."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,7 @@ class Answer:
     sparse: bool = False  # a sparse model's: `values` is the vocabulary-size vector
     max_active_dims: int | None = None  # sparse: the model's cut (its config_sentence_transformers.json)
     chunks: int | None = None  # under `on_overflow: chunk`: the windows its vector pools (1: the text fit)
+    spans: tuple[tuple[int, int], ...] | None = None  # late chunking: the character spans, one row of `values` each
 
     def sparse_vector(self, max_active_dims: int | None = None) -> tuple[list[int], list[float]]:
         """A sparse answer's non-zero ids (ascending) and their values, cut to the request's max_active_dims (else
@@ -67,6 +68,14 @@ class Answer:
         if self.sparse:
             indices, values = self.sparse_vector(o.max_active_dims)
             head: dict[str, Any] = {"embedding": {"indices": indices, "values": values}}
+        elif self.spans is not None:
+            vectors = [replace(self, values=row, spans=None).vector(o.dimensions, o.normalize) for row in self.values]
+            head = {
+                "chunks": [
+                    {"span": list(span), "embedding": PRECISIONS[o.precision].apply(v, o.ranges).tolist()}
+                    for span, v in zip(self.spans, vectors)
+                ]
+            }
         elif self.labels is None:
             vector = self.vector(o.dimensions, o.normalize)
             head = {"embedding": PRECISIONS[o.precision].apply(vector, o.ranges).tolist()}
@@ -96,6 +105,7 @@ class Options:
     max_active_dims: int | None = None  # sparse: keep this many non-zeros (None: the model's max_active_dims)
     precision: str = "float"  # a dense embedding's values: float32, or packed as `quantize.PRECISIONS` says
     ranges: Any = field(default=None, compare=False)  # int8/uint8: the model's fixed [minimums, maximums]
+    spans: Any = None  # late chunking: "sentences", or one text's ((start, end), ...) character spans; None: off
 
 
 def keep_top(row: Any, k: int) -> Any:

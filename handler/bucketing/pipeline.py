@@ -23,14 +23,13 @@ import numpy as np
 from bucketing import chunks, protocols
 from bucketing.answers import Answer, Options
 from bucketing.config import OVERFLOW_RULES, ConfigError, HandlerConfig
-from bucketing.kinds import KINDS
 from bucketing.kinds.task import Rows, Task
 from bucketing.metrics import BatchStats
 from bucketing.model.tokenizer import CUT_CHARS_PER_TOKEN, Encoded, Tokenizer, collate
 from bucketing.planning.planner import CostModel, Plan, plan_bucketed, plan_dynamic, plan_static
 from bucketing.protocols import Incoming, Reply, tei
 from bucketing.protocols.base import BadRequest, Limits, Meta, Pair, Request, RequestError, ServerError, TooLarge
-from bucketing.protocols.options import chunked
+from bucketing.protocols.options import SENTENCES, chunked
 from bucketing.startup_checks import check_fits, model_prompts
 
 logger = logging.getLogger(__name__)
@@ -122,7 +121,8 @@ def compute(items: Sequence[Item], plan_fn: Planner, task: Task, pad_id: int) ->
         if any(e.attention for e in encoded):  # query expansion the encoder does not attend to
             mask, _ = collate([e.attention or (1,) * len(e.ids) for e in encoded], width, 0)
         routes = tuple(e.input_type for e in encoded) if task.routed else ()
-        results.append(list(task.forward(Rows(ids, mask, tuple(e.skip for e in encoded), types, routes))))
+        pools = tuple(e.pools for e in encoded) if any(e.pools for e in encoded) else ()
+        results.append(list(task.forward(Rows(ids, mask, tuple(e.skip for e in encoded), types, routes, pools))))
     forward_ms = (time.perf_counter() - start) * 1000.0
     stats = BatchStats(
         batches=0,
@@ -155,8 +155,9 @@ class Pipeline:
             default_prompt=default_prompt,
             model=tei.model_facts(config, task, tokenizer),
             ranges=task.ranges,
-            chunking=task.chunk_refusal and f"{task.chunk_refusal}; this is {KINDS[task.name].a_model}",
+            chunking=task.chunk_refusal,
             on_overflow=config.on_overflow,
+            late=task.late_refusal,
         )
         self.limits = replace(self.limits, chunk_reach=self.windows("").reach)
         if self.limits.chunking and OVERFLOW_RULES[config.on_overflow][1]:
@@ -224,6 +225,7 @@ class Pipeline:
         shape, ceiling = self.task.shape, self.config.max_length
         out = [e if e is None else shape(e, o, ceiling, specials) for e, o in zip(out, merged.options)]
         self._chunk(merged, out)
+        self._late(merged, out)
         missing = [i for i, e in enumerate(out) if e is None]
         if missing:  # an input of no known kind: fail the request rather than shift its answers
             raise TypeError(f"input {missing[0]} is neither a text, token ids nor a pair")
@@ -278,6 +280,22 @@ class Pipeline:
             parts = tuple(replace(e, ids=prefix + head + body[a:b] + suffix, truncated=False) for a, b in spans)
             weights = tuple(b - a for a, b in spans)
             out[i] = replace(e, ids=prefix + head + body + suffix, truncated=False, chunks=parts, weights=weights)
+
+    def _late(self, merged: _Merged, out: list[Encoded | None]) -> None:
+        """In place: each text of a late-chunking request given its spans ("sentences", or the request's) and the
+        positions of each span's tokens among those read (`chunks.span_tokens`); a given span with none is refused by
+        `_check`, as is a text whose token offsets cannot be read; a sentence with none (past max_length) is left
+        out."""
+        for i, e in enumerate(out):
+            options, x = merged.options[i], merged.inputs[i]
+            if e is None or options.spans is None or not isinstance(x, str):
+                continue
+            spans = tuple(chunks.sentences(x)) if options.spans == SENTENCES else options.spans
+            read = self.tokenizer.offsets(options.prompt + x, e.ids) if not e.unbounded else None
+            pools = chunks.span_tokens(*read, len(options.prompt), spans) if read else ()
+            if options.spans == SENTENCES and pools:  # sentences past max_length are left out (`truncated` says so)
+                spans, pools = tuple(s for s, p in zip(spans, pools) if p), tuple(p for p in pools if p)
+            out[i] = replace(e, spans=spans, pools=pools)
 
     @property
     def excludes_prompt(self) -> bool:
@@ -358,6 +376,46 @@ class Pipeline:
                     "removes them first",
                     "truncation_direction",
                 )
+            if options.spans is not None:
+                self._check_late(request, index, e)
+
+    def _check_late(self, request: Request, index: int, e: Encoded) -> None:
+        """Late chunking: a text (not token ids), explicit spans only for one text and within it, each span holding
+        a token of what max_length reads."""
+        where, text, spans = request.where(index), request.inputs[index], e.spans or ()
+        if not isinstance(text, str):
+            raise BadRequest(
+                "InvalidRequest", f"{where}: late chunking takes texts (its spans are character offsets)", "input"
+            )
+        if request.options.spans != SENTENCES and len(request.inputs) > 1:
+            raise BadRequest(
+                "InvalidRequest",
+                f'"spans" given as offsets are one text\'s; this request has {len(request.inputs)} texts: send one '
+                'text per request, or "spans": "sentences"',
+                "spans",
+            )
+        if not e.pools:
+            raise TooLarge("TextTooLong", f"{where}: its tokens' character offsets could not be read", "input")
+        for k, ((start, end), pool) in enumerate(zip(spans, e.pools)):
+            if end > len(text):
+                raise BadRequest(
+                    "InvalidRequest", f"spans[{k}] = [{start}, {end}] ends past its {len(text)} characters", "spans"
+                )
+            if pool:
+                continue
+            if e.truncated:
+                raise TooLarge(
+                    "TextTooLong",
+                    f"spans[{k}] = [{start}, {end}] of {where} holds no whole token among the first "
+                    f"max_length={self.config.max_length} tokens late chunking reads (one pass over the text)",
+                    "spans",
+                )
+            raise BadRequest(
+                "InvalidRequest",
+                f"spans[{k}] = [{start}, {end}] of {where} holds no whole token (a token is in a span when its "
+                "characters lie inside it)",
+                "spans",
+            )
 
     def _too_long(self, request: Request, index: int, e: Encoded) -> str:
         """Why a text of a request that chunks is refused: too many windows, no room for one, or unreadable."""

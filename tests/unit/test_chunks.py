@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bucketing.answers import Options
-from bucketing.chunks import Windows, pool
+from bucketing.chunks import Windows, pool, sentences, span_tokens
 from bucketing.protocols.base import Limits, RequestError
 from bucketing.protocols.options import chunked, read_options
 
@@ -100,3 +100,33 @@ def test_on_overflow_mistakes_are_400s(body, limits, message):
 )
 def test_chunked_as_the_request_says_else_as_the_handler(options, setting, expected):
     assert chunked(options, Limits(8, 16, 1000, on_overflow=setting)) is expected
+
+
+@pytest.mark.parametrize(
+    ("text", "spans"),
+    [
+        ("One. Two!", [(0, 4), (5, 9)]),
+        ("  Padded.  Next one?  ", [(2, 9), (11, 20)]),
+        ("Version 1.5 is out. Yes", [(0, 19), (20, 23)]),  # a dot inside a number ends nothing
+        ("line one\nline two", [(0, 8), (9, 17)]),
+        ("第一句。第二句！", [(0, 4), (4, 8)]),
+        ("   ", []),
+    ],
+)
+def test_sentences(text, spans):
+    assert sentences(text) == spans
+
+
+@given(st.text(alphabet="ab .!?\n", max_size=60))
+def test_sentences_are_ordered_trimmed_and_inside_the_text(text):
+    spans = sentences(text)
+    assert all(0 <= a < b <= len(text) for a, b in spans)
+    assert all(b1 <= a2 for (_, b1), (a2, _) in zip(spans, spans[1:]))
+    assert all(not text[a].isspace() and not text[b - 1].isspace() for a, b in spans)
+
+
+def test_span_tokens_hold_the_tokens_inside_each_span_and_no_special_or_prompt_token():
+    # "q: " prompt (3 chars), then "ab cd": [CLS] q : ab cd [SEP]
+    offsets = [(0, 0), (0, 1), (1, 2), (3, 5), (6, 8), (0, 0)]
+    special = [True, False, False, False, False, True]
+    assert span_tokens(offsets, special, 3, [(0, 2), (0, 5), (1, 5), (2, 3)]) == ((3,), (3, 4), (4,), ())

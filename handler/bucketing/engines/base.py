@@ -33,6 +33,15 @@ class Engine(Protocol):
         self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None, types: np.ndarray | None = None
     ) -> np.ndarray: ...
 
+    @property
+    def has_states(self) -> bool:
+        """Whether `states` gives the encoder's token embeddings (an embedding model's engine; late chunking)."""
+        ...
+
+    def states(self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None) -> tuple[Any, Any]:
+        """One pass's pooled outputs (as calling it) and the encoder's token embeddings [rows, length, hidden]."""
+        ...
+
 
 def select_device(gpu_id: Any, cuda_available: bool) -> str:
     """`cuda:<gpu_id>` when TorchServe gave the worker a GPU and CUDA is there, else `cpu`."""

@@ -17,11 +17,12 @@ import torch
 from bucketing.config import HandlerConfig
 from bucketing.engines.base import TOLERANCE, Engine, head_inputs, probe, probe_types
 from bucketing.engines.torch_engine import TorchEngine
-from bucketing.model.head import EngineError, Head, ModelInfo, load_head
+from bucketing.model.head import EngineError, Head, ModelInfo, WithStates, load_head
 
 logger = logging.getLogger(__name__)
 
 ONNX_FILE = "model.onnx"
+STATES = "token_embeddings"  # an embedding graph's second output: the encoder's token embeddings
 # The attention the ONNX graph is exported from: eager has no IsNaN/Where mask subgraph, and measured 1.05x the
 # SDPA export's req/s through TorchServe (README; `python -m bench.attention_export`).
 ONNX_ATTENTION = "eager"
@@ -51,6 +52,7 @@ class OrtEngine:
         self.device = device
         self.session = ort.InferenceSession(str(path), options, providers=providers)
         self.inputs = [i.name for i in self.session.get_inputs()]
+        self.outputs = [o.name for o in self.session.get_outputs()]
 
     def __call__(
         self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None, types: np.ndarray | None = None
@@ -61,8 +63,19 @@ class OrtEngine:
             "pool_mask": mask if pool_mask is None else pool_mask,
             "token_type_ids": np.zeros_like(ids) if types is None else types,
         }
-        first: np.ndarray = self.session.run(None, {name: feed[name] for name in self.inputs})[0]
+        first: np.ndarray = self.session.run(["output"], {name: feed[name] for name in self.inputs})[0]
         return first
+
+    @property
+    def has_states(self) -> bool:
+        """Whether the graph gives token embeddings (`states`): an embedding model's, exported since late chunking."""
+        return STATES in self.outputs
+
+    def states(self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None) -> tuple[Any, Any]:
+        """The pooled outputs and the encoder's token embeddings of one pass."""
+        feed = {"input_ids": ids, "attention_mask": mask, "pool_mask": mask if pool_mask is None else pool_mask}
+        pooled, tokens = self.session.run(["output", STATES], {name: feed[name] for name in self.inputs})
+        return pooled, tokens
 
 
 def export_onnx(task: str, model_dir: str, path: Path) -> Path:
@@ -79,15 +92,20 @@ def export_onnx(task: str, model_dir: str, path: Path) -> Path:
         **{name: {0: "batch", 1: "sequence"} for name in names},
         "output": getattr(head, "output_axes", {0: "batch"}),
     }
+    outputs = ["output"]
+    module: torch.nn.Module = head
+    if isinstance(head, Head) and head.pooled:  # an embedding model: its token embeddings too (late chunking)
+        module, outputs = WithStates(head).eval(), [*outputs, STATES]  # eval: export restores its mode
+        axes[STATES] = {0: "batch", 1: "sequence"}
     try:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.onnx.export(
-                head,
+                module,
                 tuple(torch.from_numpy(a) for a in inputs),
                 str(path),
                 input_names=names,
-                output_names=["output"],
+                output_names=outputs,
                 dynamic_axes=axes,
                 opset_version=17,
                 dynamo=False,

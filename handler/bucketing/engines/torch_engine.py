@@ -74,6 +74,16 @@ class TorchEngine:
             self._check(self.shadow, self.reference, out, ids, mask, pool_mask, types)
         return out
 
+    has_states = True
+
+    def states(self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None) -> tuple[Any, Any]:
+        """An embedding model's pooled outputs and the encoder's token embeddings of one pass (eager)."""
+        with torch.inference_mode():
+            arrays = (ids, mask, mask if pool_mask is None else pool_mask)
+            tensors = [torch.from_numpy(a).to(self.device) for a in arrays]
+            pooled, tokens = self.head.states(*tensors)
+            return pooled.float().cpu().numpy(), tokens.float().cpu().numpy()
+
     @staticmethod
     def _check(
         shadow: Shadow,

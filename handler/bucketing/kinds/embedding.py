@@ -4,6 +4,7 @@ text, L2-normalised as the chain says (or as `handler.normalize` forces)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ class EmbeddingTask(TaskHooks):
     name = "embedding"
     labels = None
     chunk_refusal: str | None = None
+    late_refusal: str | None = None
 
     def __init__(self, engine: Engine, info: ModelInfo, normalize: bool, ranges: Any = None) -> None:
         self.engine = engine
@@ -34,22 +36,32 @@ class EmbeddingTask(TaskHooks):
         self.dimensions = info.hidden_size
         self.chain = info.chain
         self.normalize = normalize
+        self.late_refusal = late_refusal(engine, info.chain)
         if info.chain.dense:  # windows pool before the chain's Dense layers, which the engine runs after pooling
             self.chunk_refusal = (
                 "is not served for a model whose chain has Dense layers after its pooling (windows are pooled "
                 "before them, and the engine runs them inside each pass)"
             )
 
-    def forward(self, rows: Rows) -> np.ndarray:
-        """Pooled outputs of a padded sub-batch, each row's leading (prompt) tokens `skips` left out of pooling."""
-        return self.engine(rows.ids, rows.mask, rows.pool_mask())
+    def forward(self, rows: Rows) -> Sequence[np.ndarray]:
+        """Pooled outputs of a padded sub-batch, each row's leading (prompt) tokens `skips` left out of pooling; a
+        late-chunked row's: one mean of token embeddings per span (`Rows.pools`), from the same pass."""
+        if not any(rows.pools):
+            return list(self.engine(rows.ids, rows.mask, rows.pool_mask()))
+        pooled, tokens = self.engine.states(rows.ids, rows.mask, rows.pool_mask())
+        outputs = list(pooled)
+        for row, pools in enumerate(rows.pools):
+            if pools:
+                outputs[row] = np.stack([tokens[row, list(p)].mean(axis=0, dtype=np.float32) for p in pools])
+        return outputs
 
     @property
     def settings(self) -> Chain:
         return self.chain
 
     def answer(self, output: np.ndarray, encoded: Encoded) -> Answer:
-        return Answer(output, len(encoded.ids), encoded.truncated, normalize=self.normalize)
+        spans = encoded.spans if encoded.pools else None
+        return Answer(output, len(encoded.ids), encoded.truncated, normalize=self.normalize, spans=spans)
 
     @staticmethod
     def load(config: Any, model_dir: str, gpu_id: Any = None) -> EmbeddingTask:
@@ -71,6 +83,23 @@ class EmbeddingTask(TaskHooks):
     @staticmethod
     def describe(folder: Path) -> dict[str, Any] | None:
         return read_chain(folder).describe()
+
+
+def late_refusal(engine: Engine, chain: Chain) -> str | None:
+    """Why late chunking is not served for this model on this engine (the rest of a line); None when it is: mean
+    pooling with no Dense layer after it (a span's vector is the mean of its token embeddings), on an engine that
+    gives token embeddings."""
+    if tuple(chain.pooling) != ("mean",) or chain.dense:
+        return (
+            "is served for models that mean-pool with no Dense layer after it (a span's vector is the mean of its "
+            f"token embeddings); this one pools {'+'.join(chain.pooling)}{' then Dense' if chain.dense else ''}"
+        )
+    if not getattr(engine, "has_states", False):
+        return (
+            f"needs the encoder's token embeddings, which this {engine.name} graph does not give; rebuild the archive "
+            "(python -m model_store.build), which exports them"
+        )
+    return None
 
 
 def normalizes(setting: str, chain: Chain) -> bool:

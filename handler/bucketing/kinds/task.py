@@ -3,6 +3,7 @@ a model kind (embedding, classification, sparse, multi-vector) is a task class; 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,6 +24,7 @@ class Rows:
     skips: tuple[int, ...] = ()  # per row: leading (prompt) tokens left out of pooling; () when none
     types: np.ndarray | None = None  # token types of text pairs; None for single texts
     input_types: tuple[str | None, ...] = ()  # per row: its request's input_type (a routed task's route); ()
+    pools: tuple[tuple[tuple[int, ...], ...], ...] = ()  # late chunking, per row: its spans' token positions; ()
 
     @classmethod
     def plain(cls, rows: int, length: int, token: int) -> Rows:
@@ -48,6 +50,7 @@ class Rows:
             tuple(self.skips[r] for r in rows) if self.skips else (),
             self.types[rows, cut] if self.types is not None else None,
             tuple(self.input_types[r] for r in rows) if self.input_types else (),
+            tuple(self.pools[r] for r in rows) if self.pools else (),
         )
 
 
@@ -63,6 +66,7 @@ class Task(Protocol):
     ready_note: str  # said in the worker's ready line after the chain
     ranges: Any  # a dense model's fixed int8/uint8 [minimums, maximums] (`quantize.RANGES_FILE`); None: none
     chunk_refusal: str | None  # why `on_overflow: chunk` is not served (the rest of a line); None: it is
+    late_refusal: str | None  # why late chunking is not served (the rest of a line); None: it is
 
     @property
     def labels(self) -> tuple[str, ...] | None:
@@ -80,7 +84,7 @@ class Task(Protocol):
         """The folder's sentence-transformers settings a request reads: its prompts (for embeddings, its chain)."""
         ...
 
-    def forward(self, rows: Rows) -> np.ndarray:
+    def forward(self, rows: Rows) -> Sequence[np.ndarray]:
         """The task's output for each row of a padded sub-batch."""
         ...
 
@@ -118,6 +122,7 @@ class TaskHooks:
     ready_note = ""
     ranges: Any = None
     chunk_refusal: str | None = "is for embedding models (one vector per text, pooled over windows)"
+    late_refusal: str | None = "is for embedding models (one vector per span, pooled over its tokens)"
 
     def input_lengths(self) -> dict[str, int]:
         return {}

@@ -74,14 +74,35 @@ class Head(torch.nn.Module):
                 input_ids=input_ids, attention_mask=attention, return_dict=False, **kwargs
             )[0]
             return logits
+        return self.states(input_ids, attention_mask, extra)[0]
+
+    def states(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, pool_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """An embedding model's pooled outputs (as `forward`) and the encoder's token embeddings (float32)."""
+        attention = attention_mask if self.masks is None else self.masks(attention_mask)
         out = self.model(input_ids=input_ids, attention_mask=attention, return_dict=False)[0]
         if out.dtype != torch.float32:  # a reduced-precision encoder: pooling and Dense stay float32
             out = out.float()
-        mask = attention_mask if extra is None else extra
+        mask = attention_mask if pool_mask is None else pool_mask
         pooled = torch.cat([pool(mode, out, mask, attention_mask) for mode in self.modes], dim=-1)
         for layer in self.dense:
             pooled = layer(pooled)
-        return pooled
+        return pooled, out
+
+
+class WithStates(torch.nn.Module):
+    """An embedding head exported with two outputs: its pooled outputs, and the encoder's token embeddings (what
+    late chunking pools over spans; onnxruntime computes the second only when asked for it)."""
+
+    def __init__(self, head: Head) -> None:
+        super().__init__()
+        self.head = head
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, pool_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.head.states(input_ids, attention_mask, pool_mask)
 
 
 def takes_token_types(model: torch.nn.Module) -> bool:

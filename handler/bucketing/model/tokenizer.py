@@ -27,6 +27,8 @@ class Encoded:
     chunks: tuple[Encoded, ...] = ()  # `on_overflow: chunk`, a text over max_length: its windows, each a row
     weights: tuple[int, ...] = ()  # the text's own tokens in each of its windows
     chunking: bool = False  # its request pools windows (`on_overflow: chunk`): its answer says `chunks`
+    spans: tuple[tuple[int, int], ...] | None = None  # late chunking: its character spans (None: off)
+    pools: tuple[tuple[int, ...], ...] = ()  # late chunking: the positions of each span's tokens in `ids`
 
 
 class Tokenizer:
@@ -195,6 +197,14 @@ class Tokenizer:
                     retry.append(i)
             pending = retry
         return out
+
+    def offsets(self, text: str, ids: Sequence[int]) -> tuple[list[tuple[int, int]], list[bool]] | None:
+        """The character offsets of a text's tokens as `encode` gave them (`ids`, cut on the right at max_length),
+        and which are special tokens; None where its prefix of `max_cut_chars` does not give those ids."""
+        e = self._backend.encode(text[: self.max_cut_chars])
+        if tuple(e.ids) != tuple(ids):
+            return None
+        return [tuple(o) for o in e.offsets], [bool(m) for m in e.special_tokens_mask]
 
     @property
     def specials(self) -> int:

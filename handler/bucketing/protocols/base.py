@@ -183,6 +183,7 @@ class Limits:
     chunking: str | None = None  # why `on_overflow: chunk` is not served (the rest of a line); None: it is
     on_overflow: str = "truncate"  # `handler.on_overflow`: what a request that says nothing gets
     chunk_reach: int = 0  # `on_overflow: chunk`: the most token ids one input may hold (its windows' reach)
+    late: str | None = None  # why late chunking is not served (the rest of a line); None: it is
 
     @property
     def kind(self) -> Kind:

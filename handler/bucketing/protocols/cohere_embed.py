@@ -25,7 +25,7 @@ from bucketing.answers import Answer, Options
 from bucketing.kinds import ONE_PER_INPUT, KindName
 from bucketing.protocols.base import Limits, RequestError, Wire, bad, check_count, is_int, json_type, quote
 from bucketing.protocols.inputs import texts
-from bucketing.protocols.options import ranges_missing, read_options
+from bucketing.protocols.options import late_refused, ranges_missing, read_options
 from bucketing.quantize import PRECISIONS
 
 NAME = "cohere-embed"
@@ -81,6 +81,9 @@ def parse(body: Any, limits: Limits) -> CohereEmbedRequest:
     for name in ("images", "inputs"):
         if body.get(name) is not None:
             raise bad("InvalidRequest", f"'{name}' is not served: this model embeds 'texts' only", name)
+    late = late_refused(body, "Cohere's embed API")
+    if late:
+        raise bad("InvalidRequest", late[1], late[0])
     if "texts" not in body:
         raise bad("InvalidRequest", "'texts' is required", "texts")
     inputs = texts(body["texts"], "texts", limits.max_texts)

@@ -45,7 +45,7 @@ from bucketing.protocols.base import (
 )
 from bucketing.protocols.base import error_body as error_body
 from bucketing.protocols.inputs import pairs, texts, too_many
-from bucketing.protocols.options import read_options
+from bucketing.protocols.options import late_refused, read_options
 from bucketing.quantize import PRECISIONS
 
 NAME = "kserve-v2"
@@ -228,8 +228,12 @@ def parse(body: Any, limits: Limits, binary: bytes | None = None) -> V2Request:
     else:
         parsed = columns[0]
     selection = _outputs(body, answer_fields(limits.task, limits.dimensions))
-    parameters = body.get("parameters")
-    options = read_options(parameters if isinstance(parameters, Mapping) else {}, limits)
+    given = body.get("parameters")
+    parameters: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+    late = late_refused(parameters, "KServe v2")
+    if late:
+        raise bad("InvalidRequest", late[1], late[0])
+    options = read_options(parameters, limits)
     return V2Request(parsed, request_id, *selection, options)
 
 

@@ -4,7 +4,9 @@ classification model (a cross-encoder) also text pairs, `{"text": q, "text_pair"
 A single text is answered with one object, a `texts` list with a list in the same order. Options: `prompt_name`
 (one of the model's prompts) or `prompt` (text put before each input), `normalize`, `dimensions`, `input_type`
 ("query" | "document": as encode_query/encode_document), and for classifiers `raw_scores` (logits instead of
-scores). A multi-vector model answers `{"embeddings": [[...], ...], "tokens", "truncated"}` per text. Unknown
+scores), `on_overflow` ("chunk": a long text pooled over windows, its answer saying `chunks`), and late chunking
+(`"chunking": "late"` with `"spans"`: each text's answer is `{"chunks": [{"span", "embedding"}, ...], "tokens",
+"truncated"}`). A multi-vector model answers `{"embeddings": [[...], ...], "tokens", "truncated"}` per text. Unknown
 fields are refused (a typo is a 400 naming it, never a silently different request).
 """
 

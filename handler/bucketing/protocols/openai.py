@@ -38,7 +38,7 @@ from bucketing.protocols.base import (
     snake,
 )
 from bucketing.protocols.inputs import check_text, too_many
-from bucketing.protocols.options import chunked, read_options
+from bucketing.protocols.options import chunked, late_refused, read_options
 
 NAME = "openai"
 ANSWERS: tuple[KindName, ...] | None = ONE_PER_INPUT  # not a multi-vector model
@@ -161,6 +161,9 @@ def _options(body: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
             f"'encoding_format' must be 'float' or 'base64', got {quote(encoding, 40)}",
             "encoding_format",
         )
+    late = late_refused(body, "OpenAI's embeddings API")  # tolerated fields are ignored: these would be, silently
+    if late:
+        raise bad("InvalidRequest", late[1], late[0])
     if "precision" in body:  # tolerated fields are ignored: this one would be, silently
         raise bad(
             "InvalidRequest",

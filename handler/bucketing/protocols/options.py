@@ -23,12 +23,15 @@ OPTION_FIELDS = (
     "raw_scores",
     "truncate",
     "on_overflow",
+    "chunking",
+    "spans",
     "truncation_direction",
     "input_type",
     "max_active_dims",
     "precision",
 )
 DIRECTIONS = ("right", "left")
+SENTENCES = "sentences"  # late chunking's spans: the text's sentences (`chunks.sentences`)
 
 
 def read_options(body: Mapping[str, Any], limits: Limits, fields: Sequence[str] = OPTION_FIELDS) -> Options:
@@ -56,6 +59,7 @@ def read_options(body: Mapping[str, Any], limits: Limits, fields: Sequence[str] 
             "truncation_direction",
         )
     truncate, chunk = read_overflow(body.get("on_overflow") if "on_overflow" in fields else None, values, limits)
+    spans = read_spans(body, fields, limits, chunk)
     input_type, max_active = read_sparse_options(body, limits, fields, values["normalize"], dimensions)
     prompt_name = body.get("prompt_name") if "prompt_name" in fields else None
     text = body.get("prompt") if "prompt" in fields else None
@@ -73,6 +77,7 @@ def read_options(body: Mapping[str, Any], limits: Limits, fields: Sequence[str] 
         max_active,
         precision,
         limits.ranges if PRECISIONS[precision].ranged else None,
+        spans,
     )
 
 
@@ -94,6 +99,54 @@ def read_overflow(value: Any, values: Mapping[str, Any], limits: Limits) -> tupl
     if chunk and limits.chunking:
         raise bad("InvalidRequest", f'"on_overflow" "chunk" {limits.chunking}', "on_overflow")
     return (None if chunk else cut), chunk
+
+
+def read_spans(body: Mapping[str, Any], fields: Sequence[str], limits: Limits, chunk: bool) -> Any:
+    """Late chunking: `"chunking": "late"` with `"spans"`, "sentences" or one text's [[start, end], ...] character
+    spans (0 <= start < end, at most `max_length` of them); None without it. Where the model cannot, or with
+    `on_overflow: chunk`, the client's 400."""
+    mode = body.get("chunking") if "chunking" in fields else None
+    spans = body.get("spans") if "spans" in fields else None
+    if mode is None:
+        if spans is not None:
+            raise bad("InvalidRequest", '"spans" is for late chunking: send it with "chunking": "late"', "spans")
+        return None
+    if mode != "late":
+        raise bad("InvalidRequest", f'"chunking" must be "late", got {quote(mode, 40)}', "chunking")
+    if limits.late:
+        raise bad("InvalidRequest", f'"chunking" "late" {limits.late}', "chunking")
+    if chunk:
+        raise bad("InvalidRequest", 'send "chunking": "late" or "on_overflow": "chunk", not both', "chunking")
+    if spans == SENTENCES:
+        return SENTENCES
+    pairs = spans if isinstance(spans, list) else None
+    if not pairs or len(pairs) > limits.max_length or not all(_span(p) for p in pairs):
+        raise bad(
+            "InvalidRequest",
+            f'"spans" must be "sentences" or a list of 1 to {limits.max_length} [start, end] character offsets '
+            f"(integers, 0 <= start < end), got {quote(spans, 60)}",
+            "spans",
+        )
+    return tuple((int(a), int(b)) for a, b in pairs)
+
+
+LATE_FIELDS = ("chunking", "spans")  # what a format answering one vector per input refuses (`late_refused`)
+
+
+def late_refused(body: Mapping[str, Any], wire: str) -> tuple[str, str] | None:
+    """The field and line refusing late chunking in a format whose answer holds one vector per input (which would
+    otherwise ignore the field, silently); None when the body has none."""
+    name = next((n for n in LATE_FIELDS if n in body), None)
+    if name is None:
+        return None
+    return name, (
+        f'"{name}" (late chunking: one vector per span) is not served by {wire}, whose answer holds one vector per '
+        'input; send it in our JSON at POST /predictions/NAME ({"texts": [...], "chunking": "late", "spans": ...})'
+    )
+
+
+def _span(value: Any) -> bool:
+    return isinstance(value, list) and len(value) == 2 and all(is_int(x) for x in value) and 0 <= value[0] < value[1]
 
 
 def chunked(options: Options, limits: Limits) -> bool:

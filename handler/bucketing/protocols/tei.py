@@ -22,7 +22,7 @@ from bucketing.answers import Options
 from bucketing.config import OVERFLOW_RULES
 from bucketing.protocols.base import Input, Limits, RequestError, error_of, json_type
 from bucketing.protocols.inputs import check_text
-from bucketing.protocols.options import read_options
+from bucketing.protocols.options import late_refused, read_options
 
 if TYPE_CHECKING:
     from bucketing.config import HandlerConfig
@@ -118,6 +118,9 @@ def with_inputs(body: Any) -> Mapping[str, Any]:
     request = body_object(body, '"inputs": ...')
     if "inputs" not in request:
         raise validation("missing field `inputs`", "inputs")
+    late = late_refused(request, "TEI's API")  # TEI tolerates unknown fields: these would be ignored, silently
+    if late:
+        raise validation(late[1], late[0])
     if "precision" in request:  # TEI tolerates unknown fields: this one would be ignored, silently
         raise validation(
             "`precision` is not a TEI field: TEI answers float embeddings; binary embeddings are served in our JSON "
