@@ -62,7 +62,8 @@ def measure(pipeline: Any, docs: list[str], mode: str, repeat: int) -> Row:
     best, answer, stats = float("inf"), None, None
     for _ in range(repeat):
         start = time.perf_counter()
-        (reply,), figures = pipeline.serve([{"texts": docs, **MODES[mode]}], [Meta("application/json")], "minilm")
+        row = {"body": {"texts": docs, **MODES[mode]}}
+        (reply,), figures = pipeline.serve([row], [Meta("application/json")], "minilm")
         elapsed = time.perf_counter() - start
         if reply.status != 200:
             raise SystemExit(f"{mode}: {reply.body[:300]!r}")
