@@ -114,6 +114,13 @@ def test_late_answers_do_not_depend_on_strategy_or_batch(folders, strategy, tmp_
     mixed = serve(handler, context, [{"body": {"text": "x " * 30}}, {"body": body}])[1][1]
     for a, b in zip(alone, mixed):
         close([c["embedding"] for c in a["chunks"]], np.array([c["embedding"] for c in b["chunks"]]))
+    context.with_requests(["application/json"], ["v1/embeddings"])
+    (openai,) = handler.handle([{"body": {"input": body["texts"], "chunking": "late", "spans": "sentences"}}], context)
+    data = json.loads(openai)["data"]
+    assert [(d["index"], d["input"], d["span"]) for d in data] == [
+        (k, i, c["span"]) for k, (i, c) in enumerate((i, c) for i, a in enumerate(alone) for c in a["chunks"])
+    ]
+    close([d["embedding"] for d in data], np.array([c["embedding"] for a in alone for c in a["chunks"]]))
     v1 = {"instances": body["texts"], "parameters": {"chunking": "late", "spans": "sentences"}}
     ((status, kserve),) = serve(handler, context, [{"body": v1}])
     assert status == 200 and [p["chunks"] for p in kserve["predictions"]] == [a["chunks"] for a in alone]
@@ -145,7 +152,10 @@ def test_refusals_are_one_line_each(folders, tmp_path):
         assert status == want and line in body["message"] and "\n" not in body["message"], body
     context.with_requests(["application/json"], ["v1/embeddings"])
     (body,) = handler.handle([{"body": {"input": "a", **late, "spans": "sentences"}}], context)
-    assert "is not served by OpenAI's embeddings API" in json.loads(body)["error"]["message"]
+    assert context.status[0][0] == 200, body
+    context.with_requests(["application/json"], ["embed"])  # TEI's
+    (body,) = handler.handle([{"body": {"inputs": "a", **late, "spans": "sentences"}}], context)
+    assert "is not served by TEI's API" in json.loads(body)["error"]
 
     cls, context = handler_for(folders["cls"], "torch", tmp_path)
     ((status, body),) = serve(cls, context, [{"body": {"texts": ["a"], **late, "spans": "sentences"}}])

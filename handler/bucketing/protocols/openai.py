@@ -2,8 +2,9 @@
 
 Request: `{"input": str | [str] | [int] | [[int]], "model"?, "encoding_format"?: "float" | "base64",
 "dimensions"?, "user"?}`, and our extra fields `prompt_name` or `prompt`, `normalize`, `truncate` or `on_overflow`
-(`"chunk"`: a text over max_length pooled over windows), and `truncation_direction`; other fields are tolerated
-(as Text Embeddings Inference and infinity do).
+(`"chunk"`: a text over max_length pooled over windows), `truncation_direction`, and late chunking's `chunking` and
+`spans` (then `data` holds one entry per input, then per span, `index` counting entries, each with our `input` and
+`span`); other fields are tolerated (as Text Embeddings Inference and infinity do).
 Token ids are the text's tokens without special tokens (what OpenAI's tiktoken ids are, or
 `tokenizer(text, add_special_tokens=False)`); the model's special tokens are added around them.
 Answer: `{"object": "list", "data": [{"object": "embedding", "index", "embedding"}], "model", "usage"}`, the
@@ -18,7 +19,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bucketing.answers import Answer, Options
@@ -38,7 +39,7 @@ from bucketing.protocols.base import (
     snake,
 )
 from bucketing.protocols.inputs import check_text, too_many
-from bucketing.protocols.options import chunked, late_refused, read_options
+from bucketing.protocols.options import chunked, read_options
 
 NAME = "openai"
 ANSWERS: tuple[KindName, ...] | None = ONE_PER_INPUT  # not a multi-vector model
@@ -65,7 +66,16 @@ class EmbeddingsRequest:
 
     def render(self, answers: Sequence[Answer], model_name: str) -> Any:
         check_count(self, answers)
-        data = [{"object": "embedding", "index": i, "embedding": self._encode(a)} for i, a in enumerate(answers)]
+        data: list[dict[str, Any]] = []
+        for i, a in enumerate(answers):
+            if a.spans is None:
+                data.append({"object": "embedding", "index": len(data), "embedding": self._encode(a)})
+                continue
+            for span, row in zip(a.spans, a.values):  # late chunking: per input, then per span
+                embedding = self._encode(replace(a, values=row, spans=None))
+                data.append(
+                    {"object": "embedding", "index": len(data), "embedding": embedding, "input": i, "span": list(span)}
+                )
         tokens = sum(a.tokens for a in answers)
         return {
             "object": "list",
@@ -161,9 +171,6 @@ def _options(body: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
             f"'encoding_format' must be 'float' or 'base64', got {quote(encoding, 40)}",
             "encoding_format",
         )
-    late = late_refused(body, "OpenAI's embeddings API")  # tolerated fields are ignored: these would be, silently
-    if late:
-        raise bad("InvalidRequest", late[1], late[0])
     if "precision" in body:  # tolerated fields are ignored: this one would be, silently
         raise bad(
             "InvalidRequest",
@@ -178,6 +185,8 @@ def _options(body: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
         "dimensions",
         "truncate",
         "on_overflow",
+        "chunking",
+        "spans",
         "truncation_direction",
         "input_type",
     )
