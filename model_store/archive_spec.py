@@ -46,6 +46,7 @@ class ArchiveSpec:
     max_length: int | None = None  # None: the model's own limit (the bundled MiniLM: the template's)
     dtype: str | None = None  # other than float32: engine torch, its fidelity measured and printed at build
     calibration_texts: Path | None = None  # a file of texts, one a line: the archive's int8/uint8 ranges from them
+    truncate_dim: int | None = None  # handler.truncate_dim: every answer cut to its first N components
 
     @property
     def folder(self) -> Path:
@@ -60,6 +61,19 @@ class ArchiveSpec:
         except (OSError, UnicodeDecodeError) as e:
             raise BuildError(f"--calibration-texts {self.calibration_texts}: {e}") from None
         return [line for line in lines if line.strip()]
+
+    def checked_truncate_dim(self, task: str, chain: Any) -> int:
+        """`truncate_dim` as the worker will take it: a dense embedding model's, 1 to its embedding size."""
+        import json
+
+        if task != "embedding":
+            raise BuildError(f"--truncate-dim cuts dense embeddings (task embedding); this is task {task}")
+        hidden = json.loads((self.folder / "config.json").read_text(encoding="utf-8")).get("hidden_size")
+        size = chain.dimensions(int(hidden)) if isinstance(hidden, int) else None
+        value = self.truncate_dim
+        if value is None or not 1 <= value <= (size or value):
+            raise BuildError(f"--truncate-dim {value}: allowed 1 to {size}, the model's embedding size")
+        return value
 
     def length(self, longest: int) -> int:
         """The archive's max_length for a model sentence-transformers cuts at `longest` tokens: that, or the
@@ -112,6 +126,8 @@ class ArchiveSpec:
                     f"--default-prompt {self.default_prompt!r}: not a prompt of the model or "
                     f"of --prompt ({', '.join(known) or 'none'})"
                 )
+            if self.truncate_dim is not None:
+                overrides["truncate_dim"] = self.checked_truncate_dim(task, chain)
         except archives.ModelFolderError as e:
             raise BuildError(str(e)) from None
         overrides.update(prompts=dict(self.prompts) if self.prompts else None, default_prompt_name=self.default_prompt)

@@ -102,6 +102,13 @@ def main(argv: list[str] | None = None) -> int:
         help="texts like those you serve, one a line (100 or more): the archive's fixed int8/uint8 ranges, "
         "computed with sentence-transformers (python -m model_store.ranges writes them into a folder instead)",
     )
+    parser.add_argument(
+        "--truncate-dim",
+        type=int,
+        metavar="N",
+        help="handler.truncate_dim: answer the first N components, as sentence-transformers' truncate_dim (after "
+        "Normalize, not re-normalised); a request's dimensions at most N (default: the folder's own, if saved)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.config is not None and args.calibration_texts is not None:
@@ -122,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             max_length=args.max_length,
             dtype=args.dtype,
             calibration_texts=args.calibration_texts,
+            truncate_dim=args.truncate_dim,
         )
         if args.print_commands:
             configs = spec.configs()

@@ -37,6 +37,7 @@ def write_ranges(model_dir: Path, texts: list[str], batch_size: int = 32) -> Pat
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(str(model_dir), device="cpu")
+    model.truncate_dim = None  # every dimension's range (a model's truncate_dim uses the first ones, uncut)
     embeddings = model.encode(texts, batch_size=batch_size, convert_to_numpy=True)
     path = model_dir / RANGES_FILE
     path.write_text(json.dumps(ranges_of(embeddings)) + "\n", encoding="utf-8")

@@ -115,6 +115,7 @@ class Pipeline:
             default_prompt=default_prompt,
             model=tei.model_facts(config, task, tokenizer),
             ranges=task.ranges,
+            truncate_dim=task.truncate_dim,
         )
         self.model_limit = check_fits(config, task, tokenizer, self.limits)
 

@@ -375,3 +375,14 @@ def test_calibration_texts_give_the_archive_its_int8_ranges(st_folder, tmp_path,
     capsys.readouterr()  # what loading the reference printed
     assert stage_only(st_folder, tmp_path, "--calibration-texts", str(tmp_path / "one.txt")) == 2
     assert "ranges need at least two" in one_line_error(capsys)
+
+
+def test_truncate_dim_is_written_to_the_model_config_and_checked(st_folder, tmp_path, capsys):
+    import yaml
+
+    assert stage_only(st_folder, tmp_path, "--truncate-dim", "4") == 0
+    (config,) = (tmp_path / "stage").glob("*.yaml")
+    assert yaml.safe_load(config.read_text())["handler"]["truncate_dim"] == 4
+    capsys.readouterr()
+    assert stage_only(st_folder, tmp_path, "--truncate-dim", "9") == 2  # its Dense answers 8 components
+    assert one_line_error(capsys) == "error: --truncate-dim 9: allowed 1 to 8, the model's embedding size"

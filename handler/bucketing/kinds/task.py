@@ -62,6 +62,7 @@ class Task(Protocol):
     tokenizer_dir: str | None  # where its tokenizer lives, if not the model folder (a sparse Router's MLM folder)
     ready_note: str  # said in the worker's ready line after the chain
     ranges: Any  # a dense model's fixed int8/uint8 [minimums, maximums] (`quantize.RANGES_FILE`); None: none
+    truncate_dim: int | None  # a dense model's own cut (sentence-transformers' truncate_dim); None: none
 
     @property
     def labels(self) -> tuple[str, ...] | None:
@@ -116,6 +117,7 @@ class TaskHooks:
     tokenizer_dir: str | None = None
     ready_note = ""
     ranges: Any = None
+    truncate_dim: int | None = None
 
     def input_lengths(self) -> dict[str, int]:
         return {}

@@ -180,11 +180,29 @@ class Limits:
     default_prompt: str | None = None  # the prompt's name used when a request names none
     model: Any = None  # what TEI's /info, /tokenize and /decode read (protocols.tei.ModelFacts)
     ranges: Any = None  # a dense model's fixed int8/uint8 [minimums, maximums] (`quantize.RANGES_FILE`), if any
+    truncate_dim: int | None = None  # a dense model's own cut (sentence-transformers' truncate_dim), if any
 
     @property
     def kind(self) -> Kind:
         """The loaded model's kind (what a wire format asks of it: `kinds.Kind`)."""
         return KINDS[self.task]
+
+    def read_dimensions(self, value: Any, name: str = "dimensions", mark: str = '"') -> int | None:
+        """A request's `dimensions` (or its format's name for it): absent, None; else an integer from 1 to the
+        model's truncate_dim (a model cut there is asked no more), else to its embedding size; else the client's
+        400, in one line."""
+        if value is None:
+            return None
+        top = self.truncate_dim or self.dimensions
+        if not is_int(value) or not 1 <= value <= top:
+            why = (
+                f"this model's truncate_dim; its embedding size is {self.dimensions}"
+                if self.truncate_dim
+                else "this model's embedding size"
+            )
+            line = f"{mark}{name}{mark} must be an integer from 1 to {top} ({why}), got {quote(value, 40)}"
+            raise bad("InvalidRequest", line, name)
+        return int(value)
 
 
 class Request(Protocol):
