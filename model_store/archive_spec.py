@@ -31,6 +31,14 @@ class BuildError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class Calibration:
+    """Texts the archive's int8/uint8 ranges are computed from, and where they come from (said in the build line)."""
+
+    texts: list[str]
+    source: str
+
+
+@dataclass(frozen=True)
 class ArchiveSpec:
     """What to build: one archive per strategy, from the template with these settings (None: the template's)."""
 
@@ -46,21 +54,29 @@ class ArchiveSpec:
     max_length: int | None = None  # None: the model's own limit (the bundled MiniLM: the template's)
     dtype: str | None = None  # other than float32: engine torch, its fidelity measured and printed at build
     calibration_texts: Path | None = None  # a file of texts, one a line: the archive's int8/uint8 ranges from them
+    calibrate: bool = True  # without calibration_texts, a dense model's ranges from the bench's long-tail texts
     truncate_dim: int | None = None  # handler.truncate_dim: every answer cut to its first N components
 
     @property
     def folder(self) -> Path:
         return self.model_dir or archives.minilm_dir()
 
-    def calibration(self) -> list[str]:
-        """The calibration texts (none without `calibration_texts`): the file's non-blank lines."""
+    def calibration(self, task: str) -> Calibration | None:
+        """The calibration texts and how the build line names them: the file's non-blank lines; without a file, for
+        a dense embedding model, the bench's long-tail texts (`ranges.default_texts`); none with `calibrate` off."""
+        if not self.calibrate:
+            return None
         if self.calibration_texts is None:
-            return []
+            if task != "embedding":
+                return None
+            from model_store.ranges import default_texts
+
+            return Calibration(*default_texts())
         try:
             lines = self.calibration_texts.read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as e:
             raise BuildError(f"--calibration-texts {self.calibration_texts}: {e}") from None
-        return [line for line in lines if line.strip()]
+        return Calibration([line for line in lines if line.strip()], f"--calibration-texts {self.calibration_texts}")
 
     def checked_truncate_dim(self, task: str, chain: Any) -> int:
         """`truncate_dim` as the worker will take it: a dense embedding model's, 1 to its embedding size."""
