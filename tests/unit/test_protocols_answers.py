@@ -162,7 +162,7 @@ def test_a_models_truncate_dim_cuts_after_normalising_and_a_request_re_normalise
     )
     assert np.allclose(answer.vector(dimensions=1), [1.0]) and np.allclose(answer.vector(normalize=False), [3, 4])
     assert np.allclose(Answer(values, 3, False, truncate_dim=2).vector(), [3, 4])  # no Normalize: the cut alone
-    assert answer.fields(Options(precision="binary"))["embedding"] == [64]  # the cut vector's bits 11, packed: 192 - 128
+    assert answer.fields(Options(precision="binary"))["embedding"] == [64]  # bits 11: 192 - 128
 
 
 def test_dimensions_above_a_models_truncate_dim_is_one_line():
