@@ -36,6 +36,7 @@ class Calibration:
 
     texts: list[str]
     source: str
+    max_length: int | None = None  # tokens a text is cut at, as the archive serves it (None: the model's own)
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class ArchiveSpec:
     def folder(self) -> Path:
         return self.model_dir or archives.minilm_dir()
 
-    def calibration(self, task: str) -> Calibration | None:
+    def calibration(self, task: str, max_length: int | None = None) -> Calibration | None:
         """The calibration texts and how the build line names them: the file's non-blank lines; without a file, for
         a dense embedding model, the bench's long-tail texts (`ranges.default_texts`); none with `calibrate` off."""
         if not self.calibrate:
@@ -71,12 +72,13 @@ class ArchiveSpec:
                 return None
             from model_store.ranges import default_texts
 
-            return Calibration(*default_texts())
+            return Calibration(*default_texts(), max_length)
         try:
             lines = self.calibration_texts.read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as e:
             raise BuildError(f"--calibration-texts {self.calibration_texts}: {e}") from None
-        return Calibration([line for line in lines if line.strip()], f"--calibration-texts {self.calibration_texts}")
+        texts = [line for line in lines if line.strip()]
+        return Calibration(texts, f"--calibration-texts {self.calibration_texts}", max_length)
 
     def checked_truncate_dim(self, task: str, chain: Any) -> int:
         """`truncate_dim` as the worker will take it: a dense embedding model's, 1 to its embedding size."""

@@ -61,7 +61,7 @@ def stage_ranges(model: Path, task: str, calibration: Calibration) -> None:
     if len(texts) < 2:
         raise BuildError(f"--calibration-texts holds {len(texts)} texts; ranges need at least two")
     start = time.perf_counter()
-    write_ranges(model, list(texts))
+    write_ranges(model, list(texts), max_length=calibration.max_length)
     few = f" (ranges are steadier from {MIN_TEXTS} or more)" if len(texts) < MIN_TEXTS else ""
     print(
         f"# int8/uint8 ranges from {len(texts)} calibration texts{few}: {calibration.source}; "

@@ -42,7 +42,9 @@ def build_archives(out: Path, spec: ArchiveSpec, if_stale: bool = False) -> list
             return []
     handler = next(iter(configs.values()))["handler"]
     task = handler.get("task", "embedding")
-    return build_all(configs, spec.folder, handler["engine"], task, out, spec.calibration(task))
+    return build_all(
+        configs, spec.folder, handler["engine"], task, out, spec.calibration(task, handler.get("max_length"))
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,7 +148,13 @@ def main(argv: list[str] | None = None) -> int:
             args.stage_dir.mkdir(parents=True, exist_ok=True)
             task = handler.get("task", "embedding")
             return print_commands(
-                configs, spec.folder, handler["engine"], task, args.out, args.stage_dir, spec.calibration(task)
+                configs,
+                spec.folder,
+                handler["engine"],
+                task,
+                args.out,
+                args.stage_dir,
+                spec.calibration(task, handler.get("max_length")),
             )
         build_archives(args.out, spec, args.if_stale)
     except (BuildError, archives.ModelFolderError) as e:

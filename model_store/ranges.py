@@ -42,12 +42,15 @@ def ranges_of(embeddings: Any) -> dict[str, Any]:
     return data
 
 
-def write_ranges(model_dir: Path, texts: list[str], batch_size: int = 32) -> Path:
-    """Embed `texts` with sentence-transformers and write the model folder's `RANGES_FILE`."""
+def write_ranges(model_dir: Path, texts: list[str], batch_size: int = 32, max_length: int | None = None) -> Path:
+    """Embed `texts` with sentence-transformers and write the model folder's `RANGES_FILE`; `max_length`: cut each
+    text there, as the archive serves it (a folder whose tokenizer allows more than its positions would fail)."""
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(str(model_dir), device="cpu")
     model.truncate_dim = None  # every dimension's range (a model's truncate_dim uses the first ones, uncut)
+    if max_length is not None:
+        model.max_seq_length = min(model.max_seq_length or max_length, max_length)
     embeddings = model.encode(texts, batch_size=batch_size, convert_to_numpy=True)
     from bucketing.model.chain import read_chain
 

@@ -415,3 +415,11 @@ def test_a_plain_folders_ranges_are_of_its_normalised_answers(tiny_embedder_dir,
     floats = sentence_transformers.SentenceTransformer(str(tiny_embedder_dir), device="cpu").encode(default_texts()[0])
     unit = floats / np.linalg.norm(floats, axis=1, keepdims=True)
     assert np.allclose(stored["maximums"], unit.max(axis=0), atol=1e-6)
+
+
+def test_calibration_texts_are_cut_where_the_archive_cuts_them(tmp_path):
+    """A RoBERTa folder whose tokenizer allows more tokens than its positions: the default texts (up to 256 tokens)
+    are embedded cut at the archive's max_length, as served, not where the tokenizer would let them run."""
+    folder = build_sentence_transformer(tmp_path / "roberta", arch="roberta", normalize=True)
+    assert stage_only(folder, tmp_path) == 0
+    assert json.loads(staged(tmp_path)["embedding_ranges.json"])["texts"] == 128
