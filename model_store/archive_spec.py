@@ -31,6 +31,15 @@ class BuildError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class Calibration:
+    """Texts the archive's int8/uint8 ranges are computed from, and where they come from (said in the build line)."""
+
+    texts: list[str]
+    source: str
+    max_length: int | None = None  # tokens a text is cut at, as the archive serves it (None: the model's own)
+
+
+@dataclass(frozen=True)
 class ArchiveSpec:
     """What to build: one archive per strategy, from the template with these settings (None: the template's)."""
 
@@ -46,20 +55,43 @@ class ArchiveSpec:
     max_length: int | None = None  # None: the model's own limit (the bundled MiniLM: the template's)
     dtype: str | None = None  # other than float32: engine torch, its fidelity measured and printed at build
     calibration_texts: Path | None = None  # a file of texts, one a line: the archive's int8/uint8 ranges from them
+    calibrate: bool = True  # without calibration_texts, a dense model's ranges from the bench's long-tail texts
+    truncate_dim: int | None = None  # handler.truncate_dim: every answer cut to its first N components
 
     @property
     def folder(self) -> Path:
         return self.model_dir or archives.minilm_dir()
 
-    def calibration(self) -> list[str]:
-        """The calibration texts (none without `calibration_texts`): the file's non-blank lines."""
+    def calibration(self, task: str, max_length: int | None = None) -> Calibration | None:
+        """The calibration texts and how the build line names them: the file's non-blank lines; without a file, for
+        a dense embedding model, the bench's long-tail texts (`ranges.default_texts`); none with `calibrate` off."""
+        if not self.calibrate:
+            return None
         if self.calibration_texts is None:
-            return []
+            if task != "embedding":
+                return None
+            from model_store.ranges import default_texts
+
+            return Calibration(*default_texts(), max_length)
         try:
             lines = self.calibration_texts.read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as e:
             raise BuildError(f"--calibration-texts {self.calibration_texts}: {e}") from None
-        return [line for line in lines if line.strip()]
+        texts = [line for line in lines if line.strip()]
+        return Calibration(texts, f"--calibration-texts {self.calibration_texts}", max_length)
+
+    def checked_truncate_dim(self, task: str, chain: Any) -> int:
+        """`truncate_dim` as the worker will take it: a dense embedding model's, 1 to its embedding size."""
+        import json
+
+        if task != "embedding":
+            raise BuildError(f"--truncate-dim cuts dense embeddings (task embedding); this is task {task}")
+        hidden = json.loads((self.folder / "config.json").read_text(encoding="utf-8")).get("hidden_size")
+        size = chain.dimensions(int(hidden)) if isinstance(hidden, int) else None
+        value = self.truncate_dim
+        if value is None or not 1 <= value <= (size or value):
+            raise BuildError(f"--truncate-dim {value}: allowed 1 to {size}, the model's embedding size")
+        return value
 
     def length(self, longest: int) -> int:
         """The archive's max_length for a model sentence-transformers cuts at `longest` tokens: that, or the
@@ -112,6 +144,8 @@ class ArchiveSpec:
                     f"--default-prompt {self.default_prompt!r}: not a prompt of the model or "
                     f"of --prompt ({', '.join(known) or 'none'})"
                 )
+            if self.truncate_dim is not None:
+                overrides["truncate_dim"] = self.checked_truncate_dim(task, chain)
         except archives.ModelFolderError as e:
             raise BuildError(str(e)) from None
         overrides.update(prompts=dict(self.prompts) if self.prompts else None, default_prompt_name=self.default_prompt)

@@ -11,17 +11,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from model_store import archives
-from model_store.archive_spec import BuildError, report_fidelity
+from model_store.archive_spec import BuildError, Calibration, report_fidelity
 
 
-def stage(staging: Path, model_dir: Path, engine: str, task: str, calibration: Sequence[str] = ()) -> Path:
+def stage(staging: Path, model_dir: Path, engine: str, task: str, calibration: Calibration | None = None) -> Path:
     """Lay out the archive's extra files: `bucketing/` (from the installed sources) and `model/` (the folder's
     files and the folders of its sentence-transformers chain; for onnxruntime, with the exported graph; with
     `calibration` texts, the int8/uint8 ranges computed from them, `model_store.ranges`)."""
@@ -48,8 +47,9 @@ def stage(staging: Path, model_dir: Path, engine: str, task: str, calibration: S
     return staging
 
 
-def stage_ranges(model: Path, task: str, calibration: Sequence[str]) -> None:
-    """The staged model's int8/uint8 ranges from the calibration texts (a dense embedding model's only)."""
+def stage_ranges(model: Path, task: str, calibration: Calibration) -> None:
+    """The staged model's int8/uint8 ranges from the calibration texts (a dense embedding model's only), the
+    build line saying which texts."""
     from bucketing.kinds import KINDS
     from bucketing.quantize import RANGES_FILE
     from model_store.ranges import MIN_TEXTS, write_ranges
@@ -57,11 +57,16 @@ def stage_ranges(model: Path, task: str, calibration: Sequence[str]) -> None:
     kind = KINDS[task]
     if not kind.dense_vector:
         raise BuildError(f"--calibration-texts computes int8/uint8 ranges of dense embeddings; this is {kind.a_model}")
-    if len(calibration) < 2:
-        raise BuildError(f"--calibration-texts holds {len(calibration)} texts; ranges need at least two")
-    write_ranges(model, list(calibration))
-    few = f" (ranges are steadier from {MIN_TEXTS} or more)" if len(calibration) < MIN_TEXTS else ""
-    print(f"# int8/uint8 ranges from {len(calibration)} calibration texts{few}: model/{RANGES_FILE}")
+    texts = calibration.texts
+    if len(texts) < 2:
+        raise BuildError(f"--calibration-texts holds {len(texts)} texts; ranges need at least two")
+    start = time.perf_counter()
+    write_ranges(model, list(texts), max_length=calibration.max_length)
+    few = f" (ranges are steadier from {MIN_TEXTS} or more)" if len(texts) < MIN_TEXTS else ""
+    print(
+        f"# int8/uint8 ranges from {len(texts)} calibration texts{few}: {calibration.source}; "
+        f"model/{RANGES_FILE} ({time.perf_counter() - start:.1f} s; --no-calibration-texts for none)"
+    )
 
 
 def archiver_command(
@@ -110,7 +115,7 @@ def print_commands(
     task: str,
     out: Path,
     stage_dir: Path,
-    calibration: Sequence[str] = (),
+    calibration: Calibration | None = None,
 ) -> int:
     """Stage the files and model-configs into `stage_dir` and print the archiver command of each archive."""
     report_fidelity(configs, model_dir)
@@ -147,7 +152,7 @@ def build_all(
     engine: str,
     task: str,
     out: Path,
-    calibration: Sequence[str] = (),
+    calibration: Calibration | None = None,
 ) -> list[Path]:
     """One archive per (name, model-config), sharing one staged model folder; their paths."""
     archiver = shutil.which("torch-model-archiver", path=str(Path(sys.executable).parent)) or shutil.which(

@@ -42,7 +42,9 @@ def build_archives(out: Path, spec: ArchiveSpec, if_stale: bool = False) -> list
             return []
     handler = next(iter(configs.values()))["handler"]
     task = handler.get("task", "embedding")
-    return build_all(configs, spec.folder, handler["engine"], task, out, spec.calibration())
+    return build_all(
+        configs, spec.folder, handler["engine"], task, out, spec.calibration(task, handler.get("max_length"))
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,10 +102,25 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         metavar="FILE",
         help="texts like those you serve, one a line (100 or more): the archive's fixed int8/uint8 ranges, "
-        "computed with sentence-transformers (python -m model_store.ranges writes them into a folder instead)",
+        "computed with sentence-transformers (python -m model_store.ranges writes them into a folder instead); "
+        "default for a dense embedding model: the bench's long-tail texts",
+    )
+    parser.add_argument(
+        "--no-calibration-texts",
+        action="store_true",
+        help="no int8/uint8 ranges in the archive (int8/uint8 requests are then refused)",
+    )
+    parser.add_argument(
+        "--truncate-dim",
+        type=int,
+        metavar="N",
+        help="handler.truncate_dim: answer the first N components, as sentence-transformers' truncate_dim (after "
+        "Normalize, not re-normalised); a request's dimensions at most N (default: the folder's own, if saved)",
     )
     args = parser.parse_args(argv)
     try:
+        if args.calibration_texts is not None and args.no_calibration_texts:
+            raise BuildError("--calibration-texts and --no-calibration-texts: give one")
         if args.config is not None and args.calibration_texts is not None:
             raise BuildError("--calibration-texts builds from --model-dir (or the bundled model), not --config")
         if args.config is not None:
@@ -122,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             max_length=args.max_length,
             dtype=args.dtype,
             calibration_texts=args.calibration_texts,
+            truncate_dim=args.truncate_dim,
+            calibrate=not args.no_calibration_texts,
         )
         if args.print_commands:
             configs = spec.configs()
@@ -129,7 +148,13 @@ def main(argv: list[str] | None = None) -> int:
             args.stage_dir.mkdir(parents=True, exist_ok=True)
             task = handler.get("task", "embedding")
             return print_commands(
-                configs, spec.folder, handler["engine"], task, args.out, args.stage_dir, spec.calibration()
+                configs,
+                spec.folder,
+                handler["engine"],
+                task,
+                args.out,
+                args.stage_dir,
+                spec.calibration(task, handler.get("max_length")),
             )
         build_archives(args.out, spec, args.if_stale)
     except (BuildError, archives.ModelFolderError) as e:

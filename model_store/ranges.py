@@ -20,6 +20,16 @@ import numpy as np
 from bucketing.quantize import RANGES_FILE, parse_ranges
 
 MIN_TEXTS = 100  # sentence-transformers warns below this many calibration embeddings
+DEFAULT_TEXTS = 128  # the build's default calibration texts: this many of the bench's long-tail texts (seed 0)
+
+
+def default_texts() -> tuple[list[str], str]:
+    """The build's calibration texts when none are given: the bench's long-tail texts (`bench/workloads.py`, seed 0;
+    median 28 tokens, a tail to max_length), and how the build line names them."""
+    from bench.workloads import make_workload
+
+    texts = list(make_workload("longtail", DEFAULT_TEXTS, seed=0).texts)
+    return texts, "the bench's long-tail texts (bench/workloads.py, seed 0; --calibration-texts FILE for your own)"
 
 
 def ranges_of(embeddings: Any) -> dict[str, Any]:
@@ -32,12 +42,20 @@ def ranges_of(embeddings: Any) -> dict[str, Any]:
     return data
 
 
-def write_ranges(model_dir: Path, texts: list[str], batch_size: int = 32) -> Path:
-    """Embed `texts` with sentence-transformers and write the model folder's `RANGES_FILE`."""
+def write_ranges(model_dir: Path, texts: list[str], batch_size: int = 32, max_length: int | None = None) -> Path:
+    """Embed `texts` with sentence-transformers and write the model folder's `RANGES_FILE`; `max_length`: cut each
+    text there, as the archive serves it (a folder whose tokenizer allows more than its positions would fail)."""
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(str(model_dir), device="cpu")
+    model.truncate_dim = None  # every dimension's range (a model's truncate_dim uses the first ones, uncut)
+    if max_length is not None:
+        model.max_seq_length = min(model.max_seq_length or max_length, max_length)
     embeddings = model.encode(texts, batch_size=batch_size, convert_to_numpy=True)
+    from bucketing.model.chain import read_chain
+
+    if read_chain(model_dir).normalize is None:  # a plain folder: the handler serves it normalised (normalize: auto)
+        embeddings = embeddings / np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)
     path = model_dir / RANGES_FILE
     path.write_text(json.dumps(ranges_of(embeddings)) + "\n", encoding="utf-8")
     return path

@@ -41,6 +41,7 @@ class Answer:
     max_active_dims: int | None = None  # sparse: the model's cut (its config_sentence_transformers.json)
     chunks: int | None = None  # under `on_overflow: chunk`: the windows its vector pools (1: the text fit)
     spans: tuple[tuple[int, int], ...] | None = None  # late chunking: the character spans, one row of `values` each
+    truncate_dim: int | None = None  # embeddings: the model's cut, as sentence-transformers' (not re-normalised)
 
     def sparse_vector(self, max_active_dims: int | None = None) -> tuple[list[int], list[float]]:
         """A sparse answer's non-zero ids (ascending) and their values, cut to the request's max_active_dims (else
@@ -54,8 +55,12 @@ class Answer:
 
     def vector(self, dimensions: int | None = None, normalize: bool | None = None) -> Any:
         """The embedding as answered: its first `dimensions` components, L2-normalised (after the cut) when
-        `normalize` says so (None: the model's default)."""
-        vector = np.asarray(self.values, dtype=np.float32)[:dimensions]
+        `normalize` says so (None: the model's default). Neither asked, the model's `truncate_dim` cuts it as
+        sentence-transformers does: after its normalisation, not re-normalised."""
+        vector = np.asarray(self.values, dtype=np.float32)
+        if dimensions is None and normalize is None and self.truncate_dim is not None and self.normalize:
+            return (vector / np.maximum(np.linalg.norm(vector), np.float32(1e-12)))[: self.truncate_dim]
+        vector = vector[: dimensions or self.truncate_dim]
         if self.normalize if normalize is None else normalize:
             vector = vector / np.maximum(np.linalg.norm(vector), np.float32(1e-12))
         return vector

@@ -202,6 +202,15 @@ class HandlerConfig:
         "(a request may still ask with `normalize`)",
         choices=NORMALIZE,
     )
+    truncate_dim: int = option(
+        0,
+        "embeddings: keep the first N components of every answer, as sentence-transformers' `truncate_dim` does "
+        "(after the chain's Normalize, not re-normalised; before `precision`); a request's `dimensions` may then ask "
+        "at most N (re-normalised, as OpenAI's); 0: the model folder's own (`config_sentence_transformers.json`), "
+        "else none (`model_store.build --truncate-dim N`)",
+        low=0,
+        high=65536,
+    )
     torchscript: bool = option(
         True,
         "trace the model with TorchScript at load (about 1 ms less per pass); the "
@@ -240,6 +249,11 @@ class HandlerConfig:
         return config
 
     def _check_budget(self) -> None:
+        if self.truncate_dim and self.task != "embedding":
+            raise ConfigError(
+                f"handler.truncate_dim: got {self.truncate_dim} for task {self.task}; allowed: 0 (truncate_dim cuts "
+                "a dense embedding, task embedding)"
+            )
         longest = -(-self.max_length // self.pad_to_multiple_of) * self.pad_to_multiple_of
         if self.max_batch_tokens < longest:
             raise ConfigError(

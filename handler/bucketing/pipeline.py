@@ -158,6 +158,7 @@ class Pipeline:
             chunking=task.chunk_refusal,
             on_overflow=config.on_overflow,
             late=task.late_refusal,
+            truncate_dim=task.truncate_dim,
         )
         self.limits = replace(self.limits, chunk_reach=self.windows("").reach)
         if self.limits.chunking and OVERFLOW_RULES[config.on_overflow][1]:

@@ -32,14 +32,14 @@ def cohere_embed(url: str, token: str, texts: list[str]) -> dict[str, object]:
     documents = client.embed(texts=texts, input_type="search_document", embedding_types=types, model="minilm")
     query = client.embed(texts=texts[:1], input_type="search_query", embedding_types=["float"], model="minilm")
     try:
-        client.embed(texts=texts, input_type="search_query", embedding_types=["int8"], model="minilm")
-        refused = None
+        ranged = client.embed(texts=texts, input_type="search_document", embedding_types=["int8"], model="minilm")
+        int8: object = {"values": ranged.embeddings.int8}
     except cohere.core.api_error.ApiError as error:
-        refused = {"status": error.status_code, "body": error.body}
+        int8 = {"status": error.status_code, "body": error.body}
     return {
         "documents": {t: getattr(documents.embeddings, "float_" if t == "float" else t) for t in types},
         "query": query.embeddings.float_,
-        "int8": refused,
+        "int8": int8,
     }
 
 

@@ -121,10 +121,10 @@ def test_llamaindex_tei_client_equals_sentence_transformers(clients, expected):
     assert float(np.max(np.abs(np.asarray(clients["llamaindex_query"]) - expected[0]))) <= 1e-5
 
 
-def test_cohere_sdk_embed_equals_sentence_transformers(clients, sentence_transformer, expected):
+def test_cohere_sdk_embed_equals_sentence_transformers(clients, sentence_transformer, expected, served, scheduled):
     """Cohere's SDK (`ClientV2.embed`, posting to `{base_url}/v2/embed`): float equal to `encode()`, binary and
-    ubinary equal to `quantize_embeddings` of it (every bit whose float is not within 1e-5 of zero), int8 refused
-    in Cohere's error shape."""
+    ubinary equal to `quantize_embeddings` of it (every bit whose float is not within 1e-5 of zero), int8 to
+    `quantize_embeddings` with the archive's ranges (the build's default calibration texts; /info states them)."""
     from sentence_transformers.util.quantization import quantize_embeddings
 
     got = clients["cohere"]
@@ -138,4 +138,11 @@ def test_cohere_sdk_embed_equals_sentence_transformers(clients, sentence_transfo
             (np.asarray(got["documents"][packing]).astype(packed.dtype) ^ packed).astype(np.uint8), axis=-1
         )
         assert int(np.count_nonzero(differ[:, : expected.shape[1]] & ~ties)) == 0
-    assert got["int8"]["status"] == 400 and "int8" in got["int8"]["body"]["message"]
+    reply = served.client.call("inference", "GET", f"/predictions/{scheduled}/1.0/info", None)
+    ranges = np.asarray(reply.json()["embedding_ranges"], dtype=np.float32)
+    assert "values" in got["int8"], got["int8"]
+    steps = (ranges[1] - ranges[0]) / 255
+    position = (expected - ranges[0]) / steps
+    edge = np.abs(position - np.round(position)) * steps <= 1e-5
+    wanted = quantize_embeddings(expected, "int8", ranges=ranges)
+    assert int(np.count_nonzero((np.asarray(got["int8"]["values"]) != wanted) & ~edge)) == 0

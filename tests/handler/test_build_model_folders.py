@@ -115,7 +115,7 @@ def test_the_archive_carries_only_what_a_loader_reads(st_folder, tmp_path, capsy
     out = capsys.readouterr().out
     assert "left out, read by no loader: .env, README.md, notes.txt, training_args.bin)" in out
     saved = {str(p.relative_to(st_folder)) for p in st_folder.rglob("*") if p.is_file()}
-    assert set(staged(tmp_path)) == saved - {"README.md"}
+    assert set(staged(tmp_path)) == saved - {"README.md"} | {"embedding_ranges.json"}  # the default calibration
     assert {"tokenizer.json", "modules.json", "2_Dense/model.safetensors", "1_Pooling/config.json"} <= saved
 
 
@@ -375,3 +375,51 @@ def test_calibration_texts_give_the_archive_its_int8_ranges(st_folder, tmp_path,
     capsys.readouterr()  # what loading the reference printed
     assert stage_only(st_folder, tmp_path, "--calibration-texts", str(tmp_path / "one.txt")) == 2
     assert "ranges need at least two" in one_line_error(capsys)
+
+
+def test_truncate_dim_is_written_to_the_model_config_and_checked(st_folder, tmp_path, capsys):
+    import yaml
+
+    assert stage_only(st_folder, tmp_path, "--truncate-dim", "4") == 0
+    (config,) = (tmp_path / "stage").glob("*.yaml")
+    assert yaml.safe_load(config.read_text())["handler"]["truncate_dim"] == 4
+    capsys.readouterr()
+    assert stage_only(st_folder, tmp_path, "--truncate-dim", "9") == 2  # its Dense answers 8 components
+    assert one_line_error(capsys) == "error: --truncate-dim 9: allowed 1 to 8, the model's embedding size"
+
+
+def test_a_dense_model_gets_ranges_from_the_bench_texts_by_default(st_folder, tiny_classifier_dir, tmp_path, capsys):
+    from model_store.ranges import DEFAULT_TEXTS, default_texts
+
+    assert stage_only(st_folder, tmp_path) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("# int8/uint8 ranges"))
+    assert line.startswith(f"# int8/uint8 ranges from {DEFAULT_TEXTS} calibration texts: the bench's long-tail texts")
+    stored = json.loads(staged(tmp_path)["embedding_ranges.json"])
+    floats = sentence_transformers.SentenceTransformer(str(st_folder), device="cpu").encode(default_texts()[0])
+    assert stored["texts"] == DEFAULT_TEXTS and np.allclose(stored["minimums"], floats.min(axis=0), atol=1e-6)
+    assert stage_only(st_folder, tmp_path / "none", "--no-calibration-texts") == 0
+    assert "int8/uint8 ranges" not in capsys.readouterr().out and "embedding_ranges.json" not in staged(
+        tmp_path / "none"
+    )
+    assert stage_only(tiny_classifier_dir, tmp_path / "classifier", "--task", "classification") == 0
+    assert "embedding_ranges.json" not in staged(tmp_path / "classifier")  # a classifier has no embedding ranges
+
+
+def test_a_plain_folders_ranges_are_of_its_normalised_answers(tiny_embedder_dir, tmp_path):
+    """A plain Hugging Face folder is served normalised (handler.normalize auto): its ranges are of those vectors."""
+    from model_store.ranges import default_texts
+
+    assert not (tiny_embedder_dir / "modules.json").exists()
+    assert stage_only(tiny_embedder_dir, tmp_path) == 0
+    stored = json.loads(staged(tmp_path)["embedding_ranges.json"])
+    floats = sentence_transformers.SentenceTransformer(str(tiny_embedder_dir), device="cpu").encode(default_texts()[0])
+    unit = floats / np.linalg.norm(floats, axis=1, keepdims=True)
+    assert np.allclose(stored["maximums"], unit.max(axis=0), atol=1e-6)
+
+
+def test_calibration_texts_are_cut_where_the_archive_cuts_them(tmp_path):
+    """A RoBERTa folder whose tokenizer allows more tokens than its positions: the default texts (up to 256 tokens)
+    are embedded cut at the archive's max_length, as served, not where the tokenizer would let them run."""
+    folder = build_sentence_transformer(tmp_path / "roberta", arch="roberta", normalize=True)
+    assert stage_only(folder, tmp_path) == 0
+    assert json.loads(staged(tmp_path)["embedding_ranges.json"])["texts"] == 128

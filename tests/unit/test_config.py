@@ -84,6 +84,8 @@ def test_values_are_read():
         ({"cost": {"per_token_us": -1}}, ["handler.cost.per_token_us", "-1", "from 0"]),
         ({"cost": {"calibrate": "no"}}, ["handler.cost.calibrate", "true | false"]),
         ({"cost": 5}, ["handler.cost", "mapping"]),
+        ({"truncate_dim": -1}, ["handler.truncate_dim", "-1", "from 0 to 65536"]),
+        ({"truncate_dim": 64, "task": "sparse"}, ["handler.truncate_dim: got 64 for task sparse", "task embedding"]),
     ],
 )
 def test_errors_name_key_value_and_range(section, words):

@@ -149,3 +149,30 @@ def test_logits_become_scores_by_the_model_activation(activation, expected):
     raw = answer([1.0, 2.0, 3.0], labels=("a", "b", "c"), activation=activation).fields(Options(raw_scores=True))
     assert list(raw["scores"].values()) == [1.0, 2.0, 3.0]
     assert activate([-800.0, 800.0], "sigmoid") == [0.0, 1.0]  # no overflow at the extremes
+
+
+def test_a_models_truncate_dim_cuts_after_normalising_and_a_request_re_normalises():
+    """sentence-transformers' truncate_dim cuts the normalised vector (no re-normalising); a request's
+    `dimensions` or `normalize` is OpenAI's cut / encode(normalize_embeddings=True): normalised after the cut."""
+    values = np.array([3.0, 4.0, 12.0], dtype=np.float32)
+    answer = Answer(values, 3, False, normalize=True, truncate_dim=2)
+    assert np.allclose(answer.vector(), [3 / 13, 4 / 13])
+    assert np.allclose(answer.vector(dimensions=2), [0.6, 0.8]) and np.allclose(
+        answer.vector(normalize=True), [0.6, 0.8]
+    )
+    assert np.allclose(answer.vector(dimensions=1), [1.0]) and np.allclose(answer.vector(normalize=False), [3, 4])
+    assert np.allclose(Answer(values, 3, False, truncate_dim=2).vector(), [3, 4])  # no Normalize: the cut alone
+    assert answer.fields(Options(precision="binary"))["embedding"] == [64]  # bits 11: 192 - 128
+
+
+def test_dimensions_above_a_models_truncate_dim_is_one_line():
+    from bucketing.protocols.base import Limits, RequestError
+
+    limits = Limits(max_texts=4, max_length=16, vocab_size=10, dimensions=384, truncate_dim=128)
+    assert limits.read_dimensions(128) == 128 and limits.read_dimensions(None) is None
+    with pytest.raises(RequestError) as raised:
+        limits.read_dimensions(129)
+    line = (
+        '"dimensions" must be an integer from 1 to 128 (this model\'s truncate_dim; its embedding size is 384), got 129'
+    )
+    assert raised.value.message == line and raised.value.param == "dimensions"

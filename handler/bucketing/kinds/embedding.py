@@ -29,9 +29,12 @@ class EmbeddingTask(TaskHooks):
     chunk_refusal: str | None = None
     late_refusal: str | None = None
 
-    def __init__(self, engine: Engine, info: ModelInfo, normalize: bool, ranges: Any = None) -> None:
+    def __init__(
+        self, engine: Engine, info: ModelInfo, normalize: bool, ranges: Any = None, truncate_dim: int | None = None
+    ) -> None:
         self.engine = engine
         self.ranges = ranges
+        self.truncate_dim = truncate_dim
         self.max_positions = info.max_positions
         self.dimensions = info.hidden_size
         self.chain = info.chain
@@ -61,15 +64,28 @@ class EmbeddingTask(TaskHooks):
 
     def answer(self, output: np.ndarray, encoded: Encoded) -> Answer:
         spans = encoded.spans if encoded.pools else None
-        return Answer(output, len(encoded.ids), encoded.truncated, normalize=self.normalize, spans=spans)
+        return Answer(
+            output,
+            len(encoded.ids),
+            encoded.truncated,
+            normalize=self.normalize,
+            truncate_dim=self.truncate_dim,
+            spans=spans,
+        )
 
     @staticmethod
     def load(config: Any, model_dir: str, gpu_id: Any = None) -> EmbeddingTask:
         engine, info = load_engine(config, model_dir, gpu_id)
         ranges = read_ranges(Path(model_dir), info.hidden_size)
-        task = EmbeddingTask(engine, info, normalizes(config.normalize, info.chain), ranges)
+        cut, source = truncate_dim(config.truncate_dim, Path(model_dir), info.hidden_size)
+        task = EmbeddingTask(engine, info, normalizes(config.normalize, info.chain), ranges, cut)
+        if cut is not None:
+            task.ready_note = (
+                f"; answers cut to truncate_dim {cut} ({source}) as sentence-transformers' encode() cuts them: "
+                f"after normalisation, not re-normalised; a request's dimensions at most {cut}"
+            )
         if ranges is not None:
-            task.ready_note = f"; int8/uint8 answered with the ranges of its {RANGES_FILE}"
+            task.ready_note += f"; int8/uint8 answered with the ranges of its {RANGES_FILE}"
         return task
 
     @staticmethod
@@ -108,6 +124,28 @@ def normalizes(setting: str, chain: Chain) -> bool:
     if setting != "auto":
         return setting == "true"
     return chain.normalize if chain.normalize is not None else True
+
+
+def truncate_dim(setting: int, folder: Path, dimensions: int) -> tuple[int | None, str]:
+    """The model's cut and where it comes from: `handler.truncate_dim`, else (0) the folder's own
+    `config_sentence_transformers.json` `truncate_dim` (which sentence-transformers saves and loads), else none;
+    ChainError (one line) for one that is no integer from 1 to the embedding size."""
+    value: Any = setting or None
+    source = "handler.truncate_dim"
+    path = folder / "config_sentence_transformers.json"
+    if value is None and path.is_file():
+        try:
+            saved = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ChainError(f"{path}: {e}") from None
+        value, source = (saved.get("truncate_dim") if isinstance(saved, dict) else None), path.name
+    if value is None:
+        return None, ""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= dimensions:
+        raise ChainError(
+            f"{source}: truncate_dim {value!r} must be an integer from 1 to {dimensions}, this model's embedding size"
+        )
+    return value, source
 
 
 def read_ranges(folder: Path, dimensions: int) -> Any:

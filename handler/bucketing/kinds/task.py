@@ -67,6 +67,7 @@ class Task(Protocol):
     ranges: Any  # a dense model's fixed int8/uint8 [minimums, maximums] (`quantize.RANGES_FILE`); None: none
     chunk_refusal: str | None  # why `on_overflow: chunk` is not served (the rest of a line); None: it is
     late_refusal: str | None  # why late chunking is not served (the rest of a line); None: it is
+    truncate_dim: int | None  # a dense model's own cut (sentence-transformers' truncate_dim); None: none
 
     @property
     def labels(self) -> tuple[str, ...] | None:
@@ -123,6 +124,7 @@ class TaskHooks:
     ranges: Any = None
     chunk_refusal: str | None = "is for embedding models (one vector per text, pooled over windows)"
     late_refusal: str | None = "is for embedding models (one vector per span, pooled over its tokens)"
+    truncate_dim: int | None = None
 
     def input_lengths(self) -> dict[str, int]:
         return {}

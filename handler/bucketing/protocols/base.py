@@ -184,11 +184,29 @@ class Limits:
     on_overflow: str = "truncate"  # `handler.on_overflow`: what a request that says nothing gets
     chunk_reach: int = 0  # `on_overflow: chunk`: the most token ids one input may hold (its windows' reach)
     late: str | None = None  # why late chunking is not served (the rest of a line); None: it is
+    truncate_dim: int | None = None  # a dense model's own cut (sentence-transformers' truncate_dim), if any
 
     @property
     def kind(self) -> Kind:
         """The loaded model's kind (what a wire format asks of it: `kinds.Kind`)."""
         return KINDS[self.task]
+
+    def read_dimensions(self, value: Any, name: str = "dimensions", mark: str = '"') -> int | None:
+        """A request's `dimensions` (or its format's name for it): absent, None; else an integer from 1 to the
+        model's truncate_dim (a model cut there is asked no more), else to its embedding size; else the client's
+        400, in one line."""
+        if value is None:
+            return None
+        top = self.truncate_dim or self.dimensions
+        if not is_int(value) or not 1 <= value <= top:
+            why = (
+                f"this model's truncate_dim; its embedding size is {self.dimensions}"
+                if self.truncate_dim
+                else "this model's embedding size"
+            )
+            line = f"{mark}{name}{mark} must be an integer from 1 to {top} ({why}), got {quote(value, 40)}"
+            raise bad("InvalidRequest", line, name)
+        return int(value)
 
 
 class Request(Protocol):

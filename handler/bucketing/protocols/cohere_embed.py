@@ -131,15 +131,8 @@ def mapped(body: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
     if truncate is not None and truncate not in TRUNCATE:
         raise bad("InvalidRequest", f"'truncate' must be NONE, START or END, got {quote(truncate, 40)}", "truncate")
     out.update(TRUNCATE.get(truncate, {}))
-    dimension = body.get("output_dimension")
+    dimension = limits.read_dimensions(body.get("output_dimension"), "output_dimension", "'")
     if dimension is not None:
-        if not is_int(dimension) or not 1 <= dimension <= limits.dimensions:
-            raise bad(
-                "InvalidRequest",
-                f"'output_dimension' must be an integer from 1 to {limits.dimensions} (this model's embedding size), "
-                f"got {quote(dimension, 40)}",
-                "output_dimension",
-            )
         out["dimensions"] = dimension
     max_tokens = body.get("max_tokens")
     if max_tokens is not None and (not is_int(max_tokens) or max_tokens < limits.max_length):

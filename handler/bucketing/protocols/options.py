@@ -43,14 +43,7 @@ def read_options(body: Mapping[str, Any], limits: Limits, fields: Sequence[str] 
         if value is not None and not isinstance(value, bool):
             raise bad("InvalidType", f'"{name}" must be true or false, got {json_type(value)}', name)
         values[name] = value
-    dimensions = body.get("dimensions") if "dimensions" in fields else None
-    if dimensions is not None and (not is_int(dimensions) or not 1 <= dimensions <= limits.dimensions):
-        raise bad(
-            "InvalidRequest",
-            f'"dimensions" must be an integer from 1 to {limits.dimensions} (this model\'s '
-            f"embedding size), got {quote(dimensions, 40)}",
-            "dimensions",
-        )
+    dimensions = limits.read_dimensions(body.get("dimensions")) if "dimensions" in fields else None
     direction = body.get("truncation_direction", "right") if "truncation_direction" in fields else "right"
     if direction not in DIRECTIONS:
         raise bad(

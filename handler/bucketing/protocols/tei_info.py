@@ -8,7 +8,9 @@ a sparse one `splade`, as TEI says, or `csr`), `max_input_length` (handler.max_l
 `tokenization_workers` (1: each worker tokenizes its own batches), `version` (this package's). What TorchServe
 decides (`max_concurrent_requests`, `max_batch_requests`) and what it cannot know (`model_sha`, `sha`,
 `docker_label`) are null. Beside TEI's fields, `embedding_ranges`: a dense model's fixed int8/uint8 ranges as a
-`[minimums, maximums]` pair of per-dimension lists (`quantize.RANGES_FILE`), or null. Any body is ignored.
+`[minimums, maximums]` pair of per-dimension lists (`quantize.RANGES_FILE`), or null; `truncate_dim`: a dense
+model's own cut (sentence-transformers' truncate_dim: the size of its answers, and the most `dimensions` may ask), or
+null. Any body is ignored.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ class InfoRequest:
             "sha": None,
             "docker_label": None,
             "embedding_ranges": self.limits.ranges.tolist() if self.limits.ranges is not None else None,
+            "truncate_dim": self.limits.truncate_dim,
         }
 
 
