@@ -74,7 +74,7 @@ def answers_of(task: Task, items: Sequence[Item], outputs: Sequence[np.ndarray |
             windows.append(output)
             if len(windows) < len(whole.chunks):
                 continue
-            answer = task.answer(chunks.pool(windows, whole.weights), whole)
+            answer = task.answer(task.combine(windows, whole.weights, whole.input_type), whole)
             windows = []
         chunking = item.encoded.chunking or whole is not None
         out.setdefault(item.request, []).append(

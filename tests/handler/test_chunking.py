@@ -198,3 +198,38 @@ def test_a_huge_text_is_refused_after_reading_a_bounded_prefix(folders, tmp_path
     text = "word " * 2_000_000  # 10 MB
     ((status, body),) = serve(handler, context, [{"body": {"text": text, "on_overflow": "chunk"}}])
     assert status == 413 and "more than max_chunks=4 windows" in body["message"]
+
+
+@pytest.mark.parametrize("pooling", ["max", "sum"])
+def test_a_splade_models_windows_combine_as_its_tokens_pool(pooling, tmp_path):
+    from tests.models import build_sparse_encoder
+
+    folder = build_sparse_encoder(tmp_path / f"splade-{pooling}", pooling=pooling)
+    handler, context = make_handler(folder, task="sparse", max_length=MAX_LENGTH)
+    text = long_texts(4, seed=1)[3]
+    ((status, answer),) = serve(handler, context, [{"body": {"text": text, "on_overflow": "chunk"}}])
+    assert status == 200 and answer["chunks"] > 2
+    model = sentence_transformers.SparseEncoder(str(folder), device="cpu")
+    tok = model.tokenizer
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    window = MAX_LENGTH - 2
+    rows = []
+    for start in range(0, len(ids), window):
+        row = torch.tensor([[tok.cls_token_id, *ids[start : start + window], tok.sep_token_id]])
+        features = {"input_ids": row, "attention_mask": torch.ones_like(row), "token_type_ids": torch.zeros_like(row)}
+        with torch.no_grad():
+            rows.append(model[1](model[0](features))["sentence_embedding"][0].double())
+    stacked = torch.stack(rows)
+    expected = (stacked.max(0).values if pooling == "max" else stacked.sum(0)).float().numpy()
+    got = np.zeros_like(expected)
+    got[answer["embedding"]["indices"]] = answer["embedding"]["values"]
+    close(got, expected)
+
+
+def test_a_sparse_router_with_a_static_route_refuses_chunk(tmp_path):
+    from tests.models import build_sparse_encoder
+
+    folder = build_sparse_encoder(tmp_path / "router", router=True)
+    handler, context = make_handler(folder, task="sparse", max_length=MAX_LENGTH)
+    ((status, body),) = serve(handler, context, [{"body": {"text": "x", "on_overflow": "chunk"}}])
+    assert status == 400 and "is served for SPLADE models" in body["message"] and "is not SPLADE" in body["message"]

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from bucketing import chunks
 from bucketing.answers import Answer, Options
 from bucketing.model.chain import INPUT_TYPES, Chain
 from bucketing.model.tokenizer import Encoded
@@ -113,6 +114,10 @@ class Task(Protocol):
         """Why this tokenized text is not served exactly (a 413 line); None when it is."""
         ...
 
+    def combine(self, vectors: Sequence[np.ndarray], weights: Sequence[int], input_type: str | None) -> np.ndarray:
+        """`on_overflow: chunk`: one text's vector from its windows' outputs (`weights`: its tokens in each)."""
+        ...
+
 
 class TaskHooks:
     """The hooks' defaults: one route, the model folder's tokenizer, every input type cut at max_length as
@@ -156,6 +161,9 @@ class TaskHooks:
 
     def refuse(self, encoded: Encoded, where: str, max_length: int) -> str | None:
         return None
+
+    def combine(self, vectors: Sequence[np.ndarray], weights: Sequence[int], input_type: str | None) -> np.ndarray:
+        return chunks.pool(vectors, weights)
 
 
 def reach(task: Task, max_length: int) -> int:

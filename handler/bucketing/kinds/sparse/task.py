@@ -10,7 +10,7 @@ The torch engines (SPLADE in bounded row groups, CSR) are in `engines`; onnxrunt
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -185,6 +185,25 @@ class SparseTask(TaskHooks):
             f"route {name!r}, which sentence-transformers {where_st} (its tokenizer's model_max_length), and this "
             f"handler reads a static route's text up to {STATIC_REACH} tokens; send a shorter text"
         )
+
+    @property
+    def chunk_refusal(self) -> str | None:  # type: ignore[override]
+        """Chunked: served where every route is SPLADE (its windows' vectors pool as its tokens do: max or sum)."""
+        other = next((n for n, r in self.spec.routes.items() if not r.is_splade), None)
+        if other is None:
+            return None
+        return (
+            f"is served for SPLADE models (their windows combine as their tokens pool, by max or sum); route {other!r} "
+            "of this one is not SPLADE"
+        )
+
+    def combine(self, vectors: Sequence[np.ndarray], weights: Sequence[int], input_type: str | None) -> np.ndarray:
+        """A SPLADE route's windows combined as its pooling combines tokens: their maximum, or their sum (in
+        float64, rounded once)."""
+        stacked = np.asarray(vectors, dtype=np.float64)
+        route = self.spec.routes[self.spec.route(input_type)]
+        pooled = stacked.max(axis=0) if route.pooling == "max" else stacked.sum(axis=0)
+        return np.asarray(pooled, dtype=np.float32)
 
     def answer(self, output: np.ndarray, encoded: Any) -> Any:
         from bucketing.answers import Answer
