@@ -60,8 +60,8 @@ def items_of(request: int, encoded: Sequence[Encoded]) -> list[Item]:
 
 
 def answers_of(task: Task, items: Sequence[Item], outputs: Sequence[np.ndarray | None]) -> dict[int, list[Answer]]:
-    """Each request's answers, one per input in order: a chunked text's from its windows' outputs pooled
-    (`chunks.pool`); none for a request whose outputs are None (it failed)."""
+    """Each request's answers, one per input in order: a chunked text's from its windows' outputs combined
+    (`Task.combine`); none for a request whose outputs are None (it failed)."""
     out: dict[int, list[Answer]] = {}
     windows: list[np.ndarray] = []
     for item, output in zip(items, outputs):

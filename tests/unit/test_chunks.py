@@ -130,3 +130,8 @@ def test_span_tokens_hold_the_tokens_inside_each_span_and_no_special_or_prompt_t
     offsets = [(0, 0), (0, 1), (1, 2), (3, 5), (6, 8), (0, 0)]
     special = [True, False, False, False, False, True]
     assert span_tokens(offsets, special, 3, [(0, 2), (0, 5), (1, 5), (2, 3)]) == ((3,), (3, 4), (4,), ())
+
+
+def test_late_chunking_with_a_left_cut_is_a_400():
+    with pytest.raises(RequestError, match='truncation_direction "left" is not served with late chunking'):
+        read_options({"chunking": "late", "spans": "sentences", "truncation_direction": "left"}, LIMITS)

@@ -53,6 +53,12 @@ def read_options(body: Mapping[str, Any], limits: Limits, fields: Sequence[str] 
         )
     truncate, chunk = read_overflow(body.get("on_overflow") if "on_overflow" in fields else None, values, limits)
     spans = read_spans(body, fields, limits, chunk)
+    if spans is not None and direction == "left":
+        raise bad(
+            "InvalidRequest",
+            'truncation_direction "left" is not served with late chunking (one pass over a text\'s first tokens)',
+            "truncation_direction",
+        )
     input_type, max_active = read_sparse_options(body, limits, fields, values["normalize"], dimensions)
     prompt_name = body.get("prompt_name") if "prompt_name" in fields else None
     text = body.get("prompt") if "prompt" in fields else None
