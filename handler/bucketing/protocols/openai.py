@@ -39,7 +39,11 @@ from bucketing.protocols.base import (
     snake,
 )
 from bucketing.protocols.inputs import check_text, too_many
-from bucketing.protocols.options import chunked, read_options
+from bucketing.protocols.options import OPTION_FIELDS, chunked, read_options
+
+# Our options an OpenAI body takes as extra fields: all but a classifier's, a sparse model's (added by its kind) and
+# `precision` (OpenAI's `encoding_format` says how an embedding is sent).
+OPENAI_OPTIONS = tuple(f for f in OPTION_FIELDS if f not in ("raw_scores", "max_active_dims", "precision"))
 
 NAME = "openai"
 ANSWERS: tuple[KindName, ...] | None = ONE_PER_INPUT  # not a multi-vector model
@@ -178,19 +182,7 @@ def _options(body: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
             'binary embeddings are served in our JSON at POST /predictions/NAME ({"texts": [...], "precision": ...})',
             "precision",
         )
-    fields = (
-        "prompt_name",
-        "prompt",
-        "normalize",
-        "dimensions",
-        "truncate",
-        "on_overflow",
-        "chunking",
-        "spans",
-        "truncation_direction",
-        "input_type",
-    )
-    options = read_options(body, limits, (*fields, *limits.kind.options))
+    options = read_options(body, limits, (*OPENAI_OPTIONS, *limits.kind.options))
     if limits.kind.sparse and encoding != "float":
         raise bad(
             "InvalidRequest",
