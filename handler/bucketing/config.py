@@ -94,7 +94,8 @@ class HandlerConfig:
     )
     max_wait_ms: float = option(
         250.0,
-        "`continuous`: a request pending this long goes before all younger ones (shortest first otherwise)",
+        "`continuous`: a request that has waited this long since it last ran goes first (shortest first "
+        "otherwise); a call that brought no new request runs up to this much of passes",
         low=0.0,
         high=600000.0,
     )
