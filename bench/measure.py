@@ -48,8 +48,11 @@ def send_http(seed: int, progress: bool) -> Send:
                     spec.url, spec.bodies, spec.headers, spec.rate, spec.duration_s, spec.max_requests, seed, bar
                 )
             )
+        timeout = max(load.TIMEOUT_S, spec.duration_s)  # a bulk request's load: as long as it is allowed to take
         return asyncio.run(
-            load.closed_loop(spec.url, spec.bodies, spec.headers, spec.clients, spec.duration_s, spec.max_requests, bar)
+            load.closed_loop(
+                spec.url, spec.bodies, spec.headers, spec.clients, spec.duration_s, spec.max_requests, bar, timeout
+            )
         )
 
     return send
