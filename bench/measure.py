@@ -30,6 +30,7 @@ class Load:
     rate: float
     duration_s: float
     label: str
+    max_requests: int = MAX_REQUESTS  # fewer: a fixed count (the bulk kind's one request, its split requests)
 
 
 class Send(Protocol):
@@ -43,10 +44,15 @@ def send_http(seed: int, progress: bool) -> Send:
         bar = load.Progress(spec.label, spec.duration_s, progress)
         if spec.mode == "open":
             return asyncio.run(
-                load.open_loop(spec.url, spec.bodies, spec.headers, spec.rate, spec.duration_s, MAX_REQUESTS, seed, bar)
+                load.open_loop(
+                    spec.url, spec.bodies, spec.headers, spec.rate, spec.duration_s, spec.max_requests, seed, bar
+                )
             )
+        timeout = max(load.TIMEOUT_S, spec.duration_s)  # a bulk request's load: as long as it is allowed to take
         return asyncio.run(
-            load.closed_loop(spec.url, spec.bodies, spec.headers, spec.clients, spec.duration_s, MAX_REQUESTS, bar)
+            load.closed_loop(
+                spec.url, spec.bodies, spec.headers, spec.clients, spec.duration_s, spec.max_requests, bar, timeout
+            )
         )
 
     return send

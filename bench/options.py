@@ -169,8 +169,15 @@ def plan_from_args(options: Options) -> RunPlan:
         if "rate" in matrix and "mode" not in overrides:
             defaults["mode"] = "open"
         configs = tuple(expand(defaults, [], matrix))
+        named = options.suite is not None  # `--suite NAME` with matrix flags: its kind on the flags' configurations
         plan = RunPlan(
-            "custom", "configurations from flags", configs, options.bound, base.sweep if options.suite else None
+            "custom",
+            "configurations from flags",
+            configs,
+            options.bound,
+            base.sweep if named else None,
+            base.kind if named else "matrix",
+            base.options if named else {},
         )
     else:
         configs = tuple(replace(c, **overrides) for c in base.configs)

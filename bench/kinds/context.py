@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..capacity import CapacitySettings
 from ..configuration import Configuration
 from ..job import Bodies, Job
+from ..measure import Send
 from ..options import Options
 from ..results import ReportInputs
 from ..run_plan import RunPlan
@@ -36,6 +37,7 @@ class Measures(Protocol):
     """A job on an entered target into its summary (`measure.Measurer`)."""
 
     sent: dict[str, list[int]]
+    send: Send  # one load, as it is sent (the bulk kind drives its own loads)
 
     def measure(self, job: Job, target: Target) -> Summary: ...
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from bucketing import sizes
 from bucketing.kinds import KINDS
 
 if TYPE_CHECKING:
@@ -95,7 +96,8 @@ class HandlerConfig:
     )
     max_wait_ms: float = option(
         250.0,
-        "`continuous`: a request pending this long goes before all younger ones (shortest first otherwise)",
+        "`continuous`: a request that has waited this long since it last ran goes first (shortest first "
+        "otherwise); a call that brought no new request runs up to this much of passes",
         low=0.0,
         high=600000.0,
     )
@@ -137,15 +139,17 @@ class HandlerConfig:
         high=1024,
     )
     max_texts_per_request: int = option(
-        32,
+        sizes.MAX_TEXTS,
         "texts of one request (`texts`, `instances`, v2 `data`, OpenAI "
-        "`input`); checked at start-up against `max_response_bytes`",
+        "`input`; OpenAI's own limit), spread over passes under `max_batch_tokens`; checked at start-up against "
+        "`max_response_bytes`",
         low=1,
         high=4096,
     )
     max_response_bytes: int = option(
-        6553500,
-        "largest answer: TorchServe's `max_response_size` (keep them equal); a larger answer is a 413 naming its "
+        sizes.RESPONSE_BYTES,
+        "largest answer (default: 2048 float answers 1024 wide, `bucketing/sizes.py`): TorchServe's "
+        "`max_response_size` (keep them equal); a larger answer is a 413 naming its "
         "size (never cut), the rest of the batch answered; a multi-vector model's answers grow with their tokens: "
         "one text of `max_length` tokens must fit",
         low=1024,

@@ -4,23 +4,28 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import openai
 import pytest
 
 from bench.stats import parse_prometheus
-from model_store.archives import minilm_dir
+from model_store.archives import ROOT, minilm_dir
 
 pytestmark = pytest.mark.e2e
 
 WORDS = "embeddings for retrieval need short queries and long documents served together on one machine".split()
 
 
-def mixed(n: int, seed: int) -> list[str]:
+def mixed(n: int, seed: int, words: tuple[int, ...] = (1, 3, 9, 40, 120, 200)) -> list[str]:
     rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.choice([1, 3, 9, 40, 120, 200]))) for _ in range(n)]
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.choice(words))) for _ in range(n)]
+
+
+BULK_WORDS = (1, 3, 9, 40, 80)  # bulk texts: mixed lengths, short enough for thousands in seconds on 2 cores
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +80,61 @@ def test_twenty_mixed_length_texts_in_order(client, reference):
     assert [d.index for d in reply.data] == list(range(20))
     for text, item in zip(texts, reply.data, strict=True):
         assert close(item.embedding, reference(text))
+
+
+def test_2048_inputs_in_one_request_equal_batch_of_one(client, reference):
+    """OpenAI's limit of inputs in one request, as the SDK sends it (base64 by default), answered in one response:
+    256 mixed-length texts, each 8 times, shuffled."""
+    texts = mixed(256, seed=11, words=BULK_WORDS) * 8
+    random.Random(11).shuffle(texts)
+    reply = client.with_options(timeout=600).embeddings.create(model="minilm", input=texts)
+    assert [d.index for d in reply.data] == list(range(2048))
+    worst = max(float(np.max(np.abs(np.asarray(d.embedding) - reference(t)))) for t, d in zip(texts, reply.data))
+    assert worst <= 1e-5, worst
+
+
+def test_langchain_embed_documents_of_5000_texts_equal_batch_of_one(served, scheduled, reference):
+    """LangChain's OpenAIEmbeddings, unchanged but for `check_embedding_ctx_length=False` (below), in the clients'
+    pinned venv (`langchain_client.py`): 5,000 texts (250 mixed-length ones, each 20 times, shuffled), which it
+    sends as requests of 1,000."""
+    python = ROOT / ".venv-tei-clients" / "bin" / "python"
+    if not python.exists():
+        pytest.skip("the clients' venv is missing: run `make tei-clients-venv` (CI does)")
+    texts = mixed(250, seed=13, words=BULK_WORDS) * 20
+    random.Random(13).shuffle(texts)
+    base_url = f"{served.endpoints.inference}/predictions/{scheduled}/1.0/v1"
+    run = subprocess.run(
+        [
+            str(python),
+            str(Path(__file__).with_name("langchain_client.py")),
+            base_url,
+            served.client.keys.key("inference"),
+        ],
+        input=json.dumps(texts),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    vectors = json.loads(run.stdout)
+    assert len(vectors) == len(texts)
+    worst = max(float(np.max(np.abs(np.asarray(v) - reference(t)))) for t, v in zip(texts, vectors))
+    assert worst <= 1e-5, worst
+
+
+def test_a_body_over_max_request_size_is_refused_by_torchserve(served, scheduled):
+    from bucketing import sizes
+
+    body = json.dumps({"input": ["x" * 4096] * (sizes.REQUEST_BYTES // 4096 + 1), "model": "m"})
+    reply = served.client.call(
+        "inference",
+        "POST",
+        f"/predictions/{scheduled}/1.0/v1/embeddings",
+        body,
+        headers={"Content-Type": "application/json"},
+    )
+    assert reply.status == 413, (reply.status, reply.text[:200])
 
 
 def test_token_ids(client, reference, hf_tokenizer):
@@ -159,8 +219,10 @@ def test_bad_requests_raise_the_clients_own_errors(client, kwargs, param):
 
 def test_too_many_inputs_and_unknown_paths(client):
     with pytest.raises(openai.APIStatusError) as caught:
-        client.embeddings.create(model="minilm", input=["x"] * 33)
-    assert caught.value.status_code == 413 and error_body(caught.value)["code"] == "too_many_texts"
+        client.embeddings.create(model="minilm", input=["x"] * 2049)
+    error = error_body(caught.value)
+    assert caught.value.status_code == 413 and error["code"] == "too_many_texts"
+    assert "at most 2048 per request (handler.max_texts_per_request): send them in several requests" in error["message"]
     with pytest.raises(openai.NotFoundError) as missing:
         client.completions.create(model="minilm", prompt="hello")
     assert "v1/embeddings" in error_body(missing.value)["message"]

@@ -5,6 +5,7 @@ see; 4xx come at once; a model failure later is the request's own 500; nothing h
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -156,14 +157,29 @@ def test_continuous_without_torchserve_continuous_batching_is_refused(tiny_embed
         make_handler(tiny_embedder_dir, schedule="continuous")
 
 
-def test_a_call_with_no_new_request_finishes_everything(tiny_embedder_dir):
-    """TorchServe 0.12 holds its model-wide queue lock while an idle worker waits for a request: a worker left
-    with pending work may not be called again before the next arrival, so a call without news drains the pool."""
-    handler, context = continuous(tiny_embedder_dir, slice_ms=1.0)
+def test_a_call_with_no_new_request_runs_up_to_max_wait_ms(tiny_embedder_dir):
+    """One worker a model (refused otherwise): TorchServe calls it again at once while anything is pending, so a
+    call that brought nothing new runs a bounded share of the pool (up to max_wait_ms of passes), not all of it."""
+    handler, context = continuous(tiny_embedder_dir, slice_ms=1.0, max_wait_ms=1.0)
     front = ContinuousFrontend(handler, context, batch_size=8)
     front.submit("long", {"body": {"texts": [text(100)] * 6}})
     assert front.step() == []  # new: a slice only
-    assert front.step() == ["long"]  # nothing new came: all of it, now
+    assert front.step() == []  # nothing new came: a bounded slice again
+    assert front.drain()["long"][0] == 200 and len(front.calls) > 3
+
+
+def test_a_bulk_request_cut_across_calls_yields_to_new_requests(tiny_embedder_dir):
+    """A request's wait counts from the last call that ran any of its texts: a bulk request served call after call
+    for longer than max_wait_ms does not go before a new short request."""
+    handler, context = continuous(tiny_embedder_dir, slice_ms=1.0, max_wait_ms=200.0)
+    front = ContinuousFrontend(handler, context, batch_size=8)
+    front.submit("bulk", {"body": {"texts": [text(100)] * 2000}})
+    start = time.monotonic()
+    while time.monotonic() - start < 0.4:  # past max_wait_ms since it arrived, running all along
+        assert front.step() == []
+    front.submit("short", {"body": {"text": "hi"}})
+    assert front.step() == ["short"]
+    assert front.drain()["bulk"][0] == 200
 
 
 def test_continuous_with_more_than_one_worker_is_refused(tiny_embedder_dir):

@@ -301,8 +301,9 @@ def test_invisible_text_is_empty(tiny_embedder_dir):
 
 def test_max_texts_per_request_must_fit_the_response_cap(tiny_embedder_dir, minilm_dir):
     make_handler(tiny_embedder_dir, max_texts_per_request=4096)  # 32 dimensions: 4096 answers fit
+    make_handler(minilm_dir)  # the defaults: 2048 answers of 384 floats fit the default cap
     with pytest.raises(ConfigError, match="max_response_bytes"):
-        make_handler(minilm_dir, max_texts_per_request=4096)
+        make_handler(minilm_dir, max_texts_per_request=2048, max_response_bytes=6553500)  # TorchServe's old default
     with pytest.raises(ConfigError, match=r"at most \d+ for this model"):
         make_handler(tiny_embedder_dir, max_texts_per_request=64, max_response_bytes=65536)
 

@@ -77,7 +77,10 @@ def test_binary_elements_past_the_limit_are_not_miscounted():
     head = json.dumps({"inputs": [tensor]}).encode()
     body, headers = head + raw, {"inference-header-content-length": str(len(head))}
     error = incoming(body, "application/octet-stream", headers=headers).outcome
-    assert error.status == 413 and error.message == '"inputs[0].data" has more than 4 items; at most 4 per request'
+    assert error.status == 413 and error.message == (
+        '"inputs[0].data" has more than 4 items; at most 4 per request (handler.max_texts_per_request): send them '
+        "in several requests"
+    )
 
 
 def test_openai_token_ids_past_max_length_are_not_all_validated():

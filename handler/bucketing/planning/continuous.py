@@ -9,7 +9,7 @@ request gets nothing a client could see: no status, no body, no header.
 
 Each call: new requests are parsed and tokenized (4xx and 5xx answered at once, as under `batch`); the pool
 forgets any request TorchServe no longer sends (its client went away); `scheduler.pick` chooses about
-`slice_ms` of texts (all of them when the call brought no new request: see `Pool.serve`); they run as the
+`slice_ms` of texts (up to `max_wait_ms` when the call brought no new request: see `Pool.serve`); they run as the
 configured strategy plans them; every request whose texts are all done is answered. A failed pass fails only the
 requests whose texts it held, each with its own 500.
 """
@@ -37,7 +37,7 @@ class Entry:
 
     incoming: Incoming
     items: list[Item]
-    arrived: float
+    arrived: float  # when it came, then when a call last ran any of its texts: how long it has waited
     outputs: list[Any] = field(default_factory=list)
 
     @property
@@ -101,10 +101,12 @@ class Pool:
             scheduler.Pending(k, self.entries[k].arrived, tuple(planned(x.encoded) for x in self.entries[k].remaining))
             for k in live
         ]
-        # A call that brought no new request finds TorchServe's queue empty; leaving work pending then can stall
-        # it: another idle worker of the model waits for the next request while holding the model's queue lock,
-        # and this worker cannot be called again until that request arrives. So such a call finishes everything.
-        slice_ms = config.slice_ms if new else float("inf")
+        # A call that brought no new request (a bulk request alone, say) runs up to max_wait_ms of passes rather
+        # than a slice: fewer calls, each of which TorchServe pays in full (it sends every pending body again), and
+        # a request arriving meanwhile waits for at most that. Pending work is never left for long: with one worker
+        # (check_model_config) TorchServe calls again at once while anything is pending. (With a second worker an
+        # idle one waits for the next request holding the model's queue lock, so work could wait with it.)
+        slice_ms = config.slice_ms if new else max(config.slice_ms, config.max_wait_ms)
         chosen = scheduler.pick(pool, now, self.cost, slice_ms, config.max_wait_ms, config.max_batch_tokens)
         incoming = [self.entries[k].incoming for k in live]
         run = [replace(x, request=pos) for pos, n in chosen.take for x in self.entries[live[pos]].remaining[:n]]
@@ -112,8 +114,12 @@ class Pool:
         ran: dict[int, list[Any]] = {}
         for item, output in zip(run, outputs):
             ran.setdefault(item.request, []).append(output)
+        ran_at = self.clock()
         for pos, results in ran.items():
             key, entry = live[pos], self.entries[live[pos]]
+            entry.arrived = (
+                ran_at  # it ran: its wait starts again, so a bulk request cut across calls yields to new ones
+            )
             if outcome[pos].request is None:  # a pass holding its texts failed: its own 500, now
                 replies[position[key]] = pipeline.reply(outcome[pos], [], model_name)
             else:

@@ -4,6 +4,8 @@ Three planners share one output contract, `Plan`:
 
 - `plan_static`: one forward pass, every text padded to `max_length` (TorchServe's stock HF example);
 - `plan_dynamic`: one forward pass padded to the longest text of the delivered batch;
+  both cut a delivered batch over `sizes.UNSPLIT_TOKENS` padded tokens into consecutive passes of equal rows (in
+  arrival order), so bulk requests cannot make one pass of unbounded size;
 - `plan_bucketed`: texts sorted by length and cut into contiguous runs, chosen by dynamic programming
   to minimise the estimated time `sum(cost.forward(rows, padded_len))` under a token budget
   `rows * padded_len <= max_batch_tokens`. It is optimal for the cost model among plans whose
@@ -12,11 +14,12 @@ Three planners share one output contract, `Plan`:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar, cast
 
 from bucketing.config import CostConfig
+from bucketing.sizes import UNSPLIT_TOKENS
 
 _Row = TypeVar("_Row")  # one text's result
 
@@ -108,24 +111,36 @@ def _check_lengths(lengths: Sequence[int]) -> None:
             raise ValueError(f"lengths[{i}] = {n}: every text has at least one token")
 
 
-def plan_static(lengths: Sequence[int], max_length: int) -> Plan:
-    """One sub-batch, every text padded to `max_length`, in arrival order."""
+def plan_static(lengths: Sequence[int], max_length: int, max_pass_tokens: int = UNSPLIT_TOKENS) -> Plan:
+    """Every text padded to `max_length`, in arrival order: one pass, or passes of `max_pass_tokens` at most."""
     _check_lengths(lengths)
     if not lengths:
         return Plan((), 0)
     if max(lengths) > max_length:
         raise ValueError(f"a length of {max(lengths)} exceeds max_length={max_length}")
-    sb = SubBatch(tuple(range(len(lengths))), max_length, sum(lengths))
-    return Plan((sb,), len(lengths))
+    return _in_order(lengths, max_length, max_pass_tokens, lambda chunk: max_length)
 
 
-def plan_dynamic(lengths: Sequence[int], pad_to_multiple_of: int = 1) -> Plan:
-    """One sub-batch padded to the longest text, in arrival order."""
+def plan_dynamic(lengths: Sequence[int], pad_to_multiple_of: int = 1, max_pass_tokens: int = UNSPLIT_TOKENS) -> Plan:
+    """Padded to the longest text, in arrival order: one pass, or passes of `max_pass_tokens` at most, each padded
+    to its own longest."""
     _check_lengths(lengths)
     if not lengths:
         return Plan((), 0)
-    sb = SubBatch(tuple(range(len(lengths))), round_up(max(lengths), pad_to_multiple_of), sum(lengths))
-    return Plan((sb,), len(lengths))
+    longest = round_up(max(lengths), pad_to_multiple_of)
+    return _in_order(lengths, longest, max_pass_tokens, lambda chunk: round_up(max(chunk), pad_to_multiple_of))
+
+
+def _in_order(
+    lengths: Sequence[int], longest: int, max_pass_tokens: int, padded: Callable[[Sequence[int]], int]
+) -> Plan:
+    """Consecutive passes of equal rows (the last one fewer), as many rows as `longest` allows under the budget."""
+    rows = max(1, max_pass_tokens // longest)
+    passes = []
+    for start in range(0, len(lengths), rows):
+        chunk = lengths[start : start + rows]
+        passes.append(SubBatch(tuple(range(start, start + len(chunk))), padded(chunk), sum(chunk)))
+    return Plan(tuple(passes), len(lengths))
 
 
 def plan_bucketed(

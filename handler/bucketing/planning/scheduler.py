@@ -2,9 +2,11 @@
 
 The handler keeps a pool of tokenized texts across TorchServe calls (`handler.schedule: continuous`). Each call
 runs about `slice_ms` of estimated work (at least one text) and answers the requests whose texts are all done.
-The order: requests pending `max_wait_ms` or more go first, oldest first (so no request starves under a stream
-of shorter ones); the rest shortest remaining work first, oldest first among equals (short queries do not wait
-for long passages). A chosen request's texts are taken in order; the last one chosen may be taken in part.
+The order: requests that have waited `max_wait_ms` or more go first, longest waiting first (so no request
+starves under a stream of shorter ones); the rest shortest remaining work first, longest waiting first among
+equals (short queries do not wait for long passages). A request's wait counts from its arrival, then from the last
+call that ran any of its texts (the pool's `arrived`), so a bulk request cut across calls yields to new requests.
+A chosen request's texts are taken in order; the last one chosen may be taken in part.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from bucketing.planning.planner import CostModel
 
 @dataclass(frozen=True)
 class Pending:
-    """One request in the pool: when it arrived (seconds, any clock) and the token lengths of its texts not yet run."""
+    """One request in the pool: since when it has waited (its arrival, or the last call that ran any of its texts;
+    seconds, any clock) and the token lengths of its texts not yet run."""
 
     key: str
     arrived: float

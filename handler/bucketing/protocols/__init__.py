@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from bucketing import sizes
 from bucketing.answers import Answer
 from bucketing.protocols import (
     cohere_embed,
@@ -58,6 +59,7 @@ from bucketing.protocols.base import (
 )
 from bucketing.protocols.base import Reply as Reply
 from bucketing.protocols.body import decode
+from bucketing.sizes import ANSWER_OVERHEAD, FLOAT_CHARS
 
 # Body claims are tried in this order at the plain path; the wire that routes "" answers what none claims.
 WIRES: tuple[Wire, ...] = (
@@ -109,7 +111,8 @@ class Incoming:
                 TooLarge(
                     "ResponseTooLarge",
                     f"the answer would be {len(body)} bytes, over the {max_bytes} bytes a response may have "
-                    "(handler.max_response_bytes, TorchServe's max_response_size); send fewer texts per request",
+                    "(handler.max_response_bytes, TorchServe's max_response_size); send fewer texts per request, or "
+                    "raise both together",
                 )
             )
         return replace(reply, body=body)
@@ -173,10 +176,6 @@ def _nearest(path: str) -> Wire:
     return near[0] if near else ROUTES[""][0]
 
 
-FLOAT_CHARS = 26  # the longest float32 as JSON writes it ("-1.2345678901234567e-05"), and ", "
-ANSWER_OVERHEAD = 200  # field names, token count, OpenAI's per-embedding object, per input
-
-
 def largest_answer(limits: Limits, labels: Sequence[str] | None = None) -> int:
     """An upper bound on the bytes of one answer to a request of max_texts inputs, in any wire format."""
     bound = limits.kind.answer_bound
@@ -189,4 +188,4 @@ def largest_answer(limits: Limits, labels: Sequence[str] | None = None) -> int:
     else:  # scores by label, and v2's label list; then the top label
         per_input = sum(2 * (len(json.dumps(label)) + 2) + FLOAT_CHARS for label in labels)
         per_input += max((len(json.dumps(label)) for label in labels), default=0)
-    return limits.max_texts * (per_input + ANSWER_OVERHEAD) + ANSWER_OVERHEAD
+    return sizes.answer_bytes(limits.max_texts, per_input)

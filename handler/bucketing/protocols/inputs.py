@@ -66,4 +66,9 @@ def pairs(value: Any, where: str, limits: Limits) -> tuple[Pair, ...]:
 def too_many(count: int | None, where: str, max_texts: int) -> TooLarge:
     """More than max_texts items; `count` None when they were not all counted (it stopped past the limit)."""
     has = f"{count} items" if count is not None else f"more than {max_texts} items"
-    return TooLarge("TooManyTexts", f'"{where}" has {has}; at most {max_texts} per request', where)
+    return TooLarge(
+        "TooManyTexts",
+        f'"{where}" has {has}; at most {max_texts} per request (handler.max_texts_per_request): send them in '
+        "several requests",
+        where,
+    )
