@@ -155,13 +155,14 @@ def window_masks(config: Any, attention_mask: torch.Tensor) -> dict[str, torch.T
 EXPORT_MASKS: dict[str, Callable[[Any, torch.Tensor], Any]] = {"gemma3_text": window_masks}
 
 
-def exported_graph(model_dir: str) -> Path:
-    """The graph the build exported into the model folder; an EngineError naming the build command when absent."""
+def exported_graph(model_dir: str, engine: str = "onnxruntime") -> Path:
+    """The graph the build exported into the model folder (for `engine`, which runs it); an EngineError naming the
+    build command when absent."""
     path = Path(model_dir) / ONNX_FILE
     if not path.exists():
         raise EngineError(
-            f"handler.engine onnxruntime: no {ONNX_FILE} in {model_dir}; build the archive with "
-            "`python -m model_store.build --engine onnxruntime` (it exports the graph)"
+            f"handler.engine {engine}: no {ONNX_FILE} in {model_dir}; build the archive with "
+            f"`python -m model_store.build --engine {engine}` (it exports the graph)"
         )
     return path
 
