@@ -32,14 +32,14 @@ __all__ = ["ENGINE_KINDS", "Engine", "EngineKind", "check_dtype", "load_engine",
 
 def check_dtype(config: HandlerConfig, device: str) -> torch.dtype:
     kind = ENGINE_KINDS[config.engine]
-    if device == "cpu" or kind.cpu_only:
-        precision.check_cpu_dtype(config.dtype, precision.cpu_info())
     if config.dtype not in kind.dtypes:
         raise ConfigError(
             f"handler.dtype: got {config.dtype!r} with handler.engine {config.engine}; allowed: "
             f"{', '.join(kind.dtypes)} (the {config.engine} engine runs {' or '.join(kind.dtypes)} only; use engine: "
-            "torch for float16/bfloat16)"
+            f"torch for {config.dtype})"
         )
+    if device == "cpu" or kind.cpu_only:
+        precision.check_cpu_dtype(config.dtype, precision.cpu_info())
     return DTYPES[config.dtype]
 
 
