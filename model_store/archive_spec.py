@@ -99,7 +99,7 @@ class ArchiveSpec:
         if refusal is not None:
             raise BuildError(refusal)
         if reduced and self.engine is not None and self.dtype not in engine_dtypes(self.engine):
-            allowed = ", ".join(e for e in ENGINES if self.dtype in engine_dtypes(e))
+            allowed = " or ".join(e for e in ENGINES if self.dtype in engine_dtypes(e))
             raise BuildError(f"--dtype {self.dtype} runs on engine {allowed}; got --engine {self.engine}")
         overrides: dict[str, Any] = {"engine": engine, "schedule": self.schedule, "dtype": self.dtype}
         try:

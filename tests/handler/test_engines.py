@@ -274,7 +274,7 @@ def test_the_build_of_a_bfloat16_archive_prints_its_fidelity(tiny_embedder_dir, 
     handler = yaml.safe_load((stage / "minilm-bucketed.yaml").read_text())["handler"]
     assert handler["dtype"] == "bfloat16" and handler["engine"] == "torch"  # bfloat16 runs on torch
     assert build.main([*common, "--dtype", "bfloat16", "--engine", "onnxruntime", "--print-commands"]) == 2
-    assert "--dtype bfloat16 runs on the torch engine" in capsys.readouterr().err
+    assert "--dtype bfloat16 runs on engine torch or openvino; got --engine onnxruntime" in capsys.readouterr().err
     config = tmp_path / "strict.yaml"
     config.write_text(yaml.safe_dump({"handler": {"engine": "torch", "dtype": "bfloat16", "min_cosine": 1.0}}))
     argv = ["--config", str(config), "--name", "strict", "--model-dir", str(tiny_embedder_dir), "--out", str(tmp_path)]
@@ -296,3 +296,19 @@ def test_the_build_of_a_float16_archive_says_it_is_for_a_gpu(tiny_embedder_dir, 
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("float16 fidelity vs float32 on 26 probe texts: cosine min ")
     assert "bfloat16" not in first and "float16 is served on a CUDA GPU only" in first, first
+
+
+def test_the_openvino_build_checks_the_graph_on_openvino(tiny_embedder_dir, tmp_path, monkeypatch, capsys):
+    """`--engine openvino` stages onnxruntime's graph, checked on OpenVINO in f32 as well; a graph OpenVINO runs
+    past 1e-5 stops the build in one line naming the engine."""
+    from bucketing.engines import openvino_engine
+    from model_store import build
+
+    common = ["--model-dir", str(tiny_embedder_dir), "--strategies", "bucketed", "--print-commands"]
+    assert build.main([*common, "--engine", "openvino", "--stage-dir", str(tmp_path / "ok")]) == 0
+    assert (tmp_path / "ok" / "extra" / "model" / ONNX_FILE).is_file()
+    real = openvino_engine.OvEngine.__call__
+    monkeypatch.setattr(openvino_engine.OvEngine, "__call__", lambda self, *a: real(self, *a) + 1e-3)
+    assert build.main([*common, "--engine", "openvino", "--stage-dir", str(tmp_path / "off")]) == 2
+    err = capsys.readouterr().err
+    assert "the exported ONNX graph on openvino differs from the torch model by 1.00e-03" in err, err

@@ -23,7 +23,7 @@ from bucketing.config import ENGINES, ConfigError, HandlerConfig
 from bucketing.engines import precision
 from bucketing.engines.base import Engine, select_device
 from bucketing.engines.onnx_engine import ONNX_FILE, export_onnx, open_onnxruntime
-from bucketing.engines.openvino_engine import open_openvino
+from bucketing.engines.openvino_engine import export_openvino, open_openvino
 from bucketing.engines.torch_engine import DTYPES, open_torch
 from bucketing.model.head import EngineError, Head, ModelInfo, load_head, reduced_weights
 
@@ -68,7 +68,7 @@ ENGINE_KINDS = {
     for kind in (
         EngineKind("torch", open_torch),
         EngineKind("onnxruntime", open_onnxruntime, (ONNX_FILE,), export_onnx, dtypes=("float32",)),
-        EngineKind("openvino", open_openvino, (ONNX_FILE,), export_onnx, dtypes=precision.CPU_DTYPES, cpu_only=True),
+        EngineKind("openvino", open_openvino, (ONNX_FILE,), export_openvino, precision.CPU_DTYPES, cpu_only=True),
     )
 }
 assert tuple(ENGINE_KINDS) == ENGINES, "bucketing.config.ENGINES and engines.ENGINE_KINDS must name the same engines"

@@ -103,9 +103,17 @@ def export_onnx(task: str, model_dir: str, path: Path) -> Path:
     return path
 
 
-def check_export(head: Head, info: ModelInfo, path: Path, window: int | None) -> None:
-    """The exported graph against the torch head on padded rows long enough to cross the model's sliding window
-    (if any), so the graph's masks are checked where the window bites; an EngineError past TOLERANCE."""
+def check_export(
+    head: Head,
+    info: ModelInfo,
+    path: Path,
+    window: int | None,
+    runner: Callable[[Path], Any] | None = None,
+    engine: str = "onnxruntime",
+) -> None:
+    """The exported graph (run by `runner`, for `engine`: ONNX Runtime's unless told) against the torch head on
+    padded rows long enough to cross the model's sliding window (if any), so the graph's masks are checked where the
+    window bites; an EngineError past TOLERANCE."""
     length = min(info.max_positions, 2 * window + 8) if window else 24
     rng = np.random.default_rng(1)
     ids = rng.integers(min(1000, info.vocab_size // 2), info.vocab_size, size=(3, length), dtype=np.int64)
@@ -113,7 +121,7 @@ def check_export(head: Head, info: ModelInfo, path: Path, window: int | None) ->
     mask[1, length // 2 :] = 0
     mask[2, length - 3 :] = 0
     try:
-        got = OrtEngine(path, 1, "cpu")(ids, mask, mask, probe_types(mask))
+        got = (runner or (lambda p: OrtEngine(p, 1, "cpu")))(path)(ids, mask, mask, probe_types(mask))
         diff = float(
             np.abs(
                 got
@@ -126,7 +134,7 @@ def check_export(head: Head, info: ModelInfo, path: Path, window: int | None) ->
         why = ""
     if not diff <= TOLERANCE:
         raise EngineError(
-            f"the exported ONNX graph differs from the torch model by {diff:.2e} at {length} tokens{why}; "
+            f"the exported ONNX graph on {engine} differs from the torch model by {diff:.2e} at {length} tokens{why}; "
             "build it with --engine torch, which serves it exactly"
         )
 

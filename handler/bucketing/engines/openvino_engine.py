@@ -23,10 +23,10 @@ import torch
 from bucketing.config import HandlerConfig
 from bucketing.engines import precision
 from bucketing.engines.base import TOLERANCE, Engine, probe, probe_types
-from bucketing.engines.onnx_engine import exported_graph
+from bucketing.engines.onnx_engine import ONNX_ATTENTION, check_export, export_onnx, exported_graph
 from bucketing.engines.shadow import Shadow
 from bucketing.engines.torch_engine import TorchEngine, fidelity_gate
-from bucketing.model.head import EngineError, Head, ModelInfo
+from bucketing.model.head import EngineError, Head, ModelInfo, load_head
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +104,16 @@ def bf16_refusal(capabilities: list[str], hint: str, products: Counter[str]) -> 
     else:
         return None
     return f"handler.dtype bfloat16 on engine openvino: {why}; use dtype float32, or engine torch"
+
+
+def export_openvino(task: str, model_dir: str, path: Path) -> Path:
+    """onnxruntime's export (`onnx_engine.export_onnx`: the same graph), then that graph compiled by OpenVINO in f32
+    and checked against the torch head as the export checks it on ONNX Runtime (an EngineError past TOLERANCE)."""
+    export_onnx(task, model_dir, path)
+    head, info = load_head(task, model_dir, ONNX_ATTENTION)
+    window = getattr(head.model.config, "sliding_window", None)
+    check_export(head, info, path, window, lambda p: OvEngine(p, 1, "float32"), "openvino")
+    return path
 
 
 def open_openvino(
