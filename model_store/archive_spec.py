@@ -107,6 +107,9 @@ class ArchiveSpec:
                 longest = archives.check_model_dir(self.folder, task, self.dtype)
                 overrides.update(task=task if self.model_dir is not None else None, max_length=self.length(longest))
             chain = archives.read_model_chain(self.folder, task)
+            refusal = kind.implementation().engine_refusal(self.folder, engine) if self.model_dir else None
+            if refusal is not None:
+                raise BuildError(f"--engine {engine}: {refusal}")
             known = {**dict(chain.prompts), **(self.prompts or {})}
             if self.default_prompt is not None and self.default_prompt not in known:
                 raise archives.ModelFolderError(

@@ -74,12 +74,20 @@ def test_several_csr_routes_are_refused_on_onnxruntime_in_one_line(csr_routers, 
     assert "\n" not in str(raised.value)
 
 
-def test_a_summing_splade_is_refused_on_openvino_in_one_line(tmp_path):
+def test_a_summing_splade_is_refused_on_openvino_in_one_line(tmp_path, capsys):
     """OpenVINO runs the graph's float64 sum in float32 (2.3e-5 off encode() on the large sums below): a SPLADE
-    summing over its tokens does not start on it, and says why in one line."""
+    summing over its tokens is not built for it, does not start on it, and says why in one line."""
     from bucketing.model.head import EngineError
+    from model_store import build
 
     folder = build_sparse_encoder(tmp_path / "large", pooling="sum", activation="log1p_relu", logit_scale=4, seed=1)
+    argv = ["--model-dir", str(folder), "--strategies", "bucketed", "--engine", "openvino", "--print-commands"]
+    capsys.readouterr()  # the folder's saving
+    assert build.main([*argv, "--stage-dir", str(tmp_path / "refused")]) == 2
+    assert capsys.readouterr().err == (
+        "error: --engine openvino: a SPLADE summing over its tokens is served on engine torch or onnxruntime only "
+        "(openvino runs the graph's float64 sum in float32, up to 2.3e-5 off encode())\n"
+    )
     served = stage_onnxruntime_archive(folder, tmp_path / "stage")[0]
     with pytest.raises(EngineError, match="served on engine torch or onnxruntime only") as raised:
         make_handler(served, task="sparse", engine="openvino", max_length=MAX_LENGTH)

@@ -180,11 +180,9 @@ def open_graph(task: Any, config: Any, model_dir: str) -> Any:
         raise EngineError(f"handler.engine {config.engine}: {model_dir}: {several}")
     path = exported_graph(model_dir, config.engine)
     routes = [r for r in task.spec.routes.values() if r.runs_transformer]
-    if config.engine in SUMS_IN_FLOAT32 and not routes[0].is_csr and any(p == "sum" for p, _ in pools(task.spec)):
-        raise EngineError(
-            f"handler.engine {config.engine}: {model_dir}: a SPLADE summing over its tokens is served on engine torch "
-            f"or onnxruntime only ({config.engine} runs the graph's float64 sum in float32, up to 2.3e-5 off encode())"
-        )
+    float32_sum = summed_in_float32(task.spec, config.engine)
+    if float32_sum:
+        raise EngineError(f"handler.engine {config.engine}: {model_dir}: {float32_sum}")
     try:
         graph = GRAPHS[config.engine](path, config.torch_threads, torch_engine.device)
         engine: Any
@@ -229,6 +227,16 @@ def openvino_graph(path: Any, threads: int, device: str) -> Any:
     from bucketing.engines.openvino_engine import OvEngine
 
     return OvEngine(path, threads, "float32")  # sparse models are served in float32 only
+
+
+def summed_in_float32(spec: SparseSpec, engine: str) -> str | None:
+    """Why a SPLADE summing over its tokens is not served on `engine` (one of `SUMS_IN_FLOAT32`); None otherwise."""
+    if engine not in SUMS_IN_FLOAT32 or not any(pooling == "sum" for pooling, _ in pools(spec)):
+        return None
+    return (
+        f"a SPLADE summing over its tokens is served on engine torch or onnxruntime only ({engine} runs the graph's "
+        "float64 sum in float32, up to 2.3e-5 off encode())"
+    )
 
 
 # Engines that run the graph's float64 sum (SPLADE's sum pooling) in float32: OpenVINO's CPU plugin has no float64;
