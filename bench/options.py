@@ -16,6 +16,7 @@ from dataclasses import Field, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from bucketing.config import ENGINES
 from model_store.archives import ROOT
 
 from . import capacity, peers, traffic
@@ -78,12 +79,12 @@ class Options:
     concurrency: int | None = flag(None, "closed-loop clients")
     workers: int | None = flag(None)
     threads: int | None = flag(None, "threads per worker")
-    engines: str | None = flag(None, "comma list of torch,onnxruntime (a configuration axis)")
+    engines: str | None = flag(None, f"comma list of {','.join(ENGINES)} (a configuration axis)")
     schedules: str | None = flag(None, "comma list of batch,continuous (handler.schedule; a configuration axis)")
     dtypes: str | None = flag(
         None,
-        "comma list of float32,bfloat16 (handler.dtype; a configuration axis; bfloat16 runs on torch, where the "
-        "CPU multiplies it natively)",
+        "comma list of float32,bfloat16 (handler.dtype; a configuration axis; bfloat16 runs on torch or openvino, "
+        "where the CPU multiplies it natively)",
     )
     model_dir: Path | None = flag(None, "bench your own encoder folder (embedding) instead of MiniLM")
     bound: bool = flag(False, "also measure exact-length grouping in process (a reference rate, not a bound)")

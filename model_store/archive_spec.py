@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bucketing.config import MAX_LENGTH_CAP
+from bucketing.config import ENGINES, MAX_LENGTH_CAP
 from bucketing.config import STRATEGIES as STRATEGIES  # re-exported: the bench builds these by default
 from bucketing.kinds import KINDS
 from model_store import archives
@@ -130,14 +130,18 @@ class ArchiveSpec:
         refusal = kind.refused(engine, self.dtype or "float32", "--dtype")
         if refusal is not None:
             raise BuildError(refusal)
-        if reduced and self.engine not in (None, "torch"):
-            raise BuildError(f"--dtype {self.dtype} runs on the torch engine; got --engine {self.engine}")
+        if reduced and self.engine is not None and self.dtype not in engine_dtypes(self.engine):
+            allowed = " or ".join(e for e in ENGINES if self.dtype in engine_dtypes(e))
+            raise BuildError(f"--dtype {self.dtype} runs on engine {allowed}; got --engine {self.engine}")
         overrides: dict[str, Any] = {"engine": engine, "schedule": self.schedule, "dtype": self.dtype}
         try:
             if self.model_dir is not None or self.max_length is not None:
                 longest = archives.check_model_dir(self.folder, task, self.dtype)
                 overrides.update(task=task if self.model_dir is not None else None, max_length=self.length(longest))
             chain = archives.read_model_chain(self.folder, task)
+            refusal = kind.implementation().engine_refusal(self.folder, engine) if self.model_dir else None
+            if refusal is not None:
+                raise BuildError(f"--engine {engine}: {refusal}")
             known = {**dict(chain.prompts), **(self.prompts or {})}
             if self.default_prompt is not None and self.default_prompt not in known:
                 raise archives.ModelFolderError(
@@ -172,18 +176,19 @@ def report_fidelity(configs: Mapping[str, dict[str, Any]], model_dir: Path) -> N
 
     import torch
 
-    from bucketing.engines import precision
+    from bucketing.engines import ENGINE_KINDS, precision
     from bucketing.engines.torch_engine import DTYPES as TORCH_DTYPES
-    from bucketing.engines.torch_engine import open_reduced
     from bucketing.model.head import EngineError, load_head
 
-    if handler.engine != "torch":
-        raise BuildError(f"handler.dtype {handler.dtype} runs on engine torch; got engine {handler.engine}")
+    if handler.dtype not in engine_dtypes(handler.engine):
+        raise BuildError(f"handler.dtype {handler.dtype} does not run on engine {handler.engine}")
     measured = dataclasses.replace(handler, min_cosine=0.0, torchscript=False, fidelity_sample=0.0)
     try:
         head, info = load_head(handler.task, str(model_dir))
         with torch.inference_mode():
-            engine = open_reduced(head, info, measured, str(model_dir), "cpu", TORCH_DTYPES[handler.dtype])
+            engine = ENGINE_KINDS[handler.engine].open(
+                head, info, measured, str(model_dir), "cpu", TORCH_DTYPES[handler.dtype]
+            )
     except (EngineError, OSError, ValueError) as e:
         raise BuildError(f"--dtype {handler.dtype}: fidelity not measured ({str(e).splitlines()[0][:300]})") from None
     fidelity = getattr(engine, "fidelity", None)
@@ -198,3 +203,10 @@ def report_fidelity(configs: Mapping[str, dict[str, Any]], model_dir: Path) -> N
     refusal = fidelity.refusal(handler.min_cosine)
     if refusal:
         raise BuildError(f"{refusal} (a worker would not start)")
+
+
+def engine_dtypes(engine: str) -> tuple[str, ...]:
+    """The dtypes an engine runs (`EngineKind.dtypes`)."""
+    from bucketing.engines import ENGINE_KINDS
+
+    return ENGINE_KINDS[engine].dtypes

@@ -118,8 +118,8 @@ def print_commands(
     calibration: Calibration | None = None,
 ) -> int:
     """Stage the files and model-configs into `stage_dir` and print the archiver command of each archive."""
-    report_fidelity(configs, model_dir)
     staging = stage(stage_dir / "extra", model_dir, engine, task, calibration)
+    report_fidelity(configs, staging / "model")  # the staged folder: the engine's files (its graph) beside the model's
     from bucketing.engines import ENGINE_KINDS
 
     written = ENGINE_KINDS[engine].files
@@ -160,11 +160,11 @@ def build_all(
     )
     if not archiver:
         raise BuildError("torch-model-archiver not found: run `make venv` first")
-    report_fidelity(configs, model_dir)
     tmp = archives.ROOT / ".tmp"
     tmp.mkdir(exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     staging = stage(tmp / "staging", model_dir, engine, task, calibration)
+    report_fidelity(configs, staging / "model")  # the staged folder: the engine's files (its graph) beside the model's
     built = []
     with tempfile.TemporaryDirectory(dir=tmp) as folder:
         for name, cfg in configs.items():

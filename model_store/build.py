@@ -7,9 +7,9 @@ files (under `model/`; all-MiniLM-L6-v2 from its package by default), and its mo
 (a tuned configuration, as `bench/compare.py --suite tune` writes it).
 
 `--print-commands` stages the archive's files into `--stage-dir` (the `bucketing/` package, the model folder, the
-exported ONNX graph for the onnxruntime engine), writes each archive's model-config beside them, and prints the
-exact `torch-model-archiver` command line the build would run for each, building nothing: TorchServe's own
-archiver, run by hand or in a user's own build, then makes the same archives.
+exported ONNX graph for the onnxruntime and openvino engines), writes each archive's model-config beside them, and
+prints the exact `torch-model-archiver` command line the build would run for each, building nothing: TorchServe's
+own archiver, run by hand or in a user's own build, then makes the same archives.
 
 This module is the CLI; the model folder's checks and each archive's model-config are in `archive_spec`, staging the
 files and running the archiver in `archiver`.
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=archives.STORE, help="where the .mar files go")
     parser.add_argument("--model-dir", type=Path, default=None, help="model files (default: the installed package)")
     parser.add_argument("--threads", type=int, default=1, help="threads per worker (names minilm-tN-*)")
-    parser.add_argument("--engine", choices=ENGINES, help="torch or onnxruntime (default: the template's)")
+    parser.add_argument("--engine", choices=ENGINES, help="torch, onnxruntime or openvino (default: the template's)")
     parser.add_argument("--schedule", choices=SCHEDULES, help="handler.schedule (default: the template's)")
     parser.add_argument("--name", default=archives.PREFIX, help="archive name prefix: NAME-<strategy>.mar")
     parser.add_argument(
@@ -94,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dtype",
         choices=DTYPES,
-        help="handler.dtype; bfloat16 (engine torch; served where the CPU multiplies it natively) prints its "
-        "fidelity to float32, measured on the probe set here",
+        help="handler.dtype; bfloat16 (engine torch or openvino; served where the CPU multiplies it natively) prints "
+        "its fidelity to float32, measured on the probe set here",
     )
     parser.add_argument(
         "--calibration-texts",

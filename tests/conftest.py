@@ -51,3 +51,12 @@ def bf16_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
         bucketing.engines.precision, "cpu_info", lambda: "flags\t\t: fpu avx2 avx512_bf16 amx_bf16 amx_tile\n"
     )
+
+
+@pytest.fixture
+def openvino_bf16() -> None:
+    """A CPU on which OpenVINO runs bfloat16 (BF16 among its capabilities: it reads the hardware, not /proc/cpuinfo);
+    skipped elsewhere, where the openvino engine refuses bfloat16 in one line (tests/unit/test_openvino.py)."""
+    ov = pytest.importorskip("openvino")
+    if "BF16" not in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+        pytest.skip("OpenVINO runs no bfloat16 on this CPU")

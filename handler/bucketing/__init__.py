@@ -3,7 +3,8 @@
 - `config`, `metrics`, `answers`: the worker's settings, its figures, and what the model answered per input;
 - `kinds/`: the model kinds' registry and one package or module per kind (embedding, classification, sparse,
   multivector), each owning its task, folder reader and engine hooks;
-- `engines/`: the engines' registry and one module per engine (torch, onnxruntime), with reduced-dtype fidelity;
+- `engines/`: the engines' registry and one module per engine (torch, onnxruntime, openvino), with reduced-dtype
+  fidelity;
 - `model/`: the model as read from its folder (the sentence-transformers chain, the torch head, the tokenizer);
 - `planning/`: the cost model and planner, calibration, the continuous scheduler and its pool;
 - `protocols/`: the wire formats' registry and one module per format;

@@ -23,7 +23,7 @@ STRATEGIES = ("bucketed", "dynamic", "static")
 # A text over max_length, by `on_overflow`: (whether it is cut, whether it is split into windows); neither: a 413.
 OVERFLOW_RULES = {"truncate": (True, False), "reject": (False, False), "chunk": (False, True)}
 OVERFLOW = tuple(OVERFLOW_RULES)
-ENGINES = ("torch", "onnxruntime")
+ENGINES = ("torch", "onnxruntime", "openvino")
 DTYPES = ("float32", "float16", "bfloat16")
 SCHEDULES = ("batch", "continuous")
 NORMALIZE = ("auto", "true", "false")  # YAML's true/false are read as "true"/"false"
@@ -167,15 +167,16 @@ class HandlerConfig:
     )
     engine: str = option(
         "torch",
-        "`torch` (eager, or TorchScript below) or `onnxruntime` (the graph exported into "
-        "the archive, checked against torch at start-up)",
+        "`torch` (eager, or TorchScript below), `onnxruntime` (the graph exported into "
+        "the archive, checked against torch at start-up) or `openvino` (the same graph compiled by OpenVINO for the "
+        "CPU, its inference precision always given by `dtype`)",
         choices=ENGINES,
     )
     dtype: str = option(
         "float32",
-        "`float32` (exact); with engine torch, `bfloat16` on a CPU that multiplies it natively (amx_bf16 or "
-        "avx512_bf16; refused elsewhere) or a CUDA GPU, `float16` on a CUDA GPU: its fidelity to float32 is "
-        "measured at start (ready line, `bucket_fidelity_cosine_min`)",
+        "`float32` (exact); with engine torch or openvino, `bfloat16` on a CPU that multiplies it natively (amx_bf16 "
+        "or avx512_bf16; refused elsewhere), with torch on a CUDA GPU too, `float16` on a CUDA GPU: its fidelity to "
+        "float32 is measured at start (ready line, `bucket_fidelity_cosine_min`)",
         choices=DTYPES,
     )
     min_cosine: float = option(

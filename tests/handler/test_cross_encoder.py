@@ -1,5 +1,5 @@
 """Cross-encoders answer as sentence-transformers' CrossEncoder: `predict(pairs)` scores and `rank()` order, through
-our JSON pairs, TEI's /rerank and the Cohere-style /v1/rerank, on both engines, pairs over max_length included."""
+our JSON pairs, TEI's /rerank and the Cohere-style /v1/rerank, on every engine, pairs over max_length included."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def cross_encoder(folder):
     return sentence_transformers.CrossEncoder(str(folder), device="cpu", max_length=MAX_LENGTH)
 
 
-@pytest.mark.parametrize("engine", ["torch", "onnxruntime"])
+@pytest.mark.parametrize("engine", ["torch", "onnxruntime", "openvino"])
 @pytest.mark.parametrize(("arch", "labels"), [("bert", 1), ("bert", 3), ("roberta", 1), ("roberta", 3)])
 def test_pairs_score_as_cross_encoder_predicts(models, arch, labels, engine, tmp_path):
     folder = models[arch, labels]
@@ -79,17 +79,23 @@ def test_pairs_score_as_cross_encoder_predicts(models, arch, labels, engine, tmp
     assert any(a["truncated"] for a in got) and not all(a["truncated"] for a in got)
 
 
+@pytest.mark.parametrize("engine", ["torch", "openvino"])
 @pytest.mark.parametrize(("arch", "labels"), [("bert", 1), ("roberta", 3)])
-def test_pairs_in_bfloat16_score_near_cross_encoder_and_keep_the_rerank_order(models, arch, labels, tmp_path, bf16_cpu):
-    """bfloat16 (on a CPU that multiplies it natively): pairs score within the error the worker measured at start
-    (its max abs score diff, with a margin), and /rerank orders as CrossEncoder.rank except near ties."""
+def test_pairs_in_bfloat16_score_near_cross_encoder_and_keep_the_rerank_order(
+    models, arch, labels, engine, tmp_path, bf16_cpu, request
+):
+    """bfloat16 (on a CPU that multiplies it natively; on openvino, where OpenVINO runs it): pairs score within the
+    error the worker measured at start (its max abs score diff, with a margin), and /rerank orders as
+    CrossEncoder.rank except near ties."""
+    if engine == "openvino":
+        request.getfixturevalue("openvino_bf16")
     folder = models[arch, labels]
     if labels == 1:  # a reranker's gate compares its scores across texts: spread them (a tiny random one's are flat)
         folder = sharpened(Path(shutil.copytree(folder, tmp_path / "sharpened")))
     docs = documents()
     pairs = [[QUERY, d] for d in docs]
     expected = np.atleast_2d(cross_encoder(folder).predict(pairs)).reshape(len(pairs), labels)
-    handler, context = handler_for(folder, "torch", tmp_path, dtype="bfloat16")
+    handler, context = handler_for(folder, engine, tmp_path, dtype="bfloat16")
     fidelity = handler.task.engine.fidelity
     assert fidelity.dtype == "bfloat16" and fidelity.compared > 0 and fidelity.cosine_min >= 0.999
     ((status, got),) = serve(handler, context, [{"body": {"pairs": pairs}}])

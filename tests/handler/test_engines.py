@@ -1,5 +1,6 @@
-"""Engines: ONNX Runtime gives the torch model's answers (checked at start-up, a mismatch stops the worker),
-device and dtype selection (bfloat16 on a CPU that multiplies it natively, its fidelity measured)."""
+"""Engines: ONNX Runtime and OpenVINO give the torch model's answers (checked at start-up, a mismatch stops the
+worker), device and dtype selection (bfloat16 on a CPU that multiplies it natively, its fidelity measured; on
+OpenVINO where it runs bf16)."""
 
 from __future__ import annotations
 
@@ -64,6 +65,52 @@ def test_a_missing_or_foreign_graph_stops_the_worker(onnx_dirs, tiny_embedder_di
         make_handler(foreign, engine="onnxruntime")
 
 
+def test_openvino_embeddings_and_labels_match_torch(onnx_dirs, tiny_embedder_dir, tiny_classifier_dir):
+    """The openvino engine runs the graph onnxruntime's archive carries, compiled in f32 (always stated: OpenVINO
+    picks bf16 by itself on a bf16 CPU), with the worker's threads and one stream."""
+    ov, context = make_handler(onnx_dirs["embedding"], engine="openvino", max_length=128)
+    torch_handler, _ = make_handler(tiny_embedder_dir, max_length=128)
+    engine = ov.task.engine
+    assert (engine.name, engine.device, engine.precision, engine.fidelity) == ("openvino", "cpu", "f32", None)
+    assert engine.compiled.get_property("INFERENCE_NUM_THREADS") == 1
+    assert engine.compiled.get_property("NUM_STREAMS") == 1
+    assert set(engine.runtime_precisions()) == {"f32"}
+    texts = mixed_texts(10, seed=7)
+    answers = serve(ov, context, [{"body": {"texts": texts}}])[0][1]
+    for text, answer in zip(texts, answers, strict=True):
+        vector = np.array(answer["embedding"])
+        assert np.max(np.abs(vector - np.array(alone(ov, context, text)["embedding"]))) <= 1e-5
+        assert np.max(np.abs(vector - np.array(alone(torch_handler, context, text)["embedding"]))) <= 1e-5
+    ov, context = make_handler(onnx_dirs["classification"], engine="openvino", task="classification")
+    torch_handler, _ = make_handler(tiny_classifier_dir, task="classification")
+    a = serve(ov, context, [{"body": {"texts": texts}}])[0][1]
+    b = serve(torch_handler, context, [{"body": {"texts": texts}}])[0][1]
+    for x, y in zip(a, b, strict=True):
+        assert x["label"] == y["label"]
+        assert max(abs(x["scores"][k] - y["scores"][k]) for k in x["scores"]) <= 1e-5
+
+
+def test_openvino_without_a_graph_names_the_build_command(tiny_embedder_dir):
+    with pytest.raises(EngineError, match=r"handler.engine openvino: no model.onnx .*--engine openvino"):
+        make_handler(tiny_embedder_dir, engine="openvino")
+
+
+def test_openvino_bfloat16_goes_through_the_fidelity_gate(onnx_dirs, openvino_bf16):
+    """bfloat16 on openvino (where OpenVINO runs its matrix products in bf16): measured against float32 torch on the
+    probe set, stated on the ready line, refused in one line under min_cosine."""
+    handler, _ = make_handler(onnx_dirs["embedding"], engine="openvino", dtype="bfloat16", max_length=128)
+    engine = handler.task.engine
+    assert engine.precision == "bf16" and engine.runtime_precisions()["bf16"] > 0
+    assert engine.fidelity.dtype == "bfloat16" and engine.fidelity.cosine_min >= 0.999
+    assert "bfloat16 fidelity vs float32" in handler.worker.ready_line()
+    with pytest.raises(EngineError, match="below handler.min_cosine 1") as raised:
+        make_handler(onnx_dirs["embedding"], engine="openvino", dtype="bfloat16", min_cosine=1.0)
+    assert "\n" not in str(raised.value)
+    sampled, context = make_handler(onnx_dirs["embedding"], engine="openvino", dtype="bfloat16", fidelity_sample=1.0)
+    assert serve(sampled, context, [{"body": {"texts": mixed_texts(4, seed=3)}}])[0][0] == 200
+    assert sampled.task.engine.shadow.minimum >= 0.999
+
+
 def test_device_follows_torchserve_gpu_id_when_cuda_is_there():
     assert select_device(None, True) == "cpu"
     assert select_device(0, False) == "cpu"
@@ -93,6 +140,8 @@ def test_half_precision_is_for_cuda_and_torch():
         check_dtype(HandlerConfig(dtype="float16"), "cpu")
     with pytest.raises(ConfigError, match="engine onnxruntime"):
         check_dtype(HandlerConfig(dtype="bfloat16", engine="onnxruntime"), "cuda:0")
+    with pytest.raises(ConfigError, match="the openvino engine runs float32 or bfloat16 only"):
+        check_dtype(HandlerConfig(dtype="float16", engine="openvino"), "cuda:0")
     assert str(check_dtype(HandlerConfig(dtype="bfloat16"), "cuda:0")) == "torch.bfloat16"
     assert ONNX_FILE == "model.onnx"
 
@@ -121,13 +170,13 @@ def openai(handler, context, bodies):
     return [(context.status[i][0], json.loads(r)) for i, r in enumerate(replies)]
 
 
-@pytest.mark.parametrize("engine", ["torch", "onnxruntime"])
+@pytest.mark.parametrize("engine", ["torch", "onnxruntime", "openvino"])
 def test_token_ids_cut_either_side_as_their_text_and_the_kept_ids_are_checked(onnx_dirs, tiny_embedder_dir, engine):
     """Ids over max_length keep the ids the text's own cut keeps (the last ones with `truncation_direction: left`),
     and every kept id is checked: -1 or 10**6 there is the client's 400, never a 500 or ONNX's wrapped index."""
     from transformers import AutoTokenizer
 
-    folder = onnx_dirs["embedding"] if engine == "onnxruntime" else tiny_embedder_dir
+    folder = tiny_embedder_dir if engine == "torch" else onnx_dirs["embedding"]
     handler, context = make_handler(folder, engine=engine, max_length=32)
     text = " ".join(mixed_texts(12, seed=9))
     ids = AutoTokenizer.from_pretrained(tiny_embedder_dir)(text, add_special_tokens=False)["input_ids"]
@@ -225,7 +274,7 @@ def test_the_build_of_a_bfloat16_archive_prints_its_fidelity(tiny_embedder_dir, 
     handler = yaml.safe_load((stage / "minilm-bucketed.yaml").read_text())["handler"]
     assert handler["dtype"] == "bfloat16" and handler["engine"] == "torch"  # bfloat16 runs on torch
     assert build.main([*common, "--dtype", "bfloat16", "--engine", "onnxruntime", "--print-commands"]) == 2
-    assert "--dtype bfloat16 runs on the torch engine" in capsys.readouterr().err
+    assert "--dtype bfloat16 runs on engine torch or openvino; got --engine onnxruntime" in capsys.readouterr().err
     config = tmp_path / "strict.yaml"
     config.write_text(yaml.safe_dump({"handler": {"engine": "torch", "dtype": "bfloat16", "min_cosine": 1.0}}))
     argv = ["--config", str(config), "--name", "strict", "--model-dir", str(tiny_embedder_dir), "--out", str(tmp_path)]
@@ -247,3 +296,19 @@ def test_the_build_of_a_float16_archive_says_it_is_for_a_gpu(tiny_embedder_dir, 
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("float16 fidelity vs float32 on 26 probe texts: cosine min ")
     assert "bfloat16" not in first and "float16 is served on a CUDA GPU only" in first, first
+
+
+def test_the_openvino_build_checks_the_graph_on_openvino(tiny_embedder_dir, tmp_path, monkeypatch, capsys):
+    """`--engine openvino` stages onnxruntime's graph, checked on OpenVINO in f32 as well; a graph OpenVINO runs
+    past 1e-5 stops the build in one line naming the engine."""
+    from bucketing.engines import openvino_engine
+    from model_store import build
+
+    common = ["--model-dir", str(tiny_embedder_dir), "--strategies", "bucketed", "--print-commands"]
+    assert build.main([*common, "--engine", "openvino", "--stage-dir", str(tmp_path / "ok")]) == 0
+    assert (tmp_path / "ok" / "extra" / "model" / ONNX_FILE).is_file()
+    real = openvino_engine.OvEngine.__call__
+    monkeypatch.setattr(openvino_engine.OvEngine, "__call__", lambda self, *a: real(self, *a) + 1e-3)
+    assert build.main([*common, "--engine", "openvino", "--stage-dir", str(tmp_path / "off")]) == 2
+    err = capsys.readouterr().err
+    assert "the exported ONNX graph on openvino differs from the torch model by 1.00e-03" in err, err

@@ -1,7 +1,7 @@
 """Multi-vector (ColBERT-style) models in process: our answer equals sentence-transformers 6.2's own
 `MultiVectorEncoder(dir).encode()` / `encode_query()` / `encode_document()` (the same kept tokens, each vector within
 1e-5) for tiny random folders it saved itself: prefixes, skiplists, query expansion (fixed and min, attended or not),
-query/document lengths, Dense layers, Normalize or not; on both engines, every strategy, queries and documents
+query/document lengths, Dense layers, Normalize or not; on every engine, every strategy, queries and documents
 batched together. Our native route and TEI's /embed_all serve them; every other route refuses them in one line; an
 answer over max_response_bytes is a 413 while the rest of the batch is served; token pooling is refused."""
 
@@ -99,7 +99,7 @@ def served(handler, context, texts, input_types):
     return out
 
 
-@pytest.mark.parametrize("engine", ["torch", "onnxruntime"])
+@pytest.mark.parametrize("engine", ["torch", "onnxruntime", "openvino"])
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_each_variant_answers_as_multi_vector_encoder(folders, variant, engine, tmp_path):
     handler, context = handler_for(folders[variant], engine, tmp_path)

@@ -1,6 +1,6 @@
 """Our answer equals sentence-transformers' own `encode()` (within 1e-5 per component) for folders it saved itself:
 every pooling mode, Dense chains, Normalize or not, prompts, `include_prompt: false`, the legacy layout, on BERT,
-RoBERTa and DistilBERT bodies, on both engines and every strategy, texts batched with others."""
+RoBERTa and DistilBERT bodies, on every engine and strategy, texts batched with others."""
 
 from __future__ import annotations
 
@@ -72,19 +72,25 @@ def close(got, expected):
     assert diff <= TOLERANCE, diff
 
 
-@pytest.mark.parametrize("engine", ["torch", "onnxruntime"])
+@pytest.mark.parametrize("engine", ["torch", "onnxruntime", "openvino"])
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_each_chain_answers_as_sentence_transformers_encodes(folders, variant, engine, tmp_path):
     texts = mixed_texts(8, seed=5)[:7] + ["short"]
     close(ours(folders[variant], engine, texts, tmp_path), reference(folders[variant], texts))
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
-def test_each_chain_in_bfloat16_keeps_its_cosine_to_float32(folders, variant, tmp_path, bf16_cpu):
-    """bfloat16 (on a CPU that multiplies it natively): every pooling mode, Dense, prompts, within cosine 0.999 of
-    sentence-transformers' float32 encode() (not 1e-5: the encoder runs in bfloat16)."""
+@pytest.mark.parametrize(
+    ("variant", "engine"),
+    [(v, "torch") for v in VARIANTS] + [(v, "openvino") for v in ("mean-normalize", "dense-chain", "roberta-cls")],
+)
+def test_each_chain_in_bfloat16_keeps_its_cosine_to_float32(folders, variant, engine, tmp_path, bf16_cpu, request):
+    """bfloat16 (on a CPU that multiplies it natively; on openvino, where OpenVINO runs it): every pooling mode,
+    Dense, prompts, within cosine 0.999 of sentence-transformers' float32 encode() (not 1e-5: the encoder runs in
+    bfloat16)."""
+    if engine == "openvino":
+        request.getfixturevalue("openvino_bf16")
     texts = mixed_texts(8, seed=5)[:7] + ["short"]
-    got = ours(folders[variant], "torch", texts, tmp_path, dtype="bfloat16")
+    got = ours(folders[variant], engine, texts, tmp_path, dtype="bfloat16")
     expected = reference(folders[variant], texts)
     assert got.shape == expected.shape
     cosine = np.sum(got * expected, axis=1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1))
@@ -138,8 +144,9 @@ def test_the_shipped_minilm_equals_sentence_transformers_on_real_prose(minilm_di
         "different lengths and most of the compute of a padded batch goes into padding tokens. " * 3,
     ]
     expected = reference(minilm_dir, texts)
-    for engine in ("torch", "onnxruntime"):
-        model_dir = engine_model_dir(minilm_dir, engine, "embedding", tmp_path / engine)
+    for engine in ("torch", "onnxruntime", "openvino"):
+        graph = "onnxruntime" if engine == "openvino" else engine  # openvino runs onnxruntime's graph: one export
+        model_dir = engine_model_dir(minilm_dir, graph, "embedding", tmp_path / graph)
         handler, context = make_handler(model_dir, engine=engine, max_length=256)
         ((status, body),) = serve(handler, context, [{"body": {"texts": texts}}])
         assert status == 200

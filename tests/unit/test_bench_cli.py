@@ -86,6 +86,8 @@ def test_engines_are_an_axis_over_a_suite_or_a_matrix():
     assert suite.name == "batch-size" and {c.engine for c in suite.configs} == {"torch"}
     matrix = plan_from_args(parse_args(["--strategies", "bucketed", "--engines", "torch,onnxruntime"]))
     assert [c.name for c in matrix.configs] == ["bucketed bs16 torch", "bucketed bs16 onnxruntime"]
+    every = plan_from_args(parse_args(["--strategies", "bucketed", "--engines", "onnxruntime,openvino"]))
+    assert [c.engine for c in every.configs] == ["onnxruntime", "openvino"]
     with pytest.raises(SystemExit, match="--engines"):
         plan_from_args(parse_args(["--engines", "tensorrt"]))
 

@@ -49,7 +49,7 @@ def test_refusals_are_the_kinds_own_lines():
     assert KINDS["sparse"].refused("torch", "float32", "--dtype") is None
     assert KINDS["sparse"].refused("onnxruntime", "float32", "--dtype") is None
     assert KINDS["sparse"].refused("torch", "bfloat16", "--dtype") == (
-        "--dtype bfloat16: a sparse model is served in float32 only (engine torch or onnxruntime)"
+        "--dtype bfloat16: a sparse model is served in float32 only (engine torch, onnxruntime or openvino)"
     )
     assert (
         KINDS["multivector"].refused("torch", "bfloat16", "handler.dtype")

@@ -1,7 +1,9 @@
 """Forward-pass engines, one module each behind one interface (`base.Engine`): the model's output from padded ids
 and mask (for embeddings, the module chain of a sentence-transformers folder after the encoder: its pooling over a
 pooling mask, then its Dense layers; for classification, the logits), as float32 numpy, on the CPU or the worker's
-GPU. `torch_engine` runs the Hugging Face model (and every reduced dtype), `onnx_engine` the exported graph.
+GPU. `torch_engine` runs the Hugging Face model (and every reduced dtype), `onnx_engine` the exported graph on
+ONNX Runtime, `openvino_engine` the same graph compiled by OpenVINO for the CPU (float32, or bfloat16 where the CPU
+multiplies it natively).
 
 A worker runs on `cuda:<gpu_id>` when TorchServe gave it a GPU (`gpu_id` in its system properties) and CUDA is
 there, else on the CPU. `ENGINE_KINDS` below is the registry: adding an engine is its module and one line there
@@ -21,20 +23,23 @@ from bucketing.config import ENGINES, ConfigError, HandlerConfig
 from bucketing.engines import precision
 from bucketing.engines.base import Engine, select_device
 from bucketing.engines.onnx_engine import ONNX_FILE, export_onnx, open_onnxruntime
-from bucketing.engines.torch_engine import DTYPES, open_reduced, open_torch
+from bucketing.engines.openvino_engine import export_openvino, open_openvino
+from bucketing.engines.torch_engine import DTYPES, open_torch
 from bucketing.model.head import EngineError, Head, ModelInfo, load_head, reduced_weights
 
 __all__ = ["ENGINE_KINDS", "Engine", "EngineKind", "check_dtype", "load_engine", "select_device"]
 
 
 def check_dtype(config: HandlerConfig, device: str) -> torch.dtype:
-    if device == "cpu":
-        precision.check_cpu_dtype(config.dtype, precision.cpu_info())
-    if config.dtype != "float32" and ENGINE_KINDS[config.engine].float32_only:
+    kind = ENGINE_KINDS[config.engine]
+    if config.dtype not in kind.dtypes:
         raise ConfigError(
-            f"handler.dtype: got {config.dtype!r} with handler.engine {config.engine}; allowed: float32 "
-            f"(the {config.engine} engine runs float32 only; use engine: torch for float16/bfloat16)"
+            f"handler.dtype: got {config.dtype!r} with handler.engine {config.engine}; allowed: "
+            f"{', '.join(kind.dtypes)} (the {config.engine} engine runs {' or '.join(kind.dtypes)} only; use engine: "
+            f"torch for {config.dtype})"
         )
+    if device == "cpu" or kind.cpu_only:
+        precision.check_cpu_dtype(config.dtype, precision.cpu_info())
     return DTYPES[config.dtype]
 
 
@@ -46,7 +51,8 @@ class EngineKind:
     open: Callable[[Head, ModelInfo, HandlerConfig, str, str, Any], Engine]  # head, info, config, folder, device, dtype
     files: tuple[str, ...] = ()  # what it reads beside the model's files; `prepare` writes them at build time
     prepare: Callable[[str, str, Path], Path] | None = None  # (task, model folder, target file)
-    float32_only: bool = False
+    dtypes: tuple[str, ...] = tuple(DTYPES)  # the dtypes it runs (`handler.dtype`); its `open` takes each
+    cpu_only: bool = False  # runs on the CPU on a GPU worker too (its dtypes checked as a CPU worker's)
 
     def prepare_into(self, task: str, model_dir: str, folder: Path) -> None:
         """Write the files this engine needs into the archive's model folder."""
@@ -61,7 +67,8 @@ ENGINE_KINDS = {
     kind.name: kind
     for kind in (
         EngineKind("torch", open_torch),
-        EngineKind("onnxruntime", open_onnxruntime, (ONNX_FILE,), export_onnx, float32_only=True),
+        EngineKind("onnxruntime", open_onnxruntime, (ONNX_FILE,), export_onnx, dtypes=("float32",)),
+        EngineKind("openvino", open_openvino, (ONNX_FILE,), export_openvino, precision.CPU_DTYPES, cpu_only=True),
     )
 }
 assert tuple(ENGINE_KINDS) == ENGINES, "bucketing.config.ENGINES and engines.ENGINE_KINDS must name the same engines"
@@ -76,5 +83,4 @@ def load_engine(config: HandlerConfig, model_dir: str, gpu_id: Any = None) -> tu
         saved = next((p.dtype for p in head.model.parameters() if p.is_floating_point()), torch.float32)
         if saved != torch.float32:
             raise EngineError(reduced_weights(model_dir, str(saved).removeprefix("torch.")))
-        return ENGINE_KINDS[config.engine].open(head, info, config, model_dir, device, dtype), info
-    return open_reduced(head, info, config, model_dir, device, dtype), info
+    return ENGINE_KINDS[config.engine].open(head, info, config, model_dir, device, dtype), info

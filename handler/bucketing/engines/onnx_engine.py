@@ -121,9 +121,17 @@ def export_onnx(task: str, model_dir: str, path: Path) -> Path:
     return path
 
 
-def check_export(head: Head, info: ModelInfo, path: Path, window: int | None) -> None:
-    """The exported graph against the torch head on padded rows long enough to cross the model's sliding window
-    (if any), so the graph's masks are checked where the window bites; an EngineError past TOLERANCE."""
+def check_export(
+    head: Head,
+    info: ModelInfo,
+    path: Path,
+    window: int | None,
+    runner: Callable[[Path], Any] | None = None,
+    engine: str = "onnxruntime",
+) -> None:
+    """The exported graph (run by `runner`, for `engine`: ONNX Runtime's unless told) against the torch head on
+    padded rows long enough to cross the model's sliding window (if any), so the graph's masks are checked where the
+    window bites; an EngineError past TOLERANCE."""
     length = min(info.max_positions, 2 * window + 8) if window else 24
     rng = np.random.default_rng(1)
     ids = rng.integers(min(1000, info.vocab_size // 2), info.vocab_size, size=(3, length), dtype=np.int64)
@@ -131,7 +139,7 @@ def check_export(head: Head, info: ModelInfo, path: Path, window: int | None) ->
     mask[1, length // 2 :] = 0
     mask[2, length - 3 :] = 0
     try:
-        got = OrtEngine(path, 1, "cpu")(ids, mask, mask, probe_types(mask))
+        got = (runner or (lambda p: OrtEngine(p, 1, "cpu")))(path)(ids, mask, mask, probe_types(mask))
         diff = float(
             np.abs(
                 got
@@ -144,7 +152,7 @@ def check_export(head: Head, info: ModelInfo, path: Path, window: int | None) ->
         why = ""
     if not diff <= TOLERANCE:
         raise EngineError(
-            f"the exported ONNX graph differs from the torch model by {diff:.2e} at {length} tokens{why}; "
+            f"the exported ONNX graph on {engine} differs from the torch model by {diff:.2e} at {length} tokens{why}; "
             "build it with --engine torch, which serves it exactly"
         )
 
@@ -173,13 +181,14 @@ def window_masks(config: Any, attention_mask: torch.Tensor) -> dict[str, torch.T
 EXPORT_MASKS: dict[str, Callable[[Any, torch.Tensor], Any]] = {"gemma3_text": window_masks}
 
 
-def exported_graph(model_dir: str) -> Path:
-    """The graph the build exported into the model folder; an EngineError naming the build command when absent."""
+def exported_graph(model_dir: str, engine: str = "onnxruntime") -> Path:
+    """The graph the build exported into the model folder (for `engine`, which runs it); an EngineError naming the
+    build command when absent."""
     path = Path(model_dir) / ONNX_FILE
     if not path.exists():
         raise EngineError(
-            f"handler.engine onnxruntime: no {ONNX_FILE} in {model_dir}; build the archive with "
-            "`python -m model_store.build --engine onnxruntime` (it exports the graph)"
+            f"handler.engine {engine}: no {ONNX_FILE} in {model_dir}; build the archive with "
+            f"`python -m model_store.build --engine {engine}` (it exports the graph)"
         )
     return path
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import logging
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -110,6 +111,9 @@ class TorchEngine:
 
 
 def open_torch(head: Head, info: ModelInfo, config: HandlerConfig, model_dir: str, device: str, dtype: Any) -> Engine:
+    """The torch engine: the model as it is in float32, else `open_reduced`."""
+    if dtype != torch.float32:
+        return open_reduced(head, info, config, model_dir, device, dtype)
     return TorchEngine(head, device, dtype, config.torchscript, info.vocab_size)
 
 
@@ -117,15 +121,32 @@ def open_reduced(head: Head, info: ModelInfo, config: HandlerConfig, model_dir: 
     """The torch engine in a reduced dtype, its fidelity to the float32 model measured on `precision.probe_set`
     (an EngineError below `handler.min_cosine`); with `handler.fidelity_sample`, it keeps a float32 copy of the model
     for its shadow checks."""
+    kept = copy.deepcopy(head) if config.fidelity_sample > 0 else head  # `head` turns to `dtype` below
+    reference = TorchEngine(kept, device, torch.float32, False, info.vocab_size)
+    engine: Engine = fidelity_gate(
+        lambda: TorchEngine(head, device, dtype, config.torchscript, info.vocab_size),
+        reference,
+        info,
+        config,
+        model_dir,
+    )
+    return engine
+
+
+def fidelity_gate(
+    make: Callable[[], Any], reference: TorchEngine, info: ModelInfo, config: HandlerConfig, model_dir: str
+) -> Any:
+    """A reduced-precision engine (any engine: `make` opens it, after the float32 `reference` has run the probes;
+    `fidelity`, `shadow` and `reference` are set on it) measured against `reference` on `precision.probe_set`: an
+    EngineError (one line) below `handler.min_cosine`; with `handler.fidelity_sample`, its shadow checks run on
+    `reference`."""
     from bucketing.model.tokenizer import Tokenizer
 
     tokenizer = Tokenizer(model_dir, min(config.max_length, info.max_positions), bool(info.chain.do_lower_case))
     classifier = KINDS[config.task].classifier
     probes = precision.probe_set(tokenizer, pairs=classifier)
-    kept = copy.deepcopy(head) if config.fidelity_sample > 0 else head  # `head` turns to `dtype` below
-    reference = TorchEngine(kept, device, torch.float32, False, info.vocab_size)
     expected = precision.run_probes(reference, probes, tokenizer.pad_id)
-    engine = TorchEngine(head, device, dtype, config.torchscript, info.vocab_size)
+    engine = make()
     got = precision.run_probes(engine, probes, tokenizer.pad_id)
     kinds = [p.kind for p in probes]
     engine.fidelity = precision.measure(config.dtype, expected, got, classifier, info.activation, kinds)

@@ -42,6 +42,8 @@ class Implementation(Protocol):
 
     def describe(self, folder: Path) -> dict[str, Any] | None: ...
 
+    def engine_refusal(self, folder: Path, engine: str) -> str | None: ...
+
     def load_head(self, model_dir: str, attention: str | None = None) -> tuple[Any, Any]:
         """A kind with `own_head`: its head and the model's facts (as head.load_head gives them)."""
         ...
@@ -122,9 +124,9 @@ KINDS: dict[str, Kind] = {  # by name (a str key: config and requests look names
             saved_as="SparseEncoder",
             note="one sparse vector per text",
             own_head=True,
-            engines=("torch", "onnxruntime"),
+            engines=("torch", "onnxruntime", "openvino"),
             dtypes=("float32",),
-            refusal="{setting} {dtype}: {model} is served in float32 only (engine torch or onnxruntime)",
+            refusal="{setting} {dtype}: {model} is served in float32 only (engine torch, onnxruntime or openvino)",
             answer_bound="checked",
             options=("max_active_dims",),
             normalized=False,

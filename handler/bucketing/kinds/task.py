@@ -150,6 +150,11 @@ class TaskHooks:
         """What the build records of its chain in the model-config (for a person reading it); None: nothing."""
         return None
 
+    @staticmethod
+    def engine_refusal(folder: Path, engine: str) -> str | None:
+        """Why this folder is not served on `engine` (one line, said at build as at worker start); None: it is."""
+        return None
+
     def cut(self, input_type: str | None, ceiling: int) -> int:
         return ceiling
 

@@ -3,7 +3,7 @@
 For embeddings, the module chain of a sentence-transformers folder after the encoder (its pooling over a pooling
 mask, then its Dense layers, each checked against its weights before anything is allocated); for classification,
 the logits, with the labels and the activation that turns them into scores. `load_head` opens the Hugging Face model
-with its head; `engines` runs it (torch, onnxruntime) on a device and in a dtype.
+with its head; `engines` runs it (torch, onnxruntime, openvino) on a device and in a dtype.
 """
 
 from __future__ import annotations

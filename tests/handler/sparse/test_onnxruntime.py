@@ -74,6 +74,26 @@ def test_several_csr_routes_are_refused_on_onnxruntime_in_one_line(csr_routers, 
     assert "\n" not in str(raised.value)
 
 
+def test_a_summing_splade_is_refused_on_openvino_in_one_line(tmp_path, capsys):
+    """OpenVINO runs the graph's float64 sum in float32 (2.3e-5 off encode() on the large sums below): a SPLADE
+    summing over its tokens is not built for it, does not start on it, and says why in one line."""
+    from bucketing.model.head import EngineError
+    from model_store import build
+
+    folder = build_sparse_encoder(tmp_path / "large", pooling="sum", activation="log1p_relu", logit_scale=4, seed=1)
+    argv = ["--model-dir", str(folder), "--strategies", "bucketed", "--engine", "openvino", "--print-commands"]
+    capsys.readouterr()  # the folder's saving
+    assert build.main([*argv, "--stage-dir", str(tmp_path / "refused")]) == 2
+    assert capsys.readouterr().err == (
+        "error: --engine openvino: a SPLADE summing over its tokens is served on engine torch or onnxruntime only "
+        "(openvino runs the graph's float64 sum in float32, up to 2.3e-5 off encode())\n"
+    )
+    served = stage_onnxruntime_archive(folder, tmp_path / "stage")[0]
+    with pytest.raises(EngineError, match="served on engine torch or onnxruntime only") as raised:
+        make_handler(served, task="sparse", engine="openvino", max_length=MAX_LENGTH)
+    assert "\n" not in str(raised.value)
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_large_sums_equal_encode_within_1e5_on_both_engines(tmp_path, engine):
     """A SPLADE whose sums over many tokens reach 20-64 (sum, log1p_relu, its logits scaled): every value within
@@ -93,3 +113,18 @@ def test_large_sums_equal_encode_within_1e5_on_both_engines(tmp_path, engine):
         for a, row in zip(body, expected)
     )
     assert mismatches([a["embedding"] for a in body], expected) == 0, f"worst value {worst:.2e} off encode()"
+
+
+@pytest.mark.parametrize("variant", ["router", "csr"])
+def test_openvino_serves_the_same_graph_within_1e_5(folders, csr_folders, archives, variant):
+    """The openvino engine runs the graph an onnxruntime archive carries (the same export), checked against torch at
+    start; its answers match encode()'s."""
+    staged, _ = archives(variant)
+    handler, context = make_handler(staged, task="sparse", engine="openvino", max_length=MAX_LENGTH)
+    assert handler.task.engine.name == "openvino"
+    assert ("openvino: the graph also holds activations" in handler.task.ready_note) == (variant == "router")
+    texts = mixed_texts(5, seed=12) + ["x"]
+    ((status, body),) = serve_at(handler, context, [{"texts": texts, "input_type": "document"}], [""])
+    assert status == 200
+    folder = folders[variant] if variant in folders else csr_folders[variant]
+    assert mismatches([a["embedding"] for a in body], reference(folder, texts, "document")) == 0

@@ -1,6 +1,7 @@
-"""Sparse encoders on the onnxruntime engine: the graph exported at build (`load_head`: what `onnx_engine.export_onnx`
-exports for the sparse kind) and the engine that runs it at worker start (`open_engine`), checked against the torch
-engine (`engines.SparseEngine` / `engines.CsrEngine`) on padded inputs.
+"""Sparse encoders on the graph engines (onnxruntime; openvino, the same graph compiled by OpenVINO): the graph
+exported at build (`load_head`: what `onnx_engine.export_onnx` exports for the sparse kind) and the engine that runs
+it at worker start (`open_engine`), checked against the torch engine (`engines.SparseEngine` / `engines.CsrEngine`)
+on padded inputs (OpenVINO has no float64: a summing SPLADE is refused on it, `SUMS_IN_FLOAT32`).
 
 SPLADE: the graph runs (input_ids, attention_mask) to the pooled vocabulary-size vectors, the masked-LM logits,
 the mask, relu, log1p and max or sum over the tokens inside it, so each run hands back rows x vocabulary floats,
@@ -165,34 +166,38 @@ class OrtHead:
         return torch.from_numpy(out).to(input_ids.device)
 
 
-def open_onnxruntime(task: Any, config: Any, model_dir: str) -> Any:
-    """The exported graph in the task's engine's place, checked against it on padded inputs for every route that
-    runs the transformer (an EngineError in one line past engines.base.TOLERANCE, or on any failure)."""
+def open_graph(task: Any, config: Any, model_dir: str) -> Any:
+    """The exported graph on the configured graph engine (`GRAPHS`) in the task's engine's place, checked against it
+    on padded inputs for every route that runs the transformer (an EngineError in one line past
+    engines.base.TOLERANCE, or on any failure)."""
     from bucketing.engines.base import TOLERANCE, probe
-    from bucketing.engines.onnx_engine import OrtEngine, exported_graph
+    from bucketing.engines.onnx_engine import exported_graph
     from bucketing.model.head import EngineError
 
     torch_engine = task.engine
     several = several_csr(task.spec)
     if several:
-        raise EngineError(f"handler.engine onnxruntime: {model_dir}: {several}")
-    path = exported_graph(model_dir)
+        raise EngineError(f"handler.engine {config.engine}: {model_dir}: {several}")
+    path = exported_graph(model_dir, config.engine)
     routes = [r for r in task.spec.routes.values() if r.runs_transformer]
+    float32_sum = summed_in_float32(task.spec, config.engine)
+    if float32_sum:
+        raise EngineError(f"handler.engine {config.engine}: {model_dir}: {float32_sum}")
     try:
-        graph = OrtEngine(path, config.torch_threads, torch_engine.device)
+        graph = GRAPHS[config.engine](path, config.torch_threads, torch_engine.device)
         engine: Any
         if routes[0].is_csr:  # the one CSR route's dense chain on the graph, its autoencoder on torch
             engine = copy.copy(torch_engine)
             engine.parts = {k: (OrtHead(graph), *v[1:]) for k, v in torch_engine.parts.items()}
-            engine.name = OrtSpladeEngine.name
             model = next(iter(torch_engine.parts.values()))[0].model
         else:
             engine = OrtSpladeEngine(graph, pools(task.spec), torch_engine.group_tokens)
             summed = any(pooling == "sum" for pooling, _ in engine.pools)
-            task.ready_note += "; onnxruntime: the graph also holds activations the size of a group's logits" + (
+            task.ready_note += f"; {config.engine}: the graph also holds activations the size of a group's logits" + (
                 ", and a float64 copy of them for the sum (twice that size)" if summed else ""
             )
             model = torch_engine.model
+        engine.name = config.engine
         ids, mask, pool_mask = probe(int(model.config.vocab_size))  # pool_mask: a prompt left out of pooling
         diff = max(
             float(np.abs(engine(ids, mask, r, *extra) - torch_engine(ids, mask, r, *extra)).max())
@@ -201,19 +206,46 @@ def open_onnxruntime(task: Any, config: Any, model_dir: str) -> Any:
         )
     except Exception as e:
         raise EngineError(
-            f"handler.engine onnxruntime: {path} could not be checked against the torch model "
+            f"handler.engine {config.engine}: {path} could not be checked against the torch model "
             f"({type(e).__name__}: {' '.join(str(e).split())[:300]})"  # one line, whatever the error says
         ) from e
     if not diff <= TOLERANCE:
         raise EngineError(
-            f"handler.engine onnxruntime: {path} differs from the torch model by {diff:.2e} on padded "
+            f"handler.engine {config.engine}: {path} differs from the torch model by {diff:.2e} on padded "
             f"inputs (allowed: {TOLERANCE:g}); rebuild the archive from this model"
         )
     return engine
 
 
+def ort_graph(path: Any, threads: int, device: str) -> Any:
+    from bucketing.engines.onnx_engine import OrtEngine
+
+    return OrtEngine(path, threads, device)
+
+
+def openvino_graph(path: Any, threads: int, device: str) -> Any:
+    from bucketing.engines.openvino_engine import OvEngine
+
+    return OvEngine(path, threads, "float32")  # sparse models are served in float32 only
+
+
+def summed_in_float32(spec: SparseSpec, engine: str) -> str | None:
+    """Why a SPLADE summing over its tokens is not served on `engine` (one of `SUMS_IN_FLOAT32`); None otherwise."""
+    if engine not in SUMS_IN_FLOAT32 or not any(pooling == "sum" for pooling, _ in pools(spec)):
+        return None
+    return (
+        f"a SPLADE summing over its tokens is served on engine torch or onnxruntime only ({engine} runs the graph's "
+        "float64 sum in float32, up to 2.3e-5 off encode())"
+    )
+
+
+# Engines that run the graph's float64 sum (SPLADE's sum pooling) in float32: OpenVINO's CPU plugin has no float64;
+# measured 2.3e-5 off encode() (tests/handler/sparse/test_onnxruntime.py, large sums), past engines.base.TOLERANCE.
+SUMS_IN_FLOAT32 = ("openvino",)
+# The engines that run the exported graph, by handler.engine: (graph file, threads, device) -> the graph's runner.
+GRAPHS = {"onnxruntime": ort_graph, "openvino": openvino_graph}
 # How a sparse model's engine opens, by handler.engine: torch's is the task's own.
-OPEN = {"torch": lambda task, config, model_dir: task.engine, "onnxruntime": open_onnxruntime}
+OPEN = {"torch": lambda task, config, model_dir: task.engine, **{name: open_graph for name in GRAPHS}}
 
 
 def open_engine(task: Any, config: Any, model_dir: str) -> Any:

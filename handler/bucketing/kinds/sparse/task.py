@@ -71,6 +71,13 @@ class SparseTask(TaskHooks):
     def describe(folder: Path) -> dict[str, Any] | None:
         return read_sparse(folder).describe()
 
+    @staticmethod
+    def engine_refusal(folder: Path, engine: str) -> str | None:
+        """A summing SPLADE on an engine that sums in float32 (`onnx.summed_in_float32`)."""
+        from bucketing.kinds.sparse.onnx import summed_in_float32
+
+        return summed_in_float32(read_sparse(folder), engine)
+
     def __init__(
         self,
         spec: SparseSpec,
