@@ -95,8 +95,10 @@ def close(got, expected):
     assert diff <= TOLERANCE, diff
 
 
-@pytest.mark.parametrize("engine", ["torch", "onnxruntime"])
-@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize(
+    ("engine", "variant"),
+    [*((e, v) for e in ("torch", "onnxruntime") for v in VARIANTS), ("openvino", "prompt-excluded")],
+)
 def test_chunked_texts_equal_sentence_transformers_windows_pooled(folders, variant, engine, tmp_path):
     folder = folders[variant]
     handler, context = handler_for(folder, engine, tmp_path)

@@ -80,8 +80,13 @@ def handler_for(folder, engine, tmp_path, **section):
     return make_handler(model_dir, engine=engine, max_length=MAX_LENGTH, **section)
 
 
-@pytest.mark.parametrize("engine", ["torch", "onnxruntime"])
-@pytest.mark.parametrize("variant", ["mean-normalize", "prompted", "roberta"])
+@pytest.mark.parametrize(
+    ("engine", "variant"),
+    [
+        *((e, v) for e in ("torch", "onnxruntime") for v in ("mean-normalize", "prompted", "roberta")),
+        ("openvino", "mean-normalize"),
+    ],
+)
 def test_spans_equal_sentence_transformers_token_embeddings_pooled(folders, variant, engine, tmp_path):
     folder = folders[variant]
     handler, context = handler_for(folder, engine, tmp_path)

@@ -23,7 +23,7 @@ import torch
 from bucketing.config import HandlerConfig
 from bucketing.engines import precision
 from bucketing.engines.base import TOLERANCE, Engine, probe, probe_types
-from bucketing.engines.onnx_engine import ONNX_ATTENTION, check_export, export_onnx, exported_graph
+from bucketing.engines.onnx_engine import ONNX_ATTENTION, STATES, check_export, export_onnx, exported_graph
 from bucketing.engines.shadow import Shadow
 from bucketing.engines.torch_engine import TorchEngine, fidelity_gate
 from bucketing.model.head import EngineError, Head, ModelInfo, load_head
@@ -64,6 +64,19 @@ class OvEngine:
         self.precision = str(self.compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name())  # f32, bf16
         self.request = self.compiled.create_infer_request()
         self.inputs = [i.get_any_name() for i in model.inputs]
+        self.outputs = [o.get_any_name() for o in model.outputs]
+
+    @property
+    def has_states(self) -> bool:
+        """Whether the graph gives token embeddings (`states`): an embedding model's, exported since late chunking."""
+        return STATES in self.outputs
+
+    def states(self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None) -> tuple[Any, Any]:
+        """The pooled outputs and the encoder's token embeddings of one pass."""
+        feed = {"input_ids": ids, "attention_mask": mask, "pool_mask": mask if pool_mask is None else pool_mask}
+        self.request.infer({name: feed[name] for name in self.inputs})
+        pooled, tokens = (self.request.get_tensor(self.compiled.output(n)).data for n in ("output", STATES))
+        return np.array(pooled, dtype=np.float32, copy=True), np.array(tokens, dtype=np.float32, copy=True)
 
     def runtime_precisions(self) -> Counter[str]:
         """How many of the compiled model's matrix-product layers (`PRODUCTS`) run in each precision."""
@@ -84,7 +97,7 @@ class OvEngine:
             "token_type_ids": np.zeros_like(ids) if types is None else types,
         }
         self.request.infer({name: feed[name] for name in self.inputs})
-        out: np.ndarray = np.array(self.request.get_output_tensor(0).data, dtype=np.float32, copy=True)
+        out: np.ndarray = np.array(self.request.get_tensor(self.compiled.output("output")).data, dtype=np.float32)
         if self.shadow is not None and self.reference is not None:
             TorchEngine._check(self.shadow, self.reference, out, ids, mask, pool_mask, types)
         return out
