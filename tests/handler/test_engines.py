@@ -269,8 +269,9 @@ def test_the_build_of_a_bfloat16_archive_prints_its_fidelity(tiny_embedder_dir, 
     common = ["--model-dir", str(tiny_embedder_dir), "--strategies", "bucketed", "--stage-dir", str(stage)]
     assert build.main([*common, "--dtype", "bfloat16", "--print-commands"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("bfloat16 fidelity vs float32 on 26 probe texts: cosine min 0.99")
-    assert "(measured at build; this CPU " in out.splitlines()[0]
+    (line,) = [x for x in out.splitlines() if x.startswith("bfloat16 fidelity vs float32")]  # the build's lines
+    assert line.startswith("bfloat16 fidelity vs float32 on 26 probe texts: cosine min 0.99")
+    assert "(measured at build; this CPU " in line
     handler = yaml.safe_load((stage / "minilm-bucketed.yaml").read_text())["handler"]
     assert handler["dtype"] == "bfloat16" and handler["engine"] == "torch"  # bfloat16 runs on torch
     assert build.main([*common, "--dtype", "bfloat16", "--engine", "onnxruntime", "--print-commands"]) == 2
@@ -293,7 +294,7 @@ def test_the_build_of_a_float16_archive_says_it_is_for_a_gpu(tiny_embedder_dir, 
 
     argv = ["--model-dir", str(tiny_embedder_dir), "--strategies", "bucketed", "--stage-dir", str(tmp_path / "stage")]
     assert build.main([*argv, "--dtype", "float16", "--print-commands"]) == 0
-    first = capsys.readouterr().out.splitlines()[0]
+    (first,) = [x for x in capsys.readouterr().out.splitlines() if "fidelity vs float32" in x]
     assert first.startswith("float16 fidelity vs float32 on 26 probe texts: cosine min ")
     assert "bfloat16" not in first and "float16 is served on a CUDA GPU only" in first, first
 
