@@ -49,7 +49,7 @@ BAD = [
     (b'{"text": "unterminated', "application/json", 400, "InvalidJSON"),
     (b'{"texts": [1, 2]}', "application/json", 400, "InvalidType"),
     (b"\xff\xfe\xfa", "text/plain", 400, "InvalidEncoding"),
-    (json.dumps({"texts": ["x"] * 33}).encode(), "application/json", 413, "TooManyTexts"),
+    (json.dumps({"texts": ["x"] * 2049}).encode(), "application/json", 413, "TooManyTexts"),  # max_texts_per_request
     (b"hello world", "application/x-www-form-urlencoded", 415, "UnsupportedMediaType"),  # what curl -d sends
 ]
 
