@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 
 import pytest
@@ -74,12 +73,43 @@ def test_workers_that_hang_are_ended_at_the_timeout(started):
     assert alive(started) == []
 
 
-def test_an_interrupt_ends_every_worker(started):
-    timer = threading.Timer(3.0, lambda: os.kill(os.getpid(), signal.SIGINT))
-    timer.start()
+# A bench run interrupted (Ctrl-C): run in a process of its own, as the bench runs, so what this test process has
+# loaded (native libraries' threads and signal handlers from other tests) is not in it.
+INTERRUPTED = """
+import multiprocessing.context as mpc, sys
+from bench.exact_length import run_workers
+from tests.unit.test_bench_exact_length import hangs
+original = mpc.SpawnProcess.start
+def start(self):
+    original(self)
+    print(self.pid, flush=True)
+mpc.SpawnProcess.start = start
+try:
+    run_workers(hangs, [(0,), (1,)], timeout=120)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(0)
+sys.exit(1)
+"""
+
+
+def test_an_interrupt_ends_every_worker():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": f"{root / 'handler'}{os.pathsep}{root}"}
+    child = subprocess.Popen([sys.executable, "-c", INTERRUPTED], cwd=root, env=env, stdout=subprocess.PIPE, text=True)
     try:
-        with pytest.raises(KeyboardInterrupt):
-            run_workers(hangs, [(0,), (1,)], timeout=120)
+        assert child.stdout is not None
+        pids = [int(child.stdout.readline()) for _ in range(2)]
+        time.sleep(1.0)
+        child.send_signal(signal.SIGINT)
+        out, _ = child.communicate(timeout=60)
     finally:
-        timer.cancel()
-    assert len(started) == 2 and alive(started) == []
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 0 and "interrupted" in out
+    assert alive(pids) == []
