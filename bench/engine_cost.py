@@ -14,13 +14,12 @@ from __future__ import annotations
 import argparse
 import platform
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from bench.tokenize_cost import best_of
 from bucketing.config import ENGINES, ConfigError, HandlerConfig
 from bucketing.engines import ENGINE_KINDS, Engine, load_engine, precision
 from bucketing.model.head import EngineError
@@ -31,17 +30,6 @@ from model_store.archives import SERVED, engine_model_dir, minilm_dir
 TEXTS = precision.PROSE + tuple(f"{a} {b}" for a, b in zip(precision.PROSE[::2], precision.PROSE[1::2]))
 ROWS = 4  # texts a sub-batch
 FIXED = (1, 8)  # rows x tokens of the pass whose time is the fixed cost
-
-
-def best_of(run: Callable[[], object], repeat: int) -> float:
-    """The least of `repeat` timed runs, in seconds (after one untimed run)."""
-    run()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def passes(tokenizer: Tokenizer, texts: tuple[str, ...]) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:
@@ -56,6 +44,7 @@ def timed(
     run: Engine, fixed: tuple[np.ndarray, np.ndarray], batches: list[tuple[np.ndarray, np.ndarray]], repeat: int
 ) -> tuple[float, float]:
     """Seconds of the fixed pass, and of all the sorted passes, each best of `repeat`."""
+    run(*fixed)  # once untimed: first-call costs are not a pass's
     return best_of(lambda: run(*fixed), repeat), best_of(lambda: [run(i, m) for i, m in batches], repeat)
 
 

@@ -82,3 +82,21 @@ def head_inputs(
     if head.types:
         return ids, mask, np.zeros_like(ids) if types is None else types
     return ids, mask
+
+
+def graph_feed(
+    names: list[str],
+    ids: np.ndarray,
+    mask: np.ndarray,
+    pool_mask: np.ndarray | None = None,
+    types: np.ndarray | None = None,
+) -> dict[str, np.ndarray]:
+    """An exported graph's inputs by name (`names`: those it takes): ids and mask; the pooling mask (the attention
+    mask unless told); token types (zeros unless told)."""
+    feed = {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "pool_mask": mask if pool_mask is None else pool_mask,
+        "token_type_ids": np.zeros_like(ids) if types is None else types,
+    }
+    return {name: feed[name] for name in names}

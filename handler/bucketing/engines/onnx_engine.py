@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from bucketing.config import HandlerConfig
-from bucketing.engines.base import TOLERANCE, Engine, head_inputs, probe, probe_types
+from bucketing.engines.base import TOLERANCE, Engine, graph_feed, head_inputs, probe, probe_types
 from bucketing.engines.torch_engine import TorchEngine
 from bucketing.model.head import EngineError, Head, ModelInfo, WithStates, load_head
 
@@ -57,13 +57,7 @@ class OrtEngine:
     def __call__(
         self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None, types: np.ndarray | None = None
     ) -> np.ndarray:
-        feed = {
-            "input_ids": ids,
-            "attention_mask": mask,
-            "pool_mask": mask if pool_mask is None else pool_mask,
-            "token_type_ids": np.zeros_like(ids) if types is None else types,
-        }
-        first: np.ndarray = self.session.run(["output"], {name: feed[name] for name in self.inputs})[0]
+        first: np.ndarray = self.session.run(["output"], graph_feed(self.inputs, ids, mask, pool_mask, types))[0]
         return first
 
     @property
@@ -73,8 +67,7 @@ class OrtEngine:
 
     def states(self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None) -> tuple[Any, Any]:
         """The pooled outputs and the encoder's token embeddings of one pass."""
-        feed = {"input_ids": ids, "attention_mask": mask, "pool_mask": mask if pool_mask is None else pool_mask}
-        pooled, tokens = self.session.run(["output", STATES], {name: feed[name] for name in self.inputs})
+        pooled, tokens = self.session.run(["output", STATES], graph_feed(self.inputs, ids, mask, pool_mask))
         return pooled, tokens
 
 

@@ -22,7 +22,7 @@ import torch
 
 from bucketing.config import HandlerConfig
 from bucketing.engines import precision
-from bucketing.engines.base import TOLERANCE, Engine, probe, probe_types
+from bucketing.engines.base import TOLERANCE, Engine, graph_feed, probe, probe_types
 from bucketing.engines.onnx_engine import ONNX_ATTENTION, STATES, check_export, export_onnx, exported_graph
 from bucketing.engines.shadow import Shadow
 from bucketing.engines.torch_engine import TorchEngine, fidelity_gate
@@ -73,8 +73,7 @@ class OvEngine:
 
     def states(self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None) -> tuple[Any, Any]:
         """The pooled outputs and the encoder's token embeddings of one pass."""
-        feed = {"input_ids": ids, "attention_mask": mask, "pool_mask": mask if pool_mask is None else pool_mask}
-        self.request.infer({name: feed[name] for name in self.inputs})
+        self.request.infer(graph_feed(self.inputs, ids, mask, pool_mask))
         pooled, tokens = (self.request.get_tensor(self.compiled.output(n)).data for n in ("output", STATES))
         return np.array(pooled, dtype=np.float32, copy=True), np.array(tokens, dtype=np.float32, copy=True)
 
@@ -90,13 +89,7 @@ class OvEngine:
     def __call__(
         self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None, types: np.ndarray | None = None
     ) -> np.ndarray:
-        feed = {
-            "input_ids": ids,
-            "attention_mask": mask,
-            "pool_mask": mask if pool_mask is None else pool_mask,
-            "token_type_ids": np.zeros_like(ids) if types is None else types,
-        }
-        self.request.infer({name: feed[name] for name in self.inputs})
+        self.request.infer(graph_feed(self.inputs, ids, mask, pool_mask, types))
         out: np.ndarray = np.array(self.request.get_tensor(self.compiled.output("output")).data, dtype=np.float32)
         if self.shadow is not None and self.reference is not None:
             TorchEngine._check(self.shadow, self.reference, out, ids, mask, pool_mask, types)
