@@ -100,3 +100,10 @@ def graph_feed(
         "token_type_ids": np.zeros_like(ids) if types is None else types,
     }
     return {name: feed[name] for name in names}
+
+
+def probe_diff(engine: Any, reference: Any, vocab_size: int) -> float:
+    """The largest difference between an engine's outputs and a reference engine's on the padded probe inputs."""
+    ids, mask, pool_mask = probe(vocab_size)
+    types = probe_types(mask)
+    return float(np.abs(engine(ids, mask, pool_mask, types) - reference(ids, mask, pool_mask, types)).max())

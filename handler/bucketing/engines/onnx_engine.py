@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from bucketing.config import HandlerConfig
-from bucketing.engines.base import TOLERANCE, Engine, graph_feed, head_inputs, probe, probe_types
+from bucketing.engines.base import TOLERANCE, Engine, graph_feed, head_inputs, probe, probe_diff, probe_types
 from bucketing.engines.torch_engine import TorchEngine
 from bucketing.model.head import EngineError, Head, ModelInfo, WithStates, load_head
 
@@ -193,11 +193,8 @@ def open_onnxruntime(
     path = exported_graph(model_dir)
     try:
         engine = OrtEngine(path, config.torch_threads, device)
-        ids, mask, pool_mask = probe(info.vocab_size)
-        reference = TorchEngine(head, device, torch.float32, False, info.vocab_size)(
-            ids, mask, pool_mask, probe_types(mask)
-        )
-        diff = float(np.abs(engine(ids, mask, pool_mask, probe_types(mask)) - reference).max())
+        reference = TorchEngine(head, device, torch.float32, False, info.vocab_size)
+        diff = probe_diff(engine, reference, info.vocab_size)
     except Exception as e:
         raise EngineError(
             f"handler.engine onnxruntime: {path} could not be checked against the torch model "

@@ -22,7 +22,7 @@ import torch
 
 from bucketing.config import HandlerConfig
 from bucketing.engines import precision
-from bucketing.engines.base import TOLERANCE, Engine, graph_feed, probe, probe_types
+from bucketing.engines.base import TOLERANCE, Engine, graph_feed, probe_diff
 from bucketing.engines.onnx_engine import ONNX_ATTENTION, STATES, check_export, export_onnx, exported_graph
 from bucketing.engines.shadow import Shadow
 from bucketing.engines.torch_engine import TorchEngine, fidelity_gate
@@ -146,9 +146,7 @@ def open_openvino(
         return gated
     try:
         engine = OvEngine(path, config.torch_threads, "float32")
-        ids, mask, pool_mask = probe(info.vocab_size)
-        expected = reference(ids, mask, pool_mask, probe_types(mask))
-        diff = float(np.abs(engine(ids, mask, pool_mask, probe_types(mask)) - expected).max())
+        diff = probe_diff(engine, reference, info.vocab_size)
     except Exception as e:
         raise EngineError(
             f"handler.engine openvino: {path} could not be checked against the torch model "
