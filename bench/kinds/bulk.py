@@ -8,16 +8,25 @@
 
 The two ratios (bulk / split texts/s, during / alone p99) are the report's section, and `bulk.json` in the run's
 folder. Every load is bounded in count and time; the bulk request's texts are the workload's, repeated if fewer.
+
+Where the bulk requests go (`--bulk-layouts`, or the suite's `options: {bulk_layouts: [...]}`): `same`, the
+configuration's own registration; or `WxT`, a second registration of the same settings with W workers of T threads
+each, registered beside the first (TorchServe answers a delivered batch as a whole, so a bulk request on a 1-thread
+worker runs on one core; a bulk registration of 1 worker x 2 threads gives it both). The split and small requests
+always go to the configuration's own registration.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from .. import stats
+from ..configuration import Configuration
 from ..job import Job
 from ..load import LoadResult
 from ..measure import WARMUP_S, Load
@@ -28,6 +37,7 @@ from ..workloads import NOT_EMBEDDINGS
 from .context import RunContext
 
 NAME = "bulk"
+SAME = "same"  # a bulk layout: the configuration's own registration
 TITLE = "Bulk requests"
 BULK_TIMEOUT_S = 600.0  # a bulk request's load: one request, bounded in time as well
 START_S = 0.3  # the small load starts this long after the bulk request is sent
@@ -41,9 +51,46 @@ class BulkFlags:
     bulk_texts: int = flag(2048, "--suite bulk: texts of the one bulk request (1 to 4096)")
     split_texts: int = flag(32, "--suite bulk: texts per request when the bulk texts are sent split")
     small_clients: int = flag(4, "--suite bulk: closed-loop clients of single-text requests (alone, during bulk)")
+    bulk_layouts: str | None = flag(
+        None,
+        "--suite bulk: comma list of where the bulk requests go: same (the configuration's own registration) or "
+        "WxT (a second registration of the same settings, W workers x T threads, e.g. 1x2); default: the "
+        f"suite's, else {SAME}",
+    )
 
 
 FLAGS = BulkFlags
+LAYOUT = re.compile(r"([1-9][0-9]*)x([1-9][0-9]*)")
+
+
+def layouts(flags: BulkFlags, plan: RunPlan) -> tuple[str, ...]:
+    """The bulk layouts to run, as given (the flag, else the suite's options, else `same`), each checked."""
+    given = flags.bulk_layouts.split(",") if flags.bulk_layouts else plan.options.get("bulk_layouts", [SAME])
+    chosen = tuple(str(g).strip() for g in given)
+    for layout in chosen:
+        if layout != SAME and not LAYOUT.fullmatch(layout):
+            raise SystemExit(f"--bulk-layouts: got {layout!r}; allowed: {SAME}, or WxT such as 1x2")
+    return chosen
+
+
+def bulk_config(config: Configuration, layout: str) -> Configuration:
+    """The configuration the bulk requests go to: `config` itself, or its settings with the layout's W x T."""
+    match = LAYOUT.fullmatch(layout)
+    if match is None:
+        return config
+    return replace(config, workers=int(match[1]), threads=int(match[2]))
+
+
+def pairs(configs: tuple[Configuration, ...], chosen: tuple[str, ...]) -> list[tuple[Configuration, Configuration]]:
+    """Each configuration with each layout's bulk configuration, a pair measured once (a layout equal to the
+    configuration's own is `same`)."""
+    out: list[tuple[Configuration, Configuration]] = []
+    for config in configs:
+        for layout in chosen:
+            pair = (config, bulk_config(config, layout))
+            if pair not in out:
+                out.append(pair)
+    return out
 
 
 @dataclass(frozen=True)
@@ -51,6 +98,7 @@ class BulkRow:
     """One configuration's figures."""
 
     config: str
+    bulk_to: str  # where the bulk requests went: same, or the second registration's WxT
     texts: int
     bulk_s: float
     bulk_texts_per_s: float
@@ -68,6 +116,7 @@ class BulkRow:
 def check(options: Options, plan: RunPlan) -> None:
     """No peer, no capacity search, embeddings workloads only; flags within their ranges."""
     flags = options.of(BulkFlags)
+    layouts(flags, plan)
     if options.peer:
         raise SystemExit("--peer: not with --suite bulk (it measures TorchServe configurations)")
     if options.p99_ms is not None:
@@ -102,27 +151,37 @@ def bodies(texts: list[str], per_request: int) -> list[bytes]:
 
 
 def run(ctx: RunContext) -> list[str]:
-    """Each configuration on its own model: its figures, then the report section of them all."""
+    """Each configuration (with each bulk layout) on its own model: its figures, then the report section."""
     flags = ctx.options.of(BulkFlags)
     rows: list[BulkRow] = []
-    for i, config in enumerate(ctx.plan.configs, 1):
+    todo = pairs(ctx.plan.configs, layouts(flags, ctx.plan))
+    for i, (config, to) in enumerate(todo, 1):
         job = ctx.resolver.job(config, check=False)
-        print(f"\n[{i}/{len(ctx.plan.configs)}] {config.name}: bulk requests of {flags.bulk_texts} texts")
-        with ctx.target(job) as target:
-            rows.append(measure(ctx, job, target, flags))
+        where = "" if to == config else f" to a second registration of {to.workers}x{to.threads}"
+        print(f"\n[{i}/{len(todo)}] {config.name}: bulk requests of {flags.bulk_texts} texts{where}")
+        with ExitStack() as stack:
+            target = stack.enter_context(ctx.target(job))
+            bulk_target = target if to == config else stack.enter_context(ctx.target(ctx.resolver.job(to, check=False)))
+            to_label = SAME if to == config else f"{to.workers}x{to.threads}"
+            rows.append(measure(ctx, job, target, flags, bulk_target, to_label))
         print(line(rows[-1]))
         (ctx.out / "bulk.json").write_text(json.dumps([asdict(r) for r in rows], indent=1))
     return [section(rows)]
 
 
-def measure(ctx: RunContext, job: Job, target: Target, flags: BulkFlags) -> BulkRow:
-    """Warm up, then the four loads of the module docstring, in that order."""
+def measure(
+    ctx: RunContext, job: Job, target: Target, flags: BulkFlags, bulk_target: Target | None = None, bulk_to: str = SAME
+) -> BulkRow:
+    """Warm up, then the four loads of the module docstring, in that order; the bulk requests to `bulk_target`
+    (default: `target`), whose layout `bulk_to` names."""
     send, config = ctx.measurer.send, job.config
     texts = bulk_texts(job, flags.bulk_texts)
     bulk, split, small = bodies(texts, flags.bulk_texts), bodies(texts, flags.split_texts), target.bodies(job)
+    to = bulk_target or target
 
     def load(what: list[bytes], clients: int, duration: float, label: str, count: int | None = None) -> LoadResult:
-        spec = Load(target.url, what, target.headers, "closed", clients, 1.0, duration, label)
+        at = to if what is bulk else target
+        spec = Load(at.url, what, at.headers, "closed", clients, 1.0, duration, label)
         return send(spec if count is None else replace(spec, max_requests=count))
 
     load(bulk, 1, BULK_TIMEOUT_S, f"{config.name} bulk warm-up", count=1)
@@ -152,6 +211,7 @@ def measure(ctx: RunContext, job: Job, target: Target, flags: BulkFlags) -> Bulk
     p99_alone, p99_during = p99(small_alone), p99(small_during)
     return BulkRow(
         config=config.name,
+        bulk_to=bulk_to,
         texts=len(texts),
         bulk_s=round(bulk_s, 3),
         bulk_texts_per_s=round(bulk_tps, 1),
@@ -177,6 +237,7 @@ def line(row: BulkRow) -> str:
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("config", "config"),
+    ("bulk_to", "bulk requests to"),
     ("bulk_s", "bulk request s"),
     ("bulk_texts_per_s", "bulk texts/s"),
     ("split_texts_per_s", "split texts/s"),

@@ -202,12 +202,16 @@ def test_a_huge_text_is_refused_after_reading_a_bounded_prefix(folders, tmp_path
     assert status == 413 and "more than max_chunks=4 windows" in body["message"]
 
 
-@pytest.mark.parametrize("pooling", ["max", "sum"])
-def test_a_splade_models_windows_combine_as_its_tokens_pool(pooling, tmp_path):
+@pytest.mark.parametrize(
+    ("engine", "pooling"),
+    [*((e, p) for e in ("torch", "onnxruntime") for p in ("max", "sum")), ("openvino", "max")],  # openvino: no sum
+)
+def test_a_splade_models_windows_combine_as_its_tokens_pool(engine, pooling, tmp_path):
     from tests.models import build_sparse_encoder
 
     folder = build_sparse_encoder(tmp_path / f"splade-{pooling}", pooling=pooling)
-    handler, context = make_handler(folder, task="sparse", max_length=MAX_LENGTH)
+    model_dir = engine_model_dir(folder, engine, "sparse", tmp_path / f"{engine}-splade")
+    handler, context = make_handler(model_dir, engine=engine, task="sparse", max_length=MAX_LENGTH)
     text = long_texts(4, seed=1)[3]
     ((status, answer),) = serve(handler, context, [{"body": {"text": text, "on_overflow": "chunk"}}])
     assert status == 200 and answer["chunks"] > 2

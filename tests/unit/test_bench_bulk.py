@@ -81,7 +81,7 @@ def test_bulk_measures_one_request_against_the_split_texts_and_small_p99_during_
     assert row["small_p99_alone_ms"] == pytest.approx(10.0) and row["small_p99_during_ms"] == pytest.approx(50.0)
     assert row["p99_ratio"] == 5.0 and row["errors"] == 0
     report = (tmp_path / "report.md").read_text()
-    assert "## Bulk requests" in report and "| bucketed bs16 | 0.064 | 1000.0 |" in report
+    assert "## Bulk requests" in report and "| bucketed bs16 | same | 0.064 | 1000.0 |" in report
 
 
 def test_the_bulk_suite_runs_kind_bulk_on_the_batch_and_continuous_schedules():
@@ -105,3 +105,30 @@ def test_bad_flags_are_refused_in_one_line(flags, words):
     with pytest.raises(SystemExit, match="only with --suite bulk"):
         bulk.refuse(Options(kinds=(bulk.BulkFlags(split_texts=8),)))
     bulk.refuse(Options())  # defaults: nothing to refuse
+
+
+def test_a_bulk_layout_sends_the_bulk_requests_to_a_second_registration_and_the_rest_to_the_first(tmp_path):
+    options = Options(kinds=(bulk.BulkFlags(bulk_texts=64, split_texts=16, small_clients=2, bulk_layouts="same,1x2"),))
+    code, fake = run_bulk(tmp_path, options)
+    assert code == 0
+    urls = {(spec.label.removeprefix("bucketed bs16 "), spec.url) for spec in fake.loads}
+    second = {label: url for label, url in urls if "1x2" in url}
+    assert sorted(second) == ["bulk", "bulk (during)", "bulk warm-up"]  # the second row's bulk loads only
+    rows = json.loads((tmp_path / "bulk.json").read_text())
+    assert [r["bulk_to"] for r in rows] == ["same", "1x2"]
+
+
+def test_bulk_layouts_pair_each_configuration_once_and_refuse_what_is_not_a_layout():
+    batch = Configuration("bucketed", 16)
+    continuous = Configuration("bucketed", 16, workers=1, threads=2, schedule="continuous")
+    pairs = bulk.pairs((batch, continuous), ("same", "1x2"))
+    assert [(c.name, to.workers, to.threads) for c, to in pairs] == [
+        ("bucketed bs16", 2, 1),
+        ("bucketed bs16", 1, 2),
+        ("bucketed bs16 1x2 continuous", 1, 2),  # 1x2 is its own layout: measured once
+    ]
+    plan = load_suite("bulk")
+    assert bulk.layouts(bulk.BulkFlags(), plan) == ("same", "1x2")
+    assert bulk.layouts(bulk.BulkFlags(bulk_layouts="2x1"), plan) == ("2x1",)
+    with pytest.raises(SystemExit, match="--bulk-layouts: got '0x2'; allowed: same, or WxT such as 1x2"):
+        bulk.check(Options(kinds=(bulk.BulkFlags(bulk_layouts="same,0x2"),)), plan)
