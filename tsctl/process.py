@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from .client import Client, Endpoints, ServerError, free_ports, port_in_use, read_properties
-from .identity import children, describe, find_servers, is_our_server, is_worker_of
+from .identity import children, cwd_of, describe, find_servers, is_our_server, is_worker_of, state
 from .ownfiles import open_own, read_small_file, refuse_symlinks, write_own
 from .signals import Checked, deferred_signals
 
@@ -35,6 +35,7 @@ DEFAULT_PROPERTIES = ROOT / "config" / "config.properties"
 DEFAULT_STORE = ROOT / "model_store"
 GRPC_PORTS = {"grpc_inference_port": "7070", "grpc_management_port": "7071"}
 PID_FILE_BYTES = 64  # a pid file is one number; anything larger is not TorchServe's
+SETTLE_S = 5.0  # how long a launched process that is not yet recognisable as our server is given to become one
 # What TorchServe and we write in the server's folder: none of them may be a symlink (nothing is written through one).
 OWN_PATHS = ("config.properties", "torchserve.out", "key_file.json", "logs", "tmp", "tmp/.model_server.pid")
 
@@ -142,10 +143,26 @@ class TorchServe:
             raise
         return self
 
+    def launched(self) -> int | None:
+        """The pid the pid file names while that process is alive and works in our folder: our server, or one not
+        yet recognisable as such (a JVM just started may not yet show its command line); else None."""
+        pid = self.recorded_pid()
+        if pid is None or state(pid) in (None, "Z"):
+            return None
+        return pid if cwd_of(pid) == self.workdir.resolve() else None
+
+    def settled_pid(self, wait_s: float = SETTLE_S) -> int | None:
+        """`pid()`, or, while the launched process is alive but not yet recognisable, the same after it settles
+        (at most `wait_s`): a server caught mid-start is then found and stopped instead of left running."""
+        deadline = time.monotonic() + wait_s
+        while (pid := self.pid()) is None and self.launched() is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return pid
+
     def _wait_answering(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.pid() is None:
+            if self.settled_pid() is None:
                 raise ServerError(f"TorchServe exited during start; see {self.workdir / 'torchserve.out'}")
             if self.client.ping():
                 time.sleep(1.0)  # a late bind failure (gRPC) stops the server just after its first answer
@@ -162,7 +179,7 @@ class TorchServe:
             self._stop(timeout)
 
     def _stop(self, timeout: float) -> None:
-        pid = self.pid()
+        pid = self.settled_pid()
         if pid is None:
             self.clear_stale()
             return

@@ -152,3 +152,33 @@ def test_start_writes_nothing_through_a_symlink(tmp_path, name):
     out = tsctl("start", server.workdir)
     assert out.returncode == 1 and f"error: {link} is a symlink" in out.stderr and out.stderr.count("\n") == 1, out
     assert target.read_text() == "keep me\n" and sorted(p.name for p in outside.iterdir()) == ["victim"]
+
+
+def test_a_launched_process_not_yet_recognisable_is_waited_for_not_taken_for_gone(tmp_path, monkeypatch):
+    """The pid file names a live process in our folder that shows TorchServe's command line only later (a JVM
+    mid-start under load): start's wait and stop both wait for it to settle instead of calling it gone (which left
+    a server running)."""
+    import tsctl.process as process
+
+    server = TorchServe(tmp_path / "serve")
+    server.tmp.mkdir(parents=True)
+    proc = subprocess.Popen(["sleep", "300"], cwd=server.workdir)
+    try:
+        server.pid_file.write_text(f"{proc.pid}\n")
+        assert server.launched() == proc.pid and server.pid() is None
+        calls = {"n": 0}
+
+        def recognised_on_third_look(pid, workdir, config_file=None):
+            calls["n"] += 1
+            return pid == proc.pid and calls["n"] >= 3
+
+        monkeypatch.setattr(process, "is_our_server", recognised_on_third_look)
+        monkeypatch.setattr(process, "find_servers", lambda workdir, config_file=None: [])
+        assert server.settled_pid(wait_s=5.0) == proc.pid
+        monkeypatch.setattr(process, "is_our_server", lambda *a, **k: False)
+        t0 = time.monotonic()
+        assert server.settled_pid(wait_s=0.3) is None and time.monotonic() - t0 < 2.0  # bounded
+    finally:
+        proc.kill()
+        proc.wait()
+    assert server.launched() is None  # gone: nothing to wait for
