@@ -7,6 +7,10 @@ batch whose tokenizing or forward passes fail is redone request by request. A re
 found (`_check`, its tokenizing alone) and made its outcome by the loop over requests (`Incoming.fail`). The
 batch's figures (`BatchStats`) count every forward pass that ran, the one-by-one retries included. The worker's
 settings are checked against the loaded model once, at start-up (`startup_checks`).
+
+A call never outlives TorchServe's `responseTimeout` (which restarts the worker and fails the whole batch): after
+`DEADLINE_SHARE` of it no further pass starts, and each request whose rows did not all run gets its own 503 naming
+the limit and the fix, while the requests whose rows all ran are answered.
 """
 
 from __future__ import annotations
@@ -28,13 +32,32 @@ from bucketing.metrics import BatchStats
 from bucketing.model.tokenizer import CUT_CHARS_PER_TOKEN, Encoded, Tokenizer, collate
 from bucketing.planning.planner import CostModel, Plan, plan_bucketed, plan_dynamic, plan_static
 from bucketing.protocols import Incoming, Reply, tei
-from bucketing.protocols.base import BadRequest, Limits, Meta, Pair, Request, RequestError, ServerError, TooLarge
+from bucketing.protocols.base import (
+    BadRequest,
+    Limits,
+    Meta,
+    Pair,
+    Request,
+    RequestError,
+    ServerError,
+    TooLarge,
+    Unavailable,
+)
 from bucketing.protocols.options import SENTENCES, chunked
 from bucketing.startup_checks import check_fits, model_prompts
 
 logger = logging.getLogger(__name__)
 
 Planner = Callable[[Sequence[int]], Plan]
+RESPONSE_TIMEOUT_S = 120  # TorchServe's default_response_timeout: a model-config without responseTimeout gets it
+DEADLINE_SHARE = 0.75  # of responseTimeout: no pass starts after it (the last pass and the answers fit the rest)
+
+
+def response_timeout_s(model_config: Any) -> float:
+    """TorchServe's responseTimeout of the model-config (its top-level key, seconds), else TorchServe's default."""
+    top = model_config if isinstance(model_config, dict) else {}
+    value = top.get("responseTimeout", RESPONSE_TIMEOUT_S)
+    return float(value) if isinstance(value, (int, float)) and value > 0 else float(RESPONSE_TIMEOUT_S)
 
 
 @dataclass(frozen=True)
@@ -85,9 +108,10 @@ def answers_of(task: Task, items: Sequence[Item], outputs: Sequence[np.ndarray |
 
 @dataclass(frozen=True)
 class Computed:
-    """One output per item, in item order, and what running them cost."""
+    """One output per item, in item order (None: its pass did not start before the deadline), and what running
+    them cost."""
 
-    outputs: tuple[np.ndarray, ...]
+    outputs: tuple[np.ndarray | None, ...]
     stats: BatchStats
 
 
@@ -105,13 +129,19 @@ def make_planner(config: HandlerConfig, cost: CostModel) -> Planner:
     )
 
 
-def compute(items: Sequence[Item], plan_fn: Planner, task: Task, pad_id: int) -> Computed:
-    """Plan the sub-batches, run each forward pass, and restore item order."""
-    rows = [item.encoded.ids for item in items]
+def compute(
+    items: Sequence[Item], plan_fn: Planner, task: Task, pad_id: int, deadline: float | None = None
+) -> Computed:
+    """Plan the sub-batches, run each forward pass, and restore item order; no pass starts after `deadline` (a
+    `time.perf_counter()` value), its items' outputs are then None."""
     plan = plan_fn([task.planned(item.encoded) for item in items])
     start = time.perf_counter()
     results: list[list[np.ndarray]] = []
+    ran = []
     for sb in plan.sub_batches:
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        ran.append(sb)
         encoded = [items[i].encoded for i in sb.indices]
         width = max(sb.padded_len, *(len(e.ids) for e in encoded))  # a row planned shorter than it is fits too
         ids, mask = collate([e.ids for e in encoded], width, pad_id)
@@ -126,24 +156,38 @@ def compute(items: Sequence[Item], plan_fn: Planner, task: Task, pad_id: int) ->
     forward_ms = (time.perf_counter() - start) * 1000.0
     stats = BatchStats(
         batches=0,
-        texts=len(rows),
-        real_tokens=plan.real_tokens,
-        padded_tokens=plan.padded_tokens,
-        sub_batches=len(plan.sub_batches),
+        texts=sum(sb.rows for sb in ran),
+        real_tokens=sum(sb.real_tokens for sb in ran),
+        padded_tokens=sum(sb.padded_tokens for sb in ran),
+        sub_batches=len(ran),
         forward_ms=round(forward_ms, 3),
-        passes=tuple((sb.rows, sb.padded_tokens) for sb in plan.sub_batches),
+        passes=tuple((sb.rows, sb.padded_tokens) for sb in ran),
     )
-    return Computed(tuple(plan.restore(results)), stats)
+    if len(ran) == len(plan.sub_batches):
+        return Computed(tuple(plan.restore(results)), stats)
+    outputs: list[np.ndarray | None] = [None] * len(items)
+    for sb, result in zip(ran, results):
+        for i, output in zip(sb.indices, result):
+            outputs[i] = output
+    return Computed(tuple(outputs), stats)
 
 
 class Pipeline:
     """Serves delivered batches with one tokenizer, task and planner (built once per worker)."""
 
-    def __init__(self, config: HandlerConfig, tokenizer: Tokenizer, task: Task, plan: Planner) -> None:
+    def __init__(
+        self,
+        config: HandlerConfig,
+        tokenizer: Tokenizer,
+        task: Task,
+        plan: Planner,
+        response_timeout: float = RESPONSE_TIMEOUT_S,
+    ) -> None:
         self.config = config
         self.tokenizer = tokenizer
         self.task = task
         self.plan = plan
+        self.response_timeout = response_timeout  # TorchServe's, in s: a call starts no pass after its share
         prompts, default_prompt = model_prompts(config, task.settings)
         self.limits = Limits(
             max_texts=config.max_texts_per_request,
@@ -179,7 +223,7 @@ class Pipeline:
         start = time.perf_counter()
         incoming = [protocols.parse(row, m, self.limits) for row, m in zip(rows, meta)]
         incoming, items = self.tokenize(incoming)
-        incoming, outputs, stats = self.run(incoming, items)
+        incoming, outputs, stats = self.run(incoming, items, start + DEADLINE_SHARE * self.response_timeout)
         answers = answers_of(self.task, items, outputs)
         replies = [self.reply(inc, answers.get(i, []), model_name) for i, inc in enumerate(incoming)]
         if len(replies) != len(rows):
@@ -478,14 +522,16 @@ class Pipeline:
             )
 
     def run(
-        self, incoming: list[Incoming], items: list[Item]
+        self, incoming: list[Incoming], items: list[Item], deadline: float | None = None
     ) -> tuple[list[Incoming], list[np.ndarray | None], BatchStats]:
-        """Outputs for every item (None where its request failed), in item order; redone per request on failure."""
+        """Outputs for every item (None where its request failed), in item order; redone per request on failure;
+        a request whose rows did not all run before `deadline` gets its 503 (`out_of_time`)."""
         if not items:
             return incoming, [], BatchStats(batches=0)
+        pad_id = self.tokenizer.pad_id
         try:
-            computed = compute(items, self.plan, self.task, self.tokenizer.pad_id)
-            return incoming, list(computed.outputs), computed.stats
+            computed = compute(items, self.plan, self.task, pad_id, deadline)
+            return self.out_of_time(incoming, items, list(computed.outputs), computed.stats)
         except Exception:  # noqa: BLE001 - isolate a poison request instead of failing its neighbours
             logger.exception("a batch of %d inputs failed; redoing it request by request", len(items))
         out, stats = list(incoming), BatchStats(batches=0)
@@ -493,7 +539,7 @@ class Pipeline:
         for owner in sorted({item.request for item in items}):
             positions = [k for k, item in enumerate(items) if item.request == owner]
             try:
-                computed = compute([items[k] for k in positions], self.plan, self.task, self.tokenizer.pad_id)
+                computed = compute([items[k] for k in positions], self.plan, self.task, pad_id, deadline)
             except Exception as e:  # noqa: BLE001 - answered as a 500 for this request alone
                 logger.exception("request %d failed alone", owner)
                 out[owner] = incoming[owner].fail(server_error(f"inference failed: {type(e).__name__}"))
@@ -501,7 +547,28 @@ class Pipeline:
             stats = stats + computed.stats
             for k, output in zip(positions, computed.outputs):
                 outputs[k] = output
-        return out, outputs, stats
+        return self.out_of_time(out, items, outputs, stats)
+
+    def out_of_time(
+        self, incoming: list[Incoming], items: list[Item], outputs: list[np.ndarray | None], stats: BatchStats
+    ) -> tuple[list[Incoming], list[np.ndarray | None], BatchStats]:
+        """Each request with a row left unrun (None) and no outcome yet: a 503 naming the limit; its other rows'
+        outputs dropped."""
+        unrun = {item.request for item, output in zip(items, outputs) if output is None}
+        late = {owner for owner in unrun if incoming[owner].request is not None}
+        if not late:
+            return incoming, outputs, stats
+        out = list(incoming)
+        message = (
+            f"the batch ran {DEADLINE_SHARE:.0%} of the worker's responseTimeout ({self.response_timeout:g} s) "
+            "before this request's texts were all run; send fewer or shorter texts per request, or raise "
+            "responseTimeout in the model-config (handler.schedule: continuous cuts a large request across calls)"
+        )
+        for owner in late:
+            out[owner] = incoming[owner].fail(Unavailable("ServiceUnavailable", message))
+        logger.warning("%d request(s) answered 503: the call reached its share of responseTimeout", len(late))
+        kept = [None if item.request in late else output for item, output in zip(items, outputs)]
+        return out, kept, stats
 
 
 class _Merged:

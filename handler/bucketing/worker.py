@@ -13,7 +13,7 @@ from bucketing.kinds.task import Rows, Task, reach
 from bucketing.metrics import BatchStats
 from bucketing.model.head import EngineError
 from bucketing.model.tokenizer import Tokenizer
-from bucketing.pipeline import Pipeline, make_planner
+from bucketing.pipeline import Pipeline, make_planner, response_timeout_s
 from bucketing.planning.calibrate import fit_cost, measure
 from bucketing.planning.continuous import Pool, check_model_config
 from bucketing.planning.planner import CostModel
@@ -124,7 +124,8 @@ def open(  # `bucketing.worker.open`; shadows the builtin in this module only
     shadow = model.task.engine.shadow  # shadow checks sample served texts only: from now on, not calibration's passes
     if shadow is not None:
         shadow.start()
-    pipeline = Pipeline(config, model.tokenizer, model.task, make_planner(config, cost))
+    timeout = response_timeout_s(model_yaml_config)
+    pipeline = Pipeline(config, model.tokenizer, model.task, make_planner(config, cost), timeout)
     pool = None
     if config.schedule == "continuous":
         check_model_config(model_yaml_config)

@@ -1,0 +1,69 @@
+"""A call never outlives TorchServe's responseTimeout: after its share no pass starts, each request with rows left
+unrun gets its own 503 naming the limit, and the requests whose rows all ran are answered exactly (a fake clock
+that each forward pass advances: nothing here depends on the machine's speed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from bucketing import pipeline
+from tests.handler.test_handler import alone, make_handler, mixed_texts, serve
+
+
+class Clock:
+    """`time` for the pipeline module: `perf_counter` reads a counter that each forward pass advances."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+class SlowTask:
+    """The worker's task, each forward pass taking `seconds` of the fake clock."""
+
+    def __init__(self, task: Any, clock: Clock, seconds: float) -> None:
+        self._task, self._clock, self._seconds = task, clock, seconds
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._task, name)
+
+    def forward(self, rows: Any) -> Any:
+        self._clock.now += self._seconds
+        return self._task.forward(rows)
+
+
+def test_response_timeout_comes_from_the_model_config_else_torchserves_default():
+    assert pipeline.response_timeout_s({"responseTimeout": 600, "handler": {}}) == 600.0
+    assert pipeline.response_timeout_s({"handler": {}}) == pipeline.RESPONSE_TIMEOUT_S == 120
+    assert pipeline.response_timeout_s(None) == 120.0
+    assert pipeline.response_timeout_s({"responseTimeout": "soon"}) == 120.0
+
+
+def test_requests_left_unrun_at_the_deadline_get_503_and_the_rest_are_answered(tiny_embedder_dir, monkeypatch):
+    handler, context = make_handler(tiny_embedder_dir, max_length=32, max_batch_tokens=32)
+    texts = mixed_texts(24, seed=3)
+    reference = {t: np.array(alone(handler, context, t)["embedding"]) for t in texts}
+    clock = Clock()
+    monkeypatch.setattr(pipeline, "time", clock)
+    work = handler.pipeline
+    monkeypatch.setattr(work, "task", SlowTask(work.task, clock, seconds=10.0))
+    monkeypatch.setattr(work, "response_timeout", 40.0)  # deadline 30 s of the fake clock: passes at 0, 10, 20, 30
+    rows = [{"body": {"text": t}} for t in texts[:4]] + [{"body": {"texts": texts[4:]}}]
+    answers = serve(handler, context, rows)
+    assert clock.now == 40.0  # four passes ran, the fifth did not start
+    statuses = [status for status, _ in answers]
+    assert 200 in statuses and 503 in statuses
+    for (status, body), row in zip(answers, rows, strict=True):
+        if status == 503:
+            assert "responseTimeout (40 s)" in body["message"] and "send fewer or shorter texts" in body["message"]
+            continue
+        sent = row["body"].get("texts") or [row["body"]["text"]]
+        got = body if isinstance(body, list) else [body]
+        for text, answer in zip(sent, got, strict=True):
+            assert np.max(np.abs(np.array(answer["embedding"]) - reference[text])) <= 1e-5
+    assert answers[4][0] == 503  # the bulk request's 20 texts need more than four passes of 32 tokens
+    monkeypatch.setattr(work, "response_timeout", 1e9)
+    assert [s for s, _ in serve(handler, context, rows)] == [200] * 5  # the worker serves on
