@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
 from bucketing import pipeline
 from tests.handler.test_handler import alone, make_handler, mixed_texts, serve
 
