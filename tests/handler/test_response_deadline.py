@@ -52,7 +52,7 @@ def test_requests_left_unrun_at_the_deadline_get_503_and_the_rest_are_answered(t
     work = handler.pipeline
     monkeypatch.setattr(work, "task", SlowTask(work.task, clock, seconds=10.0))
     monkeypatch.setattr(work, "response_timeout", 40.0)  # deadline 30 s of the fake clock: passes at 0, 10, 20, 30
-    rows = [{"body": {"text": t}} for t in texts[:4]] + [{"body": {"texts": texts[4:]}}]
+    rows: list[dict[str, Any]] = [{"body": {"text": t}} for t in texts[:4]] + [{"body": {"texts": texts[4:]}}]
     answers = serve(handler, context, rows)
     assert clock.now == 40.0  # four passes ran, the fifth did not start
     statuses = [status for status, _ in answers]
@@ -61,7 +61,7 @@ def test_requests_left_unrun_at_the_deadline_get_503_and_the_rest_are_answered(t
         if status == 503:
             assert "responseTimeout (40 s)" in body["message"] and "send fewer or shorter texts" in body["message"]
             continue
-        sent = row["body"].get("texts") or [row["body"]["text"]]
+        sent: list[str] = row["body"].get("texts") or [row["body"]["text"]]
         got = body if isinstance(body, list) else [body]
         for text, answer in zip(sent, got, strict=True):
             assert np.max(np.abs(np.array(answer["embedding"]) - reference[text])) <= 1e-5
