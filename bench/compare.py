@@ -24,8 +24,9 @@ from bench.kinds import KINDS, RunContext
 from bench.measure import Measurer, send_http
 from bench.options import Options, plan_from_args
 from bench.options import parse as parse_options
+from bench.peers import PEERS, peer_configs
 from bench.results import ReportInputs, ResultsWriter, run_header, run_offline
-from bench.run_plan import RunPlan, peer_configs, suites
+from bench.run_plan import RunPlan, suites
 from bench.stats import Summary
 from bench.targets import TorchServeSite, build_archives
 from bench.workloads import NOT_EMBEDDINGS, Workload
@@ -91,6 +92,7 @@ def check_args(options: Options, plan: RunPlan) -> CapacitySettings | None:
             f"--dtypes {','.join(reduced)}: this CPU has no native bfloat16 (neither amx_bf16 nor avx512_bf16 in "
             "/proc/cpuinfo): its workers would refuse to start; `python -m bench.bf16` measures the fidelity here"
         )
+    check_peer(options, plan)
     p99_ms, steps, step_s = options.p99_ms, options.capacity_steps, options.step_s
     if p99_ms is None:
         return None
@@ -103,6 +105,22 @@ def check_args(options: Options, plan: RunPlan) -> CapacitySettings | None:
     suite = plan.options
     steps = steps if steps is not None else suite.get("capacity_steps", capacity.MAX_STEPS)
     return CapacitySettings(p99_ms, steps, step_s or suite.get("step_s", capacity.STEP_S))
+
+
+def check_peer(options: Options, plan: RunPlan) -> None:
+    """`--peer-dtypes` needs a peer, and each dtype the peer would run must be one it runs here: its kind says why
+    not in one line (bfloat16 only where this CPU multiplies it natively: the peer runs on this machine, whatever
+    server --inference-url names)."""
+    if options.peer_dtype_list and not options.peer:
+        raise SystemExit("--peer-dtypes: needs --peer")
+    if not options.peer:
+        return
+    cpuinfo = precision.cpu_info()
+    flag = "--peer-dtypes" if options.peer_dtype_list else "--dtypes"  # without --peer-dtypes, the peer follows ours
+    for c in peer_configs(plan.configs, options.peer, options.peer_dtype_list):
+        refusal = PEERS[options.peer].refused(c.dtype or "float32", cpuinfo, flag)
+        if refusal is not None:
+            raise SystemExit(refusal)
 
 
 def open_target(options: Options, plan: RunPlan, stamp: str) -> tuple[Client, TorchServe | None]:

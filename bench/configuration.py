@@ -26,7 +26,7 @@ class Configuration:
     schedule: str | None = None  # batch | continuous (handler.schedule); None: the shipped archives' (batch)
     dtype: str | None = None  # float32 | bfloat16 (handler.dtype; bfloat16 runs on torch); None: float32
     model: str | None = None  # None: the bundled MiniLM; `bert-base-random`; or a model folder
-    peer: str | None = None  # another server measured on the same load (`infinity`); strategy is then unused
+    peer: str | None = None  # another server measured on the same load (`peers.PEERS`); strategy is its name
     label: str = ""  # appended to the name, e.g. `from YAML` for the tuned configuration's re-measurement
 
     @property

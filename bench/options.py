@@ -74,6 +74,12 @@ class Options:
     # Each run kind's own flags (its FLAGS, in KINDS order), listed here in --help.
     kinds: tuple[DataclassInstance, ...] = field(default=(), metadata={"kinds": True})
     peer: str | None = flag(None, "also measure this server on the same texts and load", choices=sorted(peers.PEERS))
+    peer_dtypes: str | None = flag(
+        None,
+        f"comma list of {','.join(peers.PEER_DTYPES)}: the peer's precision, each its own rows (default: the dtypes "
+        "of our configurations, --dtypes, so each peer row has ours of the same precision beside it); bfloat16 "
+        "where the CPU multiplies it natively",
+    )
     mode: str | None = flag(None, choices=("closed", "open"))
     duration: float | None = flag(None, "seconds of measured load per configuration")
     concurrency: int | None = flag(None, "closed-loop clients")
@@ -96,6 +102,11 @@ class Options:
     metrics_url: str | None = flag(None)
     token_file: Path | None = flag(None, "that server's key_file.json (omit if its auth is off)")
     no_progress: bool = flag(False)
+
+    @property
+    def peer_dtype_list(self) -> list[str]:
+        """`--peer-dtypes` as a list (empty: not given)."""
+        return csv_list(self.peer_dtypes, str) or []
 
     def of(self, kind_flags: type[_Flags]) -> _Flags:
         """A run kind's own flags: as parsed, or their defaults (options built without that kind's, in a test)."""

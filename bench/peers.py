@@ -1,8 +1,10 @@
-"""Real peers measured in the same run as our handler: `--peer infinity`.
+"""Real peers measured in the same run as our handler: `--peer infinity`, `--peer litserve`.
 
-A peer runs in its own venv (created on first use from its pinned requirements, in stages: torch first, so the
-local CPU wheel is the one kept), as its own process group on a loopback port, and is stopped with its whole
-group however the run ends. It answers OpenAI-style `/embeddings`; the bench sends it the same texts and load.
+`PEERS` is the registry of peer kinds (`PeerKind`): each owns how it is installed (its pinned requirements, in
+stages: torch first, so the local CPU wheel is the one kept), its command line, its layout, the precisions it runs,
+the route it answers and the body it takes. A peer runs in its own venv, as its own process group on a loopback
+port, and is stopped with its whole group however the run ends. Both kinds answer OpenAI-style embeddings; the
+bench sends them the same texts and load as our handler, and checks their answers against our float32 reference.
 """
 
 from __future__ import annotations
@@ -17,17 +19,22 @@ import urllib as urllib  # exported: the peer tests patch urllib.request.urlopen
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
+from bucketing.engines import precision
 from model_store.archives import ROOT, SERVED
 from tsctl import free_ports, group_cpu_seconds
 
+from .configuration import Configuration
 from .job import Job
 
 PEER_ROOT = ROOT / ".tmp" / "peers"
 REQUIREMENTS = Path(__file__).resolve().parent / "peer-requirements"
+SERVERS = Path(__file__).resolve().parent / "peer_servers"  # server scripts a peer's venv python runs
+PEER_DTYPES = ("float32", "bfloat16")  # what a peer may be asked to run on the CPU (bfloat16 where native)
 
 
 class PeerUnavailable(RuntimeError):
@@ -35,15 +42,96 @@ class PeerUnavailable(RuntimeError):
 
 
 @dataclass(frozen=True)
-class PeerSpec:
-    """How to install and start one peer."""
+class PeerSetup:
+    """What one start of a peer is given: its batching, precision and layout. Loads that share them share a
+    start."""
+
+    batch_size: int
+    dtype: str = "float32"
+    workers: int = 1  # processes that run the model
+    threads: int = 1  # torch threads in each
+    batch_delay_ms: int = 10  # how long a batch may wait to fill, where the peer has such a setting
+
+    @classmethod
+    def of(cls, config: Configuration) -> PeerSetup:
+        return cls(config.batch_size, config.dtype or "float32", config.workers, config.threads, config.max_batch_delay)
+
+
+@dataclass(frozen=True)
+class PeerKind:
+    """One kind of peer: how it is installed, started, asked and read. A kind's own class says its command line
+    (`command`) and its layout (`layout`); the rest has defaults an OpenAI-style embeddings server meets."""
 
     name: str
     stages: tuple[str, ...]  # requirement files under bench/peer-requirements/, installed in this order
     served_name: str = "minilm"
+    route: str = "/embeddings"  # where the embeddings are posted
+    health_route: str = "/health"  # answers 200 once the peer can serve
+    dtypes: tuple[str, ...] = ("float32",)  # the precisions it can be started in
+    engine: str = "torch"  # what runs its model (the report's `engine`)
+    batching: str = ""  # how it batches, for the report's block
 
-    def command(self, python: Path, model_dir: Path, port: int, batch_size: int) -> list[str]:
-        """The server's command line (infinity_emb v2: torch engine on the CPU, our batch size)."""
+    def command(self, python: Path, model_dir: Path, port: int, setup: PeerSetup) -> list[str]:
+        """The server's command line."""
+        raise NotImplementedError(f"{self.name}: no command line")
+
+    def layout(self, workers: int, threads: int) -> tuple[int, int]:
+        """Its processes and threads, given our configuration's workers and threads (the same cores)."""
+        return workers, threads
+
+    def env(self) -> dict[str, str]:
+        """Environment added to ours: offline (the model is a local folder), no usage reports."""
+        return {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+    def body(self, text: str) -> bytes:
+        """One text as a request body (OpenAI's embeddings body)."""
+        return json.dumps({"model": self.served_name, "input": text}).encode()
+
+    def embedding(self, answer: Any) -> list[float]:
+        """The embedding in its answer to one text (OpenAI's embeddings answer)."""
+        return [float(x) for x in answer["data"][0]["embedding"]]
+
+    def refused(self, dtype: str, cpuinfo: str, flag: str = "--peer-dtypes") -> str | None:
+        """Why it cannot run `dtype` here, in one line that names the `flag` that asked (None: it can): a dtype
+        it lacks, or bfloat16 on a CPU that does not multiply it natively."""
+        if dtype not in self.dtypes:
+            return f"{flag} {dtype}: {self.name} runs {', '.join(self.dtypes)}"
+        if dtype == "bfloat16" and precision.native_bf16(cpuinfo) is None:
+            return (
+                f"{flag} {dtype}: this CPU has no native bfloat16 (neither amx_bf16 nor avx512_bf16 in "
+                f"/proc/cpuinfo): {self.name} would emulate it, slower than float32"
+            )
+        return None
+
+    def config(self, ours: Configuration, dtype: str) -> Configuration:
+        """The configuration it is measured in on one of our loads: our batch size, delay and load, its layout
+        on the same cores, `dtype` (None for float32, as ours)."""
+        workers, threads = self.layout(ours.workers, ours.threads)
+        return replace(
+            ours,
+            strategy=self.name,
+            peer=self.name,
+            engine=None,
+            schedule=None,
+            dtype=None if dtype == "float32" else dtype,
+            workers=workers,
+            threads=threads,
+            label="",
+        )
+
+
+@dataclass(frozen=True)
+class Infinity(PeerKind):
+    """infinity (`infinity_emb v2`): one process, torch's threads on every core, its own batching."""
+
+    name: str = "infinity"
+    stages: tuple[str, ...] = ("infinity-1-torch.txt", "infinity-2-server.txt")
+    dtypes: tuple[str, ...] = PEER_DTYPES
+    batching: str = "its own queue, batches of up to the batch size, no delay setting"
+
+    def command(self, python: Path, model_dir: Path, port: int, setup: PeerSetup) -> list[str]:
+        """infinity_emb v2: torch engine on the CPU, our batch size, the dtype asked (`--dtype bfloat16` loads
+        the model in bfloat16; float32 is its CPU default, said explicitly)."""
         return [
             str(python.parent / "infinity_emb"),
             "v2",
@@ -55,8 +143,10 @@ class PeerSpec:
             "torch",
             "--device",
             "cpu",
+            "--dtype",
+            setup.dtype,
             "--batch-size",
-            str(batch_size),
+            str(setup.batch_size),
             "--host",
             "127.0.0.1",
             "--port",
@@ -68,26 +158,76 @@ class PeerSpec:
             "warning",  # no log line per request
         ]
 
-    def body(self, text: str) -> bytes:
-        return json.dumps({"model": self.served_name, "input": text}).encode()
+    def layout(self, workers: int, threads: int) -> tuple[int, int]:
+        return 1, os.cpu_count() or 1  # one process; torch's threads default to every core
+
+    def env(self) -> dict[str, str]:
+        return {**super().env(), "INFINITY_ANONYMOUS_USAGE_STATS": "0"}
 
 
-PEERS = {"infinity": PeerSpec("infinity", ("infinity-1-torch.txt", "infinity-2-server.txt"))}
+@dataclass(frozen=True)
+class LitServe(PeerKind):
+    """What a Python user writes instead of us: a LitServe server (`peer_servers/litserve_server.py`) whose API
+    loads `SentenceTransformer(model_dir)` and calls `encode()` on each batch LitServe forms, behind LitServe's
+    OpenAI embeddings spec. Our layout: as many worker processes as our workers, each with our threads."""
+
+    name: str = "litserve"
+    stages: tuple[str, ...] = ("litserve-1-torch.txt", "litserve-2-server.txt")
+    route: str = "/v1/embeddings"  # OpenAIEmbeddingSpec's route
+    dtypes: tuple[str, ...] = PEER_DTYPES
+    batching: str = "LitServe's dynamic batching (max_batch_size, batch_timeout), then one encode() a batch"
+    timeout_s: int = 120  # a request's time limit (TorchServe's responseTimeout in our config)
+    api_servers: int = 1  # HTTP server processes (ours: one TorchServe frontend)
+
+    def command(self, python: Path, model_dir: Path, port: int, setup: PeerSetup) -> list[str]:
+        return [
+            str(python),
+            str(SERVERS / "litserve_server.py"),
+            "--model-dir",
+            str(model_dir),
+            "--port",
+            str(port),
+            "--batch-size",
+            str(setup.batch_size),
+            "--batch-timeout",
+            f"{setup.batch_delay_ms / 1000:g}",
+            "--workers",
+            str(setup.workers),
+            "--threads",
+            str(setup.threads),
+            "--dtype",
+            setup.dtype,
+            "--timeout",
+            str(self.timeout_s),
+            "--api-servers",
+            str(self.api_servers),
+        ]
 
 
-def venv(spec: PeerSpec, root: Path = PEER_ROOT, progress: bool = True) -> Path:
+PEERS: dict[str, PeerKind] = {kind.name: kind for kind in (Infinity(), LitServe())}
+
+
+def peer_configs(configs: Sequence[Configuration], peer: str, dtypes: Sequence[str] = ()) -> list[Configuration]:
+    """The peer on each distinct load of the plan, in each of `dtypes` (none given: each load's own dtype, so a
+    peer row has ours of the same precision beside it)."""
+    kind = PEERS[peer]
+    loads = [kind.config(c, dtype) for c in configs if c.peer is None for dtype in (dtypes or [c.dtype or "float32"])]
+    return list(dict.fromkeys(loads))
+
+
+def venv(kind: PeerKind, root: Path = PEER_ROOT, progress: bool = True) -> Path:
     """The peer's venv python, created and installed on first use (a stamp records the requirements it has)."""
-    folder = root / spec.name
+    folder = root / kind.name
     python = folder / "bin" / "python"
-    wanted = "\n".join((REQUIREMENTS / s).read_text() for s in spec.stages)
+    wanted = "\n".join((REQUIREMENTS / s).read_text() for s in kind.stages)
     stamp = folder / ".installed"
     if stamp.exists() and stamp.read_text() == wanted and python.exists():
         return python
-    print(f"{spec.name}: creating its venv in {folder} (first use; a few minutes) ...", flush=True)
+    print(f"{kind.name}: creating its venv in {folder} (first use; a few minutes) ...", flush=True)
     try:
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(folder)], check=True, capture_output=True)
-        for i, stage in enumerate(spec.stages, 1):
-            print(f"  [{i}/{len(spec.stages)}] pip install -r bench/peer-requirements/{stage}", flush=True)
+        for i, stage in enumerate(kind.stages, 1):
+            print(f"  [{i}/{len(kind.stages)}] pip install -r bench/peer-requirements/{stage}", flush=True)
             done = subprocess.run(
                 [str(python), "-m", "pip", "install", "--quiet", "-r", str(REQUIREMENTS / stage)],
                 capture_output=True,
@@ -95,9 +235,9 @@ def venv(spec: PeerSpec, root: Path = PEER_ROOT, progress: bool = True) -> Path:
             )
             if done.returncode != 0:
                 last = [ln for ln in done.stderr.strip().splitlines() if ln.strip()][-1:] or ["(no message)"]
-                raise PeerUnavailable(f"{spec.name}: installing {stage} failed: {last[0][:200]}")
+                raise PeerUnavailable(f"{kind.name}: installing {stage} failed: {last[0][:200]}")
     except (OSError, subprocess.CalledProcessError) as e:
-        raise PeerUnavailable(f"{spec.name}: cannot create its venv: {e}") from None
+        raise PeerUnavailable(f"{kind.name}: cannot create its venv: {e}") from None
     stamp.write_text(wanted)
     return python
 
@@ -106,24 +246,30 @@ class PeerServer:
     """One running peer as a target (`targets.Target`): its process group, URL and CPU use; started on entry,
     its whole group stopped on exit."""
 
-    engine = "torch"
     device = "cpu"
     SPOT_TEXTS = 8  # texts, spread over the load's lengths, its answers are checked on
 
-    def __init__(self, spec: PeerSpec, python: Path, model_dir: Path, batch_size: int, logs: Path) -> None:
-        self.spec, self.python, self.model_dir, self.batch_size = spec, python, model_dir, batch_size
+    def __init__(self, kind: PeerKind, python: Path, model_dir: Path, setup: PeerSetup, logs: Path) -> None:
+        self.kind, self.python, self.model_dir, self.setup = kind, python, model_dir, setup
         self.port = free_ports(1)[0]
         self.base = f"http://127.0.0.1:{self.port}"
-        self.log_path = logs / f"{spec.name}.log"
+        self.log_path = logs / f"{kind.name}-bs{setup.batch_size}-{setup.dtype}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self._cosine: float | None = None
 
     @property
     def url(self) -> str:
-        return f"{self.base}/embeddings"
+        return f"{self.base}{self.kind.route}"
+
+    @property
+    def engine(self) -> str:
+        return self.kind.engine
+
+    def command(self) -> list[str]:
+        return self.kind.command(self.python, self.model_dir, self.port, self.setup)
 
     def bodies(self, job: Job) -> list[bytes]:
-        return [self.spec.body(t) for t in job.load.workload.texts]
+        return [self.kind.body(t) for t in job.load.workload.texts]
 
     def headers(self) -> dict[str, str]:
         return {}
@@ -135,23 +281,26 @@ class PeerServer:
         return None
 
     def fidelity(self, job: Job) -> float | None:
-        """The lowest cosine of its answers against our batch-of-one reference, spot-checked once per start on
-        `SPOT_TEXTS` of the first job's texts."""
+        """The lowest cosine of its answers against our float32 batch-of-one reference, spot-checked once per
+        start on `SPOT_TEXTS` of the first job's texts (in bfloat16: how far its precision moves the answers)."""
         if self._cosine is None:
             texts, tokens = job.load.workload.texts, job.load.tokens
             by_length = sorted(range(len(texts)), key=lambda i: tokens[i])
             last, n = len(by_length) - 1, self.SPOT_TEXTS
             picks = [texts[by_length[k * last // (n - 1)]] for k in range(n)]
             self._cosine = spot_check(self, picks, self.model_dir)
-            print(f"  answers: lowest cosine {self._cosine:.6f} against our batch-of-one reference ({n} texts)")
+            print(
+                f"  answers ({self.setup.dtype}): lowest cosine {self._cosine:.6f} against our float32 "
+                f"batch-of-one reference ({n} texts)"
+            )
         return self._cosine
 
     def start(self, timeout: float = 300.0) -> PeerServer:
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "INFINITY_ANONYMOUS_USAGE_STATS": "0"}
+        env = {**os.environ, **self.kind.env()}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                self.spec.command(self.python, self.model_dir, self.port, self.batch_size),
+                self.command(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
@@ -167,18 +316,19 @@ class PeerServer:
 
     def _wait_healthy(self, timeout: float) -> None:
         assert self.proc is not None
+        name, route = self.kind.name, self.kind.health_route
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise PeerUnavailable(f"{self.spec.name} exited with {self.proc.returncode}: {self._last_log_line()}")
+                raise PeerUnavailable(f"{name} exited with {self.proc.returncode}: {self._last_log_line()}")
             try:
-                with urllib.request.urlopen(f"{self.base}/health", timeout=2) as r:
+                with urllib.request.urlopen(f"{self.base}{route}", timeout=2) as r:
                     if r.status == 200:
                         return
             except (urllib.error.URLError, OSError):
                 pass
             time.sleep(0.5)
-        raise PeerUnavailable(f"{self.spec.name} did not answer /health in {timeout:.0f} s; see {self.log_path}")
+        raise PeerUnavailable(f"{name} did not answer {route} in {timeout:.0f} s; see {self.log_path}")
 
     def _last_log_line(self) -> str:
         lines = [ln for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
@@ -189,10 +339,10 @@ class PeerServer:
         out = []
         for text in texts:
             req = urllib.request.Request(
-                self.url, data=self.spec.body(text), headers={"Content-Type": "application/json"}
+                self.url, data=self.kind.body(text), headers={"Content-Type": "application/json"}
             )
             with urllib.request.urlopen(req, timeout=60) as r:
-                out.append(json.loads(r.read())["data"][0]["embedding"])
+                out.append(self.kind.embedding(json.loads(r.read())))
         return out
 
     def cpu(self) -> float | None:

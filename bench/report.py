@@ -18,8 +18,8 @@ def num(value: float | None, fmt: str = ".1f") -> str:
 
 
 def layout(c: Configuration) -> str:
-    """`2 workers x 1 thread`, or `1 process x 2 threads` for a peer."""
-    unit = "process" if c.peer else "worker" if c.workers == 1 else "workers"
+    """`2 workers x 1 thread`, or `1 process x 2 threads` for a peer (whose workers are processes of its own)."""
+    unit = ("process" if c.workers == 1 else "processes") if c.peer else "worker" if c.workers == 1 else "workers"
     return f"{c.workers} {unit} x {c.threads} thread{'s' if c.threads != 1 else ''}"
 
 
@@ -135,7 +135,7 @@ RESULT_COLUMNS = (
 CAPACITY_COLUMNS = ("capacity_rps", "capacity_p99_ms")  # shown when the run searched capacity (--p99-ms)
 FIDELITY_COLUMNS = ("min_cosine",)  # shown when answers were checked against our float32 reference
 MEMORY_COLUMNS = ("worker_peak_rss_mb",)  # shown when the workers' peak RSS was read
-DTYPE_COLUMNS = ("dtype",)  # shown when a configuration ran other than float32
+DTYPE_COLUMNS = ("dtype",)  # shown when a configuration ran other than float32, or beside a peer
 GEMM_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
@@ -143,7 +143,7 @@ def results_table(summaries: Sequence[Summary]) -> str:
     columns = list(RESULT_COLUMNS)
     if any(s.capacity for s in summaries):
         columns[columns.index("p99_ms") + 1 : columns.index("p99_ms") + 1] = CAPACITY_COLUMNS
-    if any(s.config.dtype not in (None, "float32") for s in summaries):
+    if any(s.config.dtype not in (None, "float32") or s.config.peer for s in summaries):  # a peer says its dtype
         columns[columns.index("engine") + 1 : columns.index("engine") + 1] = DTYPE_COLUMNS
     if any(s.min_cosine is not None for s in summaries):
         columns += FIDELITY_COLUMNS

@@ -4,7 +4,6 @@ and matrices (`options.plan_from_args` applies the command's flags)."""
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -100,15 +99,3 @@ def one_worker_if_continuous(config: Configuration) -> Configuration:
     if config.schedule != "continuous" or config.workers == 1:
         return config
     return replace(config, workers=1, threads=config.workers * config.threads)
-
-
-def peer_configs(configs: Sequence[Configuration], peer: str) -> list[Configuration]:
-    """The peer on each distinct load of the plan (its own single process, using every core)."""
-    loads = [
-        replace(
-            c, strategy=peer, peer=peer, engine=None, schedule=None, workers=1, threads=os.cpu_count() or 1, label=""
-        )
-        for c in configs
-        if c.peer is None
-    ]
-    return list(dict.fromkeys(loads))

@@ -95,7 +95,7 @@ class Summary:
             "threads": c.threads,
             "engine": self.engine,
             "schedule": "" if c.peer else c.schedule or "batch",
-            "dtype": "" if c.peer else c.dtype or "float32",
+            "dtype": c.dtype or "float32",  # a peer's too: its rows are compared with ours of the same dtype
             "device": self.device,
             "workload": c.workload_label,
             "mode": c.mode,
@@ -210,7 +210,8 @@ def comparisons(summaries: Sequence[Summary]) -> list[Comparison]:
     """Each bucketed configuration against the others of its workload, mode and rate that differ in one way.
 
     Pairs: same batch size with another strategy, batch size 1 (direct inference) of any strategy, and the same
-    configuration on another engine, or in bfloat16 against float32.
+    configuration on another engine, or in bfloat16 against float32. A peer is compared only with our
+    configurations of its own dtype (equal precision).
     """
     out = []
     for a in summaries:
@@ -225,6 +226,8 @@ def comparisons(summaries: Sequence[Summary]) -> list[Comparison]:
             )
             if b is a or not same_load or b.config.max_batch_delay != a.config.max_batch_delay:
                 continue
+            if b.config.peer is not None and (b.config.dtype or "float32") != (a.config.dtype or "float32"):
+                continue  # a peer against ours at its own precision only
             same_engine = (b.config.engine, b.config.dtype) == (
                 a.config.engine,
                 a.config.dtype,

@@ -7,7 +7,7 @@ import sys
 
 from .. import models, peers
 from ..options import Options
-from ..run_plan import RunPlan, peer_configs
+from ..run_plan import RunPlan
 from .context import RunContext
 
 NAME = "matrix"
@@ -41,15 +41,17 @@ def run(ctx: RunContext) -> list[str]:
 
 
 def measure_peer(ctx: RunContext, name: str) -> None:
-    """Start the peer once per batch size, spot-check its answers, measure it on each configuration's load."""
-    spec = peers.PEERS[name]
-    python = peers.venv(spec, progress=ctx.progress)
-    jobs = [ctx.resolver.job(c, check=False) for c in peer_configs(ctx.plan.configs, name)]
-    for batch_size in dict.fromkeys(j.config.batch_size for j in jobs):
-        group = [j for j in jobs if j.config.batch_size == batch_size]
-        folder = models.model_dir(group[0].config.model)
-        print(f"\nstarting {spec.name} (batch size {batch_size}) ...")
-        with peers.PeerServer(spec, python, folder, batch_size, ctx.out / "logs") as server:
+    """Start the peer once per setup (batch size, dtype, layout) and model, spot-check its answers against our float32
+    reference, measure it on each configuration's load."""
+    kind = peers.PEERS[name]
+    python = peers.venv(kind, progress=ctx.progress)
+    configs = peers.peer_configs(ctx.plan.configs, name, ctx.options.peer_dtype_list)
+    jobs = [ctx.resolver.job(c, check=False) for c in configs]
+    for setup, model in dict.fromkeys((peers.PeerSetup.of(j.config), j.config.model) for j in jobs):
+        group = [j for j in jobs if (peers.PeerSetup.of(j.config), j.config.model) == (setup, model)]
+        folder = models.model_dir(model)
+        print(f"\nstarting {kind.name} (batch size {setup.batch_size}, {setup.dtype}) ...")
+        with peers.PeerServer(kind, python, folder, setup, ctx.out / "logs") as server:
             server.fidelity(group[0])  # its answers checked before any load
             for job in group:
                 print(f"\n{job.config.name} on {job.config.workload_label}")
