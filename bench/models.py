@@ -123,6 +123,18 @@ def archive_max_length(model: str | None) -> int | None:
     return max_length() if model in GENERATED and model not in OWN_LIMIT else None
 
 
+# `handler:` keys the bench's archives of a generated model set. The long model runs eager: its TorchScript trace
+# hands every attention call a mask tensor, where the eager model hands none to a pass with no padding (a trace
+# cannot take transformers' skip), and ran a 6,000-token row 1.3x slower than the eager model here; late chunking's
+# pass (`Engine.states`) is eager, so all three long modes run the same model.
+ARCHIVE_SETTINGS: dict[str, dict[str, Any]] = {LONG_MODEL: {"torchscript": False}}
+
+
+def archive_settings(model: str | None) -> dict[str, Any] | None:
+    """The `handler:` keys the bench sets in a model's archives beyond the template's (None: none)."""
+    return ARCHIVE_SETTINGS.get(model) if model is not None else None
+
+
 def tokenizer(model: str | None, task: str = "embedding") -> Tokenizer:
     """The model's tokenizer as the handler runs it (at its archives' max_length), for token counts."""
     from bucketing.model.tokenizer import Tokenizer

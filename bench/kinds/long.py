@@ -188,9 +188,12 @@ class Loads:
         t = self.target
         spec = Load(t.url, bodies, t.headers, "closed", config.concurrency, 1.0, seconds, label, len(bodies))
         before = t.counters()
-        self.results.append(ctx.measurer.send(spec))
+        result = ctx.measurer.send(spec)
+        self.results.append(result)
         self.handler.append(stats.handler_delta(before, t.counters()))
         self.sent += len(bodies)
+        errors = sum(s.status != 200 for s in result.samples)
+        print(f"  {label}: {len(result.samples)} of {len(bodies)} documents in {result.wall_s:.1f} s, {errors} errors")
 
     def row(self, config: Configuration, docs: Workload, mode: str) -> LongRow:
         samples = [s for r in self.results for s in r.samples]
@@ -258,6 +261,7 @@ def windows_archive(site: TorchServeSite, config: Configuration, length: int) ->
             schedule=config.schedule,
             max_length=length,
             dtype=config.dtype,
+            settings=models.archive_settings(config.model),
         )
         try:
             archive_build.build_archives(site.store, spec, if_stale=True)

@@ -59,6 +59,15 @@ def test_the_long_model_is_archived_at_its_own_limit_on_torch():
     assert models.archive_max_length(models.BERT_BASE) == 256
     served = models.served_as(LONG)
     assert (served.task, served.model, served.engine) == ("embedding", models.LONG_MODEL, "torch")
+    assert models.archive_settings(models.LONG_MODEL) == {"torchscript": False}  # eager, as late chunking's pass
+    assert models.archive_settings(None) is None and models.archive_settings(models.BERT_BASE) is None
+
+
+def test_an_archive_specs_settings_are_set_in_its_model_config():
+    from model_store.build import ArchiveSpec
+
+    (config,) = ArchiveSpec(strategies=("bucketed",), settings={"torchscript": False}).configs().values()
+    assert config["handler"]["torchscript"] is False and config["handler"]["strategy"] == "bucketed"
 
 
 def test_workload_long_runs_the_long_suite_and_its_kind():
