@@ -151,3 +151,128 @@ def test_the_report_section_holds_each_modes_figures_and_their_ratios_to_truncat
     cut = long_kind.section([row("truncate", 2.0, 4500.0, 1000.0, cut=True)], docs, long_kind.LongFlags())
     assert "| 24 (cut) |" in cut
     assert "cut at 10 s" in long_kind.line(row("truncate", 2.0, 4500.0, 1000.0, cut=True))
+
+
+class FakeClient:
+    """A TorchServe client that registers, describes and counts: each model's handler counters move by one request
+    and `tokens` real tokens (a row per document, or `rows` for the 512 registration) per document answered."""
+
+    def __init__(self, docs) -> None:
+        from tsctl import Endpoints
+
+        self.endpoints = Endpoints("http://fake:1", "http://fake:2", "http://fake:3")
+        self.events: list[str] = []
+        self.docs = docs
+        self.answered: dict[str, list[int]] = {}  # model name -> indexes of the documents it answered
+
+    class keys:  # noqa: N801 - as the client's attribute
+        @staticmethod
+        def headers(api: str) -> dict[str, str]:
+            return {}
+
+    def register(self, archive, name, batch_size, delay, workers) -> None:
+        self.events.append(f"register {name} from {archive}")
+
+    def unregister(self, name) -> None:
+        self.events.append(f"unregister {name}")
+
+    def call(self, api, method, path):
+        class Reply:
+            status = 200
+
+            @staticmethod
+            def json():
+                return [{"workers": [{"gpu": False}]}]
+
+        return Reply()
+
+    def metrics(self) -> str:
+        lines = []
+        for name, done in self.answered.items():
+            rows = (
+                sum(long_kind.windows(self.docs.target_tokens[k], 512) for k in done) if "-l512" in name else len(done)
+            )
+            tokens = sum(self.docs.target_tokens[k] for k in done)
+            for metric, value in (
+                ("bucket_requests_total", len(done)),
+                ("bucket_texts_total", rows),
+                ("bucket_real_tokens_total", tokens),
+            ):
+                lines.append(f'{metric}{{ModelName="{name}",Level="Model"}} {value}')
+        return "\n".join(lines)
+
+
+def test_the_long_kind_registers_both_warms_each_mode_then_runs_the_modes_in_turn(tmp_path, monkeypatch):
+    import tsctl.client
+    from bench.configuration import Configuration
+    from bench.kinds import RunContext
+    from bench.load import LoadResult, Sample
+    from bench.measure import Load, Measurer
+    from bench.results import ReportInputs
+    from bench.run_plan import RunPlan
+    from bench.targets import TorchServeSite
+    from tests.unit.test_bench_run_loop import FakeResolver
+    from tsctl.client import Reply
+
+    docs = long_documents(3, seed=0)
+    client = FakeClient(docs)
+    warmed: list[tuple[str, dict]] = []
+
+    def request(url, method, body, headers, timeout):
+        sent = json.loads(body)
+        warmed.append((url.rsplit("/", 1)[1], {k: v for k, v in sent.items() if k != "texts"}))
+        (doc,) = sent["texts"]
+        answer: dict[str, object] = {"tokens": 1, "truncated": False}
+        if sent.get("chunking") == "late":
+            answer["chunks"] = [{"span": [0, 1], "embedding": [1.0]} for _ in sentences(doc)]
+        elif sent.get("on_overflow") == "chunk":
+            k = docs.texts.index(doc)
+            answer.update(embedding=[1.0], chunks=long_kind.windows(docs.target_tokens[k], 512))
+        else:
+            answer["embedding"] = [1.0]
+        return Reply(200, json.dumps([answer]).encode(), {})
+
+    monkeypatch.setattr(tsctl.client, "request", request)
+    monkeypatch.setattr(long_kind, "served_tokens", lambda config, d: (8192, list(d.target_tokens)))
+    loads: list[Load] = []
+
+    def send(spec: Load) -> LoadResult:
+        loads.append(spec)
+        name = spec.url.rsplit("/", 1)[1]
+        samples = tuple(Sample(0.0, 100.0 * (k + 1), 200, k) for k in range(spec.max_requests))
+        client.answered.setdefault(name, []).extend(range(spec.max_requests))
+        return LoadResult("closed", spec.clients, None, samples, 1.0, 0.0)
+
+    config = Configuration("bucketed", 1, workload=LONG, concurrency=2, duration=30, model=models.LONG_MODEL)
+    plan = RunPlan("long", "fake", (config,), False, None, kind="long")
+    ctx = RunContext(
+        plan=plan,
+        resolver=FakeResolver(),  # the long kind resolves no jobs
+        target=lambda job: None,  # type: ignore[arg-type,return-value]
+        measurer=Measurer(send, warmup_s=0.0),
+        inputs=ReportInputs(KINDS["long"].TITLE, {"command": "fake"}),
+        record=lambda summary: None,
+        out=tmp_path,
+        t0=0.0,
+        site=TorchServeSite(client, None),  # type: ignore[arg-type]  # someone else's server: its store has them
+        options=Options(kinds=(long_kind.LongFlags(long_docs=3, long_cycles=2),)),
+    )
+    assert compare.measure_all(ctx) == 0
+    own, windows = "bench-bucketed-bs1-d10-2x1-bert-long-random", "bench-bucketed-bs1-d10-2x1-bert-long-random-l512"
+    registered = [e for e in client.events if e.startswith("register")]
+    assert registered == [
+        f"register {own} from bert-long-random-bucketed.mar",
+        f"register {windows} from bert-long-random-l512-bucketed.mar",
+    ]
+    assert client.events[-2:] == [f"unregister {windows}", f"unregister {own}"]  # both left when done
+    assert [name for name, _ in warmed] == [own] * 4 + [windows] * 2  # 2 documents a mode, answers checked
+    assert [spec.label for spec in loads] == ["truncate 1", "late 1", "chunk 1", "truncate 2", "late 2", "chunk 2"]
+    assert all(spec.max_requests == 3 and spec.duration_s == 15 and spec.clients == 2 for spec in loads)
+    assert json.loads(loads[2].bodies[0]) == {"texts": [docs.texts[0]], "on_overflow": "chunk"}
+    rows = {r["mode"]: r for r in json.loads((tmp_path / "long.json").read_text())}
+    assert rows["truncate"]["docs_per_s"] == 3.0 and rows["truncate"]["requests"] == 6
+    assert rows["truncate"]["tokens_per_doc"] == round(sum(docs.target_tokens) / 3, 1)
+    assert rows["chunk"]["rows_per_doc"] == round(sum(long_kind.windows(t, 512) for t in docs.target_tokens) / 3, 2)
+    assert rows["late"]["vectors_per_doc"] == round(sum(len(sentences(d)) for d in docs.texts) / 3, 1)
+    assert rows["late"]["p50_ms"] == 200.0 and not rows["chunk"]["cut"]
+    assert "## Long documents" in (tmp_path / "report.md").read_text()
