@@ -29,7 +29,7 @@ from bench.results import ReportInputs, ResultsWriter, run_header, run_offline
 from bench.run_plan import RunPlan, suites
 from bench.stats import Summary
 from bench.targets import TorchServeSite, build_archives
-from bench.workloads import NOT_EMBEDDINGS, Workload
+from bench.workloads import LONG, NOT_EMBEDDINGS, Workload
 from bucketing.engines import precision
 from bucketing.kinds import KINDS as MODEL_KINDS
 from model_store import archives
@@ -77,6 +77,8 @@ def check_args(options: Options, plan: RunPlan) -> CapacitySettings | None:
         if name != plan.kind:
             kind.refuse(options)
     for c in plan.configs:
+        if c.workload == LONG and plan.kind != LONG:
+            raise SystemExit(f"--workload long: measured by its own kind (--suite long); not with kind {plan.kind}")
         if c.workload in NOT_EMBEDDINGS and (options.peer or plan.bound):
             raise SystemExit(
                 f"--workload {c.workload}: not with --peer, --suite tune or --bound (they measure embeddings)"

@@ -29,8 +29,11 @@ from .run_plan import (
     load_suite,
     one_worker_if_continuous,
     served,
+    suites,
 )
-from .workloads import BENCH_WORKLOADS, DOCS_PER_REQUEST
+from .workloads import BENCH_WORKLOADS, DOCS_PER_REQUEST, LONG
+
+SUITE_OF = {LONG: "long"}  # a workload measured by a suite (and run kind) of its own when no --suite is named
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -175,13 +178,16 @@ def plan_from_args(options: Options) -> RunPlan:
         }.items()
         if v is not None
     }
-    base = load_suite(options.suite or "default")
+    own_suite = SUITE_OF.get(options.workload or "") if options.suite is None else None
+    base = load_suite(options.suite or own_suite or "default")
     if matrix:
-        defaults = {"strategy": "bucketed", "batch_size": 16, **overrides}
+        own_defaults = suites()[own_suite].get("defaults", {}) if own_suite else {}
+        defaults = {"strategy": "bucketed", "batch_size": 16, **own_defaults, **overrides}
         if "rate" in matrix and "mode" not in overrides:
             defaults["mode"] = "open"
         configs = tuple(expand(defaults, [], matrix))
-        named = options.suite is not None  # `--suite NAME` with matrix flags: its kind on the flags' configurations
+        # `--suite NAME` (or a workload's own suite) with matrix flags: its kind on the flags' configurations
+        named = options.suite is not None or own_suite is not None
         plan = RunPlan(
             "custom",
             "configurations from flags",

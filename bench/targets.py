@@ -101,6 +101,7 @@ def build_archives(
         schedule=schedule,
         max_length=models.archive_max_length(model),
         dtype=dtype,
+        settings=models.archive_settings(model),
     )
     try:
         archive_build.build_archives(store, spec, if_stale=True)

@@ -42,10 +42,13 @@ MIN_TOKENS = 4
 WORKLOADS = ("short", "sentences", "passages", "mixed", "longtail")  # texts, one a request (`make_workload`)
 RERANK = "rerank"  # a request: one short query and `docs_per_request` long-tail documents (text pairs)
 SPARSE = "sparse"  # a request: one long-tail text, to a SPLADE model (sparse answers)
-BENCH_WORKLOADS = (*WORKLOADS, RERANK, SPARSE)  # what `bench/compare.py --workload` takes
+LONG = "long"  # a request: one document of 1k-8k tokens, answered whole, chunked and late-chunked (kind `long`)
+BENCH_WORKLOADS = (*WORKLOADS, RERANK, SPARSE, LONG)  # what `bench/compare.py --workload` takes
 NOT_EMBEDDINGS = (RERANK, SPARSE)  # answers are not dense embeddings: no peer, tune, exact-length or cosine check
 TEXTS_OF = {SPARSE: "longtail"}  # a workload that sends another's generated texts
 DOCS_PER_REQUEST = 20
+LONG_TOKENS = (1000, 8000)  # the long workload's document lengths, special tokens included
+LONG_DOCS = 16
 
 
 @dataclass(frozen=True)
@@ -124,3 +127,31 @@ def rerank_requests(
     queries = make_workload("short", n, seed).texts
     documents = make_workload("longtail", n * docs_per_request, seed).texts
     return [(q, documents[i * docs_per_request : (i + 1) * docs_per_request]) for i, q in enumerate(queries)]
+
+
+def long_documents(
+    n: int = LONG_DOCS, seed: int = 0, low: int = LONG_TOKENS[0], high: int = LONG_TOKENS[1]
+) -> Workload:
+    """`n` documents of `low` to `high` tokens ([CLS] and [SEP] included), the same for the same arguments: one
+    length drawn in each of `n` equal slices of the range (spread over it, none twice), in a shuffled order; each
+    document the bench's passages (`PASSAGE` tokens each, `text_of`) joined as paragraphs by a blank line, which
+    costs no token."""
+    if not 1 <= n or not 2 < low <= high:
+        raise ValueError(f"long documents: got n={n}, {low} to {high} tokens; allowed: n >= 1, 3 <= low <= high")
+    rng = random.Random(f"{LONG}:{seed}")
+    width = (high - low) / n
+    targets = [min(high, int(low + (k + rng.random()) * width)) for k in range(n)]
+    rng.shuffle(targets)
+    return Workload(LONG, tuple(_document(t, rng) for t in targets), tuple(targets), seed)
+
+
+def _document(tokens: int, rng: random.Random) -> str:
+    """Paragraphs of `PASSAGE` tokens each (the last one what is left, at least a short text's) holding `tokens`
+    tokens in all, [CLS] and [SEP] counted once."""
+    left, paragraphs = tokens - 2, []
+    while left > 0:
+        own = rng.randint(*PASSAGE) - 2
+        own = left if left - own < SHORT[1] else own
+        paragraphs.append(text_of(own + 2, rng))
+        left -= own
+    return "\n\n".join(paragraphs)

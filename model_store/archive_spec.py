@@ -57,6 +57,7 @@ class ArchiveSpec:
     calibration_texts: Path | None = None  # a file of texts, one a line: the archive's int8/uint8 ranges from them
     calibrate: bool = True  # without calibration_texts, a dense model's ranges from the bench's long-tail texts
     truncate_dim: int | None = None  # handler.truncate_dim: every answer cut to its first N components
+    settings: Mapping[str, Any] | None = None  # other `handler:` keys set in every archive (checked by the worker)
 
     @property
     def folder(self) -> Path:
@@ -153,6 +154,7 @@ class ArchiveSpec:
         except archives.ModelFolderError as e:
             raise BuildError(str(e)) from None
         overrides.update(prompts=dict(self.prompts) if self.prompts else None, default_prompt_name=self.default_prompt)
+        overrides.update(self.settings or {})
         configs = {
             archives.name(s, self.threads, self.prefix): archives.model_config(s, self.threads, **overrides)
             for s in self.strategies

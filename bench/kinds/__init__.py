@@ -4,13 +4,14 @@ KINDS; a suite names its kind with `kind:` in suites.yaml (`matrix` when it name
 
 from __future__ import annotations
 
-from . import bulk, matrix, tune
+from . import bulk, long, matrix, tune
 from .context import RunContext, RunKind
 
 KINDS: dict[str, RunKind] = {
     matrix.NAME: matrix,  # every configuration of the plan (and a peer on the same loads)
     tune.NAME: tune,  # candidates ranked offline, measured under a budget, the winner deployed from its YAML
     bulk.NAME: bulk,  # one bulk request against the same texts split, and small requests' p99 during it
+    long.NAME: long,  # long documents truncated, chunked and late-chunked on a long-context model
 }
 
 __all__ = ["KINDS", "RunContext", "RunKind"]
