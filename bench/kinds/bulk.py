@@ -23,9 +23,8 @@ import re
 import threading
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
-from typing import Any
 
-from .. import stats
+from .. import report, stats
 from ..configuration import Configuration
 from ..job import Job
 from ..load import LoadResult
@@ -259,8 +258,5 @@ def section(rows: list[BulkRow]) -> str:
         f"## Bulk requests\n\nOne request of {texts} texts against the same texts as {split} requests; the p99 of "
         "single-text requests alone and while one bulk request runs (`bench/kinds/bulk.py`).\n\n"
     )
-    table = ["| " + " | ".join(h for _, h in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for r in rows:
-        values: dict[str, Any] = asdict(r)
-        table.append("| " + " | ".join(str(values[k]) for k, _ in COLUMNS) + " |")
-    return head + "\n".join(table) + "\n"
+    cells = [[asdict(r)[k] for k, _ in COLUMNS] for r in rows]
+    return head + report.table([h for _, h in COLUMNS], cells) + "\n"

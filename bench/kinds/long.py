@@ -36,7 +36,7 @@ from bucketing.metrics import BatchStats
 from model_store import archives
 from model_store import build as archive_build
 
-from .. import models, stats
+from .. import models, report, stats
 from ..configuration import Configuration
 from ..load import LoadResult
 from ..measure import Load
@@ -337,18 +337,17 @@ def section(rows: Sequence[LongRow], docs: Workload, flags: LongFlags) -> str:
         f"(windows of {flags.chunk_length} tokens, one combined vector) to the same model registered at "
         f"{flags.chunk_length} (`bench/kinds/long.py`).\n\n"
     )
-    table = ["| " + " | ".join(h for _, h in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    shown = []
     for r in rows:
         values: dict[str, Any] = asdict(r)
-        cells = [
-            f"{values[k]:,}" if isinstance(values[k], (int, float)) and k != "max_length" else str(values[k])
-            for k, _ in COLUMNS
-        ]
-        table.append(
-            "| "
-            + " | ".join(c + (" (cut)" if k == "requests" and r.cut else "") for c, (k, _) in zip(cells, COLUMNS))
-            + " |"
+        shown.append(
+            [
+                (f"{values[k]:,}" if isinstance(values[k], (int, float)) and k != "max_length" else str(values[k]))
+                + (" (cut)" if k == "requests" and r.cut else "")
+                for k, _ in COLUMNS
+            ]
         )
+    table = report.table([h for _, h in COLUMNS], shown).splitlines()
     ratios = [
         "| config | mode | " + " | ".join(f"{h} vs truncate" for _, h in RATIOS) + " |",
         "|" + "---|" * (2 + len(RATIOS)),
