@@ -24,8 +24,9 @@ def calibrated_costs(
     """The planner's cost model of each (engine, dtype) on this machine, one thread, in process: each opened as a
     worker opens it (`worker.load`: its start-up checks, a reduced dtype's fidelity gate; the exported graph written
     once for the engines that read it), then the handler's calibration shapes (`calibrate.measure`) timed `rounds`
-    times, the pairs in turn each round so that a load on a shared machine falls on each alike, and each shape's
-    fastest median fitted (`calibrate.fit_cost`). A pair that does not open here gets its refusal, in one line."""
+    times, the pairs in turn each round so that a load on a shared machine falls on each alike (one pair: once, as
+    its workers calibrate), and each shape's fastest median fitted (`calibrate.fit_cost`). A pair that does not open
+    here gets its refusal, in one line."""
     import tempfile
 
     import torch
@@ -62,7 +63,7 @@ def calibrated_costs(
             forwards[(engine, dtype)] = forward
             out[(engine, dtype)] = CostModel()  # its place in the order; fitted below
         best: dict[tuple[str, str], dict[tuple[int, int], float]] = {pair: {} for pair in forwards}
-        for _ in range(rounds):
+        for _ in range(rounds if len(forwards) > 1 else 1):  # one engine: one round, as its workers calibrate
             for pair, forward in forwards.items():
                 for rows, length, us in measure(forward, max_length):
                     best[pair][(rows, length)] = min(us, best[pair].get((rows, length), us))

@@ -396,6 +396,11 @@ def tune_section(t: tune.TuneResult) -> str:
     return "\n".join(parts) + "\n"
 
 
+def _per_core(s: stats.Summary | None) -> str:
+    """Closed-loop req/s a core of CPU the server used (what a shared machine's share of cores does not move)."""
+    return f"{s.rps / s.server_cpu_cores:.1f}" if s and s.server_cpu_cores else ""
+
+
 def _short(c: Configuration) -> str:
     return f"{c.strategy} bs{c.batch_size} d{c.max_batch_delay} {c.workers}x{c.threads}"
 
@@ -413,7 +418,7 @@ def engines_section(t: tune.TuneResult) -> list[str]:
         s = best.get((e.engine, e.dtype))
         measured = _short(s.config) if s else ""
         if e.cost is None:
-            rows.append([e.engine, e.dtype, *[""] * 9, f"not considered: {e.refused}"])
+            rows.append([e.engine, e.dtype, *[""] * 9, f"not considered: {e.refused}", ""])
             continue
         rows.append(
             [
@@ -429,6 +434,7 @@ def engines_section(t: tune.TuneResult) -> list[str]:
                 measured,
                 _capacity(s) if s else "",
                 f"{s.rps:.1f}" if s else "not measured",
+                _per_core(s),
             ]
         )
     return [
@@ -441,7 +447,8 @@ def engines_section(t: tune.TuneResult) -> list[str]:
         "cost against the padding a split saves, so what sets its split is the fixed cost in tokens' worth (fixed "
         "cost / cost a token): the lower, the more and tighter the sub-batches. `passes a batch` and `texts a pass` "
         f"are its plan for the load sent ({load}), `est req/s` that configuration estimated on it; then each "
-        "engine and dtype's best measured configuration.",
+        "engine and dtype's best measured configuration, and its closed-loop req/s a core of CPU the server used "
+        "(on a shared machine the cores it got vary: compare these).",
         "",
         report.table(
             [
@@ -457,6 +464,7 @@ def engines_section(t: tune.TuneResult) -> list[str]:
                 "best measured",
                 "capacity",
                 "closed loop req/s",
+                "req/s a server core",
             ],
             rows,
         ),
