@@ -1,11 +1,12 @@
 """`--suite tune`, the pure parts: candidate configurations ranked and pruned by the offline planner's estimates,
 the measuring order under a time budget, the choice of a winner, and the model-config YAML that deploys it.
 
-Estimates come from the planner's cost model over the workload's real token lengths, delivered `batch_size` at a
-time: each strategy's forward passes (static pads to max_length, dynamic to the batch's longest text, bucketed
-runs the planner's sub-batches), their estimated time, and so an estimated saturated throughput per worker layout,
-and a latency floor (a request's own pass, 99th percentile over the texts, plus the batch delay: no configuration
-does better). They rank and prune; measurement decides.
+Estimates come from the planner's cost model of each candidate's engine and dtype (`engine_dtypes`: every engine
+in float32, a reduced dtype on the engines that run it; each calibrated on this machine) over the workload's real
+token lengths, delivered `batch_size` at a time: each strategy's forward passes (static pads to max_length, dynamic
+to the batch's longest text, bucketed runs the planner's sub-batches), their estimated time, and so an estimated
+saturated throughput per worker layout, and a latency floor (a request's own pass, 99th percentile over the texts,
+plus the batch delay: no configuration does better). They rank and prune; measurement decides.
 """
 
 from __future__ import annotations
