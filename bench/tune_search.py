@@ -1,11 +1,12 @@
 """`--suite tune`, the pure parts: candidate configurations ranked and pruned by the offline planner's estimates,
 the measuring order under a time budget, the choice of a winner, and the model-config YAML that deploys it.
 
-Estimates come from the planner's cost model over the workload's real token lengths, delivered `batch_size` at a
-time: each strategy's forward passes (static pads to max_length, dynamic to the batch's longest text, bucketed
-runs the planner's sub-batches), their estimated time, and so an estimated saturated throughput per worker layout,
-and a latency floor (a request's own pass, 99th percentile over the texts, plus the batch delay: no configuration
-does better). They rank and prune; measurement decides.
+Estimates come from the planner's cost model of each candidate's engine and dtype (`engine_dtypes`: every engine
+in float32, a reduced dtype on the engines that run it; each calibrated on this machine) over the workload's real
+token lengths, delivered `batch_size` at a time: each strategy's forward passes (static pads to max_length, dynamic
+to the batch's longest text, bucketed runs the planner's sub-batches), their estimated time, and so an estimated
+saturated throughput per worker layout, and a latency floor (a request's own pass, 99th percentile over the texts,
+plus the batch delay: no configuration does better). They rank and prune; measurement decides.
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ DELAYS = (5, 10, 20, 50)
 THREAD_EFFICIENCY = 0.8  # each extra thread in one worker adds this much of a core's speed (a rough prior)
 PRUNE_BELOW = 0.5  # candidates estimated under this share of the best estimate are not measured
 RESERVE_S = 60.0  # budget kept back beyond the next measurement, for recommending (building, re-measuring)
-REDUCED = "bfloat16"  # the reduced-precision dtype the suite may consider (torch engine, a native-bf16 CPU)
+REDUCED = "bfloat16"  # the reduced-precision dtype the suite may consider (a native-bf16 CPU, engines that run it)
+FLOAT32 = "float32"
+
+Pair = tuple[str, str]  # (engine, dtype), each with its own calibrated cost model
 
 
 @dataclass(frozen=True)
@@ -70,23 +74,34 @@ def estimate(
     return rps, floor
 
 
+def engine_dtypes(served: Mapping[str, Sequence[str]], reduced: Sequence[str]) -> list[Pair]:
+    """The (engine, dtype) pairs the suite calibrates and estimates: float32 on every engine (`served`: each engine
+    with the dtypes it runs on this CPU, as the engines registry says), and each reduced dtype considered
+    (`reduced_dtypes`) on each engine that runs it."""
+    pairs = [(engine, FLOAT32) for engine in served]
+    pairs += [(engine, dtype) for dtype in reduced for engine, dtypes in served.items() if dtype in dtypes]
+    return pairs
+
+
 def candidates(
     base: Configuration,
     lengths: Sequence[int],
-    cost: CostModel,
+    costs: CostModel | Mapping[Pair, CostModel],
     target_ms: float,
     cores: int,
     strategies: Sequence[str] = STRATEGIES,
     batch_sizes: Sequence[int] = BATCH_SIZES,
     schedules: Sequence[str] = ("batch",),
-    reduced_costs: Mapping[str, CostModel] | None = None,
 ) -> list[Candidate]:
-    """Every (strategy, batch size, layout, schedule, dtype) at `base`'s delay, best estimate first; the hopeless
-    ones marked pruned. The estimates do not tell schedules apart (they model TorchServe's batches): measurement
-    does. `reduced_costs`: the cost model of each reduced dtype to consider (on the torch engine), float32 always."""
+    """Every (strategy, batch size, layout, schedule, engine, dtype) at `base`'s delay, best estimate first, each
+    estimated with its own engine and dtype's cost model; the hopeless ones marked pruned (against the best of their
+    dtype: float32 stays measured beside a faster reduced dtype, in case it misses its floor). The estimates do not
+    tell schedules apart (they model TorchServe's batches): measurement does. `costs`: the calibrated cost model of
+    each (engine, dtype) to consider (a lone cost model: float32 on `base`'s engine)."""
+    by_pair: dict[tuple[str | None, str], CostModel] = (
+        {(base.engine, FLOAT32): costs} if isinstance(costs, CostModel) else {pair: c for pair, c in costs.items()}
+    )
     out = []
-    dtypes: dict[str | None, CostModel] = {None: cost}
-    dtypes.update(reduced_costs or {})
     for strategy in strategies:
         for bs in batch_sizes:
             if bs == 1 and strategy == "dynamic" and "bucketed" in strategies:
@@ -95,7 +110,7 @@ def candidates(
                 for schedule in schedules:
                     if schedule == "continuous" and workers > 1:
                         continue  # one worker a model under continuous (TorchServe 0.12's queue lock)
-                    for dtype, dtype_cost in dtypes.items():
+                    for (engine, dtype), cost in by_pair.items():
                         config = replace(
                             base,
                             strategy=strategy,
@@ -103,10 +118,10 @@ def candidates(
                             workers=workers,
                             threads=threads,
                             schedule=None if schedule == "batch" else schedule,
-                            dtype=dtype,
-                            engine="torch" if dtype else base.engine,
+                            dtype=None if dtype == FLOAT32 else dtype,
+                            engine=engine,
                         )
-                        rps, floor = estimate(config, lengths, dtype_cost)
+                        rps, floor = estimate(config, lengths, cost)
                         out.append(Candidate(config, rps, floor))
     best_of: dict[str | None, float] = {}  # per dtype: float32 stays measured, in case bfloat16 misses its floor
     for c in out:
@@ -123,13 +138,20 @@ def candidates(
 
 
 def first_round(ranked: Sequence[Candidate]) -> list[Configuration]:
-    """The measuring order before delays: the best kept candidate of each strategy (and schedule and dtype), then
-    the rest by estimate."""
+    """The measuring order before delays: the best kept candidate of each (engine, dtype), then of each strategy
+    (and schedule and dtype), then the rest by estimate."""
     kept = [c for c in ranked if not c.pruned]
     heads: list[Configuration] = []
-    for kind in dict.fromkeys((c.config.strategy, c.config.schedule, c.config.dtype) for c in kept):
-        heads.append(next(c.config for c in kept if (c.config.strategy, c.config.schedule, c.config.dtype) == kind))
+    for key in (_engine_dtype, lambda c: (c.strategy, c.schedule, c.dtype)):
+        for kind in dict.fromkeys(key(c.config) for c in kept):
+            head = next(c.config for c in kept if key(c.config) == kind)
+            if head not in heads:
+                heads.append(head)
     return heads + [c.config for c in kept if c.config not in heads]
+
+
+def _engine_dtype(config: Configuration) -> tuple[str | None, str]:
+    return config.engine, config.dtype or FLOAT32
 
 
 def delay_variants(best: Configuration, delays: Sequence[int] = DELAYS) -> list[Configuration]:
@@ -150,10 +172,12 @@ def faithful(s: Summary, min_cosine: float | None) -> bool:
 def rank(summaries: Sequence[Summary], min_cosine: float | None = None) -> list[Summary]:
     """Best first: capacity at the target, then closed-loop throughput (each configuration once: its lowest
     capacity when it was measured again); a reduced dtype below the `min_cosine` floor is left out."""
+    return _ranked([s for s in summaries if faithful(s, min_cosine)])
+
+
+def _ranked(summaries: Sequence[Summary]) -> list[Summary]:
     lowest: dict[Configuration, Summary] = {}
     for s in summaries:
-        if not faithful(s, min_cosine):
-            continue
         key = replace(s.config, label="")
         if key not in lowest or _cap(s) < _cap(lowest[key]):
             lowest[key] = s
@@ -197,12 +221,12 @@ def explore(
     delays: Sequence[int] = DELAYS,
     min_cosine: float | None = None,
 ) -> tuple[list[Summary], list[tuple[Configuration, str]]]:
-    """Measure the kept candidates in `first_round` order while the budget holds; once the best strategies have
-    been seen (or the queue runs dry), the best so far at the other delays goes first. Returns what was measured,
-    in order, and what was skipped, with why."""
+    """Measure the kept candidates in `first_round` order while the budget holds; once the best of each engine and
+    dtype and of each strategy have been seen (or the queue runs dry), the best so far at the other delays goes
+    first. Returns what was measured, in order, and what was skipped, with why."""
     kept = [c for c in ranked if not c.pruned]
     queue = first_round(ranked)
-    delays_after = len({c.config.strategy for c in kept}) + 2
+    delays_after = len({c.config.strategy for c in kept}) + len({_engine_dtype(c.config) for c in kept}) + 1
     measured: list[Summary] = []
     skipped: list[tuple[Configuration, str]] = []
     delays_done = False
@@ -243,6 +267,8 @@ class TuneResult:
     remeasured: Summary | None = None  # the winner again, registered from its YAML
     applied: tuple[str, ...] = ()  # where TorchServe's describe differed from the YAML (empty: all applied)
     min_cosine: float | None = None  # the user's fidelity floor for a reduced dtype (None: float32 only)
+    engine_costs: tuple[EngineCost, ...] = ()  # each (engine, dtype) as calibrated, with the base load's plan on it
+    base: Configuration | None = None  # the load the engines' plans are shown for (strategy, batch size, layout)
 
     @property
     def ranking(self) -> list[Summary]:
@@ -284,8 +310,8 @@ def dtype_choice(measured: Sequence[Summary], min_cosine: float | None, consider
 
 
 def model_config(winner: Configuration, template: dict[str, Any], min_cosine: float | None = None) -> dict[str, Any]:
-    """The model-config YAML that deploys `winner`: the template with its TorchServe and handler settings (a reduced
-    dtype with the user's fidelity floor, which its workers then check at start)."""
+    """The model-config YAML that deploys `winner`: the template with its TorchServe and handler settings, its engine
+    and dtype named (a reduced dtype with the user's fidelity floor, which its workers then check at start)."""
     cfg = dict(template)
     cfg.update(
         minWorkers=winner.workers,
@@ -299,8 +325,8 @@ def model_config(winner: Configuration, template: dict[str, Any], min_cosine: fl
         handler["engine"] = winner.engine
     if winner.schedule:
         handler["schedule"] = winner.schedule
-    if winner.dtype not in (None, "float32"):
-        handler["dtype"] = winner.dtype
+    handler["dtype"] = winner.dtype or FLOAT32
+    if winner.dtype not in (None, FLOAT32):
         if min_cosine is not None:
             handler["min_cosine"] = min_cosine
     cfg["handler"] = handler
@@ -319,3 +345,69 @@ def describe_mismatches(described: dict[str, Any], cfg: dict[str, Any]) -> list[
 
 def fmt_rate(rate: float) -> str:
     return "none" if rate <= 0 or math.isnan(rate) else f"{rate:.1f} req/s"
+
+
+@dataclass(frozen=True)
+class EngineCost:
+    """One (engine, dtype) as the suite calibrated it, and what the planner makes of the base load with it: passes a
+    delivered batch and the base configuration's estimated req/s (or why it was not calibrated: `refused`)."""
+
+    engine: str
+    dtype: str
+    cost: CostModel | None
+    passes: float = 0.0  # the base strategy's forward passes per delivered batch of the base load
+    rows: float = 0.0  # texts per pass, on average
+    est_rps: float = 0.0  # the base configuration (strategy, batch size, layout) estimated on it
+    refused: str = ""
+
+    @property
+    def fixed_tokens(self) -> float:
+        """The fixed cost of a pass in tokens' worth (what the planner weighs a pass against the padding it saves)."""
+        return self.cost.overhead_us / self.cost.per_token_us if self.cost and self.cost.per_token_us else math.inf
+
+
+def engine_costs(
+    base: Configuration,
+    lengths: Sequence[int],
+    calibrated: Mapping[Pair, CostModel | str],  # (engine, dtype): its cost model, or its refusal
+    max_length: int = SERVED.max_length,
+    max_batch_tokens: int = SERVED.max_batch_tokens,
+) -> list[EngineCost]:
+    """Each calibrated (engine, dtype), in order, with the planner's passes per delivered batch of `base`'s load
+    (its strategy and batch size over these lengths) and `base`'s estimate on it; a refusal (a str) as it is."""
+    bs = base.batch_size
+    batches = [lengths[i : i + bs] for i in range(0, len(lengths), bs)]
+    out = []
+    for (engine, dtype), cost in calibrated.items():
+        if not isinstance(cost, CostModel):
+            out.append(EngineCost(engine, dtype, None, refused=cost))
+            continue
+        passes = [strategy_passes(base.strategy, b, cost, max_length, max_batch_tokens) for b in batches]
+        count = sum(len(p) for p in passes)
+        config = replace(base, engine=engine, dtype=None if dtype == FLOAT32 else dtype)
+        rps, _ = estimate(config, lengths, cost, max_length, max_batch_tokens)
+        out.append(EngineCost(engine, dtype, cost, count / len(batches), len(lengths) / count, rps))
+    return out
+
+
+def best_per_engine(measured: Sequence[Summary]) -> dict[tuple[str | None, str], Summary]:
+    """The best measured configuration of each (engine, dtype), best first (a reduced dtype below its floor too:
+    `faithful` says whether it may win)."""
+    out: dict[tuple[str | None, str], Summary] = {}
+    for s in _ranked(measured):
+        out.setdefault(_engine_dtype(s.config), s)
+    return out
+
+
+def engine_choice(measured: Sequence[Summary], min_cosine: float | None) -> str:
+    """Why the winner runs its engine, in a line for the YAML: the best capacity of each engine and dtype measured."""
+    ranking = rank(measured, min_cosine)
+    if not ranking:
+        return ""
+    winner = ranking[0].config
+    best = [
+        f"{engine or 'default'} {dtype} {fmt_rate(_cap(s))}" + ("" if faithful(s, min_cosine) else " (below the floor)")
+        for (engine, dtype), s in best_per_engine(measured).items()
+    ]
+    chosen = f"engine {winner.engine or 'default'}, dtype {winner.dtype or FLOAT32}"
+    return f"{chosen}: the best capacity of each engine and dtype measured: {', '.join(best)}"

@@ -1,7 +1,9 @@
 """`tune` (`--suite tune`) on a server: calibrate the cost model, rank the candidates offline, measure what the
 budget allows (`tune_search.explore`), re-measure the top two, write the winner's model-config and the commands that
 deploy it, then build that archive and measure it again from the YAML; its report section is the recommendation.
-Its own flag: --min-cosine (the fidelity floor that lets bfloat16 compete)."""
+Every engine of the registry that opens here is considered (or those `--engines` names), in float32, and in
+bfloat16 where it runs it natively, each with its own calibrated cost model. Its own flag: --min-cosine (the
+fidelity floor that lets bfloat16 compete)."""
 
 from __future__ import annotations
 
@@ -99,38 +101,43 @@ def measure_config(ctx: RunContext, config: Configuration) -> stats.Summary:
 
 
 def run_tune(ctx: RunContext) -> tune.TuneResult:
-    """Rank candidates offline, measure what fits the budget (delays around the best), recommend, re-measure.
-    --min-cosine (`TuneFlags`): the fidelity floor that lets bfloat16 compete (where the CPU multiplies it natively)."""
-    from bench.calibration import calibrated_cost
-    from bucketing.engines import precision
+    """Calibrate each (engine, dtype), rank candidates offline with their own cost model, measure what fits the
+    budget (delays around the best), recommend, re-measure. --min-cosine (`TuneFlags`): the fidelity floor that lets
+    bfloat16 compete (where the CPU multiplies it natively, on the engines that run it)."""
+    from bench.calibration import calibrated_costs
+    from bucketing.engines import ENGINE_KINDS, cpu_dtypes, precision
+    from bucketing.planning.planner import CostModel
 
     plan, budget_min, t0, record = ctx.plan, ctx.options.budget_min, ctx.t0, ctx.record
     min_cosine = ctx.options.of(TuneFlags).min_cosine
     space, settings = plan.options, ctx.settings
     assert settings is not None
     base = plan.configs[0]
-    engine = base.engine or archives.default_engine()
-    print(f"\ntune: calibrating the cost model on {engine}, one thread ...")
-    cost = calibrated_cost(str(models.model_dir(base.model)), engine)
-    print(f"  {cost}")
-    reduced, considered = tune.reduced_dtypes(min_cosine, precision.native_bf16(precision.cpu_info()))
+    cpu = precision.cpu_info()
+    reduced, considered = tune.reduced_dtypes(min_cosine, precision.native_bf16(cpu))
     print(f"tune: {considered}")
-    reduced_costs = {}
-    for dtype in reduced:
-        print(f"tune: calibrating the cost model on torch in {dtype}, one thread ...")
-        reduced_costs[dtype] = calibrated_cost(str(models.model_dir(base.model)), "torch", dtype=dtype)
-        print(f"  {reduced_costs[dtype]}")
+    engines = tune_engines(ctx.options, tuple(ENGINE_KINDS))
+    pairs = tune.engine_dtypes({e: cpu_dtypes(e, cpu) for e in engines}, reduced)
+    shown = ", ".join(f"{e} {d}" for e, d in pairs)
+    print(f"tune: calibrating the cost model of each engine and dtype ({shown}), one thread ...")
+    calibrated = calibrated_costs(str(models.model_dir(base.model)), pairs)
+    lengths = ctx.resolver.load(base).tokens
+    engine_costs = tune.engine_costs(base, lengths, calibrated)
+    for e in engine_costs:
+        print(f"  {e.engine} {e.dtype}: " + (f"not considered: {e.refused}" if e.cost is None else _calibration(e)))
+    costs: dict[tune.Pair, CostModel] = {(e.engine, e.dtype): e.cost for e in engine_costs if e.cost is not None}
+    if not costs:
+        raise SystemExit("tune: no engine opened here (see above)")
     batch_sizes = space.get("batch_sizes", tune.BATCH_SIZES)
     schedules = space.get("schedules", ("batch",))
     ranked = tune.candidates(
         base,
-        ctx.resolver.load(base).tokens,
-        cost,
+        lengths,
+        costs,
         settings.target_ms,
         os.cpu_count() or 1,
         batch_sizes=batch_sizes,
         schedules=schedules,
-        reduced_costs=reduced_costs,
     )
     kept = [c for c in ranked if not c.pruned]
     print(
@@ -178,7 +185,25 @@ def run_tune(ctx: RunContext) -> tune.TuneResult:
                 skipped.append((again, f"failed: {str(e)[:120]}"))
             budget_left -= time.monotonic() - started
     why = tune.dtype_choice(measured, min_cosine, considered)
-    return recommend(ctx, measured, skipped, ranked, why)
+    engine_why = tune.engine_choice(measured, min_cosine)
+    result = recommend(ctx, measured, skipped, ranked, "\n# ".join(w for w in (engine_why, why) if w))
+    return replace(result, engine_costs=tuple(engine_costs), base=base)
+
+
+def tune_engines(options: Options, registry: tuple[str, ...]) -> tuple[str, ...]:
+    """The engines the suite considers: those `--engines` names (the plan's engine axis), else every engine in the
+    registry (each then calibrated where it opens here; one that does not is reported and left out)."""
+    given = [e.strip() for e in (options.engines or "").split(",") if e.strip()]
+    return tuple(dict.fromkeys(given)) if given else registry
+
+
+def _calibration(e: tune.EngineCost) -> str:
+    assert e.cost is not None
+    return (
+        f"fixed {e.cost.overhead_us / 1000:.2f} ms a pass, {e.cost.per_token_us:.0f} us a token "
+        f"(+ {e.cost.per_token_sq_us:.3f} us x length); {e.passes:.2f} passes of {e.rows:.1f} texts a batch, "
+        f"estimated {e.est_rps:.0f} req/s for the base load"
+    )
 
 
 def recommend(
@@ -186,7 +211,7 @@ def recommend(
     measured: list[stats.Summary],
     skipped: list[tuple[Configuration, str]],
     ranked: list[tune.Candidate],
-    dtype_why: str = "",
+    why: str = "",
 ) -> tune.TuneResult:
     """Write the winner's model-config YAML and the commands that deploy it; measure it again from that YAML."""
     settings, site, t0, out = ctx.settings, ctx.site, ctx.t0, ctx.out
@@ -205,7 +230,7 @@ def recommend(
     comment = (
         f"# Tuned by `bench/compare.py --suite tune` on {winner.config.workload_label}: "
         f"{tune.fmt_rate(cap)} at p99 <= {settings.target_ms:g} ms on this machine.\n"
-        + (f"# {dtype_why}\n" if dtype_why else "")
+        + (f"# {why}\n" if why else "")
         + "# Deploy it (from the repository, with `make serve` running):\n"
         + "".join(f"#   {c}\n" for c in commands)
     )
@@ -258,7 +283,10 @@ def remeasure_from_yaml(
 def _settings(s: stats.Summary) -> str:
     c = s.config
     layout = report.layout(c)
-    return f"strategy `{c.strategy}`, batch_size {c.batch_size}, max_batch_delay {c.max_batch_delay} ms, {layout}"
+    engine = f", engine {c.engine}, dtype {c.dtype or 'float32'}" if c.engine else ""
+    return (
+        f"strategy `{c.strategy}`, batch_size {c.batch_size}, max_batch_delay {c.max_batch_delay} ms, {layout}{engine}"
+    )
 
 
 def _capacity(s: stats.Summary | None) -> str:
@@ -319,6 +347,8 @@ def tune_section(t: tune.TuneResult) -> str:
         status = c.pruned or skipped.get(c.config, "") or ("measured" if s else "not reached")
         rows.append(
             [
+                c.config.engine or "",
+                c.config.dtype or "float32",
                 c.config.strategy,
                 c.config.batch_size,
                 f"{c.config.workers}x{c.config.threads}",
@@ -331,18 +361,31 @@ def tune_section(t: tune.TuneResult) -> str:
         )
     extra = [s for s in t.measured if s.config.max_batch_delay != t.candidates[0].config.max_batch_delay]
     extra_skipped = [(c, why) for c, why in t.skipped if c.max_batch_delay != t.candidates[0].config.max_batch_delay]
+    parts += engines_section(t)
     parts += [
         "",
         "### Candidates",
         "",
-        "Offline estimates from the planner's cost model, calibrated on this machine at the start (one thread), "
-        "over the token lengths sent: `est req/s` at saturation, `floor` a lower bound on p99 (a request's own "
-        "pass, p99 over the texts, plus the batch delay); they rank and prune, measurement decides. Kept "
-        "candidates are measured best estimate first (the best of each strategy leads), then the best measured "
-        "one at other batch delays.",
+        "Offline estimates from the planner's cost model of each candidate's engine and dtype, calibrated on this "
+        "machine at the start (one thread), over the token lengths sent: `est req/s` at saturation, `floor` a lower "
+        "bound on p99 (a request's own pass, p99 over the texts, plus the batch delay); they rank and prune (against "
+        "the best estimate of the same dtype), measurement decides. Kept candidates are measured best estimate first "
+        "(the best of each engine and dtype leads, then the best of each strategy), then the best measured one at "
+        "other batch delays.",
         "",
         report.table(
-            ["strategy", "batch size", "workers x threads", "est req/s", "floor ms", "req/s", "capacity", "status"],
+            [
+                "engine",
+                "dtype",
+                "strategy",
+                "batch size",
+                "workers x threads",
+                "est req/s",
+                "floor ms",
+                "req/s",
+                "capacity",
+                "status",
+            ],
             rows,
         ),
     ]
@@ -351,3 +394,78 @@ def tune_section(t: tune.TuneResult) -> str:
         parts += [f"- {s.config.name}: capacity {_capacity(s)}; closed loop {s.rps:.1f} req/s" for s in extra]
         parts += [f"- {c.name}: skipped, {why}" for c, why in extra_skipped]
     return "\n".join(parts) + "\n"
+
+
+def _per_core(s: stats.Summary | None) -> str:
+    """Closed-loop req/s a core of CPU the server used (what a shared machine's share of cores does not move)."""
+    return f"{s.rps / s.server_cpu_cores:.1f}" if s and s.server_cpu_cores else ""
+
+
+def _short(c: Configuration) -> str:
+    return f"{c.strategy} bs{c.batch_size} d{c.max_batch_delay} {c.workers}x{c.threads}"
+
+
+def engines_section(t: tune.TuneResult) -> list[str]:
+    """Each (engine, dtype) as calibrated: its fixed cost a pass and cost a token, what the planner makes of the base
+    load with it (passes a delivered batch, texts a pass, the estimate), and its best measured configuration."""
+    if not t.engine_costs:
+        return []
+    best = tune.best_per_engine(t.measured)
+    base = t.base
+    load = f"`{base.strategy}` at batch size {base.batch_size}, {base.workers}x{base.threads}" if base else "its base"
+    rows = []
+    for e in t.engine_costs:
+        s = best.get((e.engine, e.dtype))
+        measured = _short(s.config) if s else ""
+        if e.cost is None:
+            rows.append([e.engine, e.dtype, *[""] * 9, f"not considered: {e.refused}", ""])
+            continue
+        rows.append(
+            [
+                e.engine,
+                e.dtype,
+                f"{e.cost.overhead_us / 1000:.2f}",
+                f"{e.cost.per_token_us:.0f}",
+                f"{e.cost.per_token_sq_us:.3f}",
+                f"{e.fixed_tokens:.1f}",
+                f"{e.passes:.2f}",
+                f"{e.rows:.1f}",
+                f"{e.est_rps:.0f}",
+                measured,
+                _capacity(s) if s else "",
+                f"{s.rps:.1f}" if s else "not measured",
+                _per_core(s),
+            ]
+        )
+    return [
+        "",
+        "### Engines and dtypes",
+        "",
+        "Each engine and dtype opened as a worker opens it and calibrated in process at the start (one thread; the "
+        "handler's calibration shapes, the engines in turn, each shape's fastest of the rounds): the fixed cost of a "
+        "pass and the cost a token (and a token x length, attention's share). The planner weighs a pass's fixed "
+        "cost against the padding a split saves, so what sets its split is the fixed cost in tokens' worth (fixed "
+        "cost / cost a token): the lower, the more and tighter the sub-batches. `passes a batch` and `texts a pass` "
+        f"are its plan for the load sent ({load}), `est req/s` that configuration estimated on it; then each "
+        "engine and dtype's best measured configuration, and its closed-loop req/s a core of CPU the server used "
+        "(on a shared machine the cores it got vary: compare these).",
+        "",
+        report.table(
+            [
+                "engine",
+                "dtype",
+                "fixed ms a pass",
+                "us a token",
+                "us a token x length",
+                "fixed cost in tokens",
+                "passes a batch",
+                "texts a pass",
+                "est req/s",
+                "best measured",
+                "capacity",
+                "closed loop req/s",
+                "req/s a server core",
+            ],
+            rows,
+        ),
+    ]

@@ -208,6 +208,8 @@ def test_tune_suite_recommends_and_remeasures_from_its_yaml(tmp_path):
         "1",
         "--concurrency",
         "8",
+        "--engines",  # one engine: calibrating each of the registry's would take most of this short budget
+        "onnxruntime",
         "--no-progress",
         "--out",
         str(tmp_path),
@@ -227,12 +229,15 @@ def test_tune_suite_recommends_and_remeasures_from_its_yaml(tmp_path):
         int(winner["workers"]),
     )
     assert cfg["handler"]["strategy"] == winner["strategy"]
+    assert (cfg["handler"]["engine"], cfg["handler"]["dtype"]) == ("onnxruntime", "float32")
     report = (run / "report.md").read_text()
     parts = [
         "## Recommendation for p99 <= 3000 ms",
         "TorchServe applied every setting of the YAML",
         "curl -X POST",
         "tuned-model-config.yaml --name minilm-tuned",
+        "### Engines and dtypes",
+        "| onnxruntime | float32 |",
         "### Candidates",
         "skipped",
     ]

@@ -103,14 +103,21 @@ def test_model_config_yaml_is_what_the_handler_and_torchserve_read():
 def test_tune_section_golden():
     from bench.kinds.tune import tune_section  # tune's report section, in its run kind
 
-    a = summary_with_capacity(BASE, 50, 40)
-    b = summary_with_capacity(replace(BASE, batch_size=8), 60, 30)
+    onnx = replace(BASE, engine="onnxruntime")
+    a = summary_with_capacity(onnx, 50, 40)
+    b = replace(summary_with_capacity(replace(BASE, engine="openvino", dtype="bfloat16"), 60, 30), min_cosine=0.9999)
     ranked = [
-        tune.Candidate(BASE, 137.0, 69.0),
+        tune.Candidate(onnx, 137.0, 69.0),
         tune.Candidate(b.config, 130.0, 69.0),
-        tune.Candidate(replace(BASE, batch_size=32, workers=1, threads=2), 124.0, 43.0),
-        tune.Candidate(replace(BASE, strategy="static"), 40.0, 300.0, "estimated latency floor 300 ms > target 200 ms"),
+        tune.Candidate(replace(onnx, batch_size=32, workers=1, threads=2), 124.0, 43.0),
+        tune.Candidate(replace(onnx, strategy="static"), 40.0, 300.0, "estimated latency floor 300 ms > target 200 ms"),
     ]
+    engine_costs = (
+        tune.EngineCost("onnxruntime", "float32", CostModel(2570.0, 225.0, 0.184), 5.85, 2.63, 138.0),
+        tune.EngineCost("openvino", "bfloat16", CostModel(1880.0, 111.0, 0.075), 5.2, 2.96, 260.0),
+        tune.EngineCost("openvino", "float32", CostModel(2110.0, 226.0, 0.105), 6.1, 2.52, 141.0),
+        tune.EngineCost("torch", "bfloat16", None, refused="handler.dtype bfloat16: refused here"),
+    )
     result = tune.TuneResult(
         200.0,
         900.0,
@@ -123,6 +130,9 @@ def test_tune_section_golden():
         ("build it", "curl it"),
         replace(a, config=replace(a.config, label="from YAML")),
         (),
+        min_cosine=0.999,
+        engine_costs=engine_costs,
+        base=BASE,
     )
     assert tune_section(result) == (GOLDEN / "tune.md").read_text()
 
@@ -199,9 +209,10 @@ def test_bfloat16_is_considered_only_with_a_floor_on_a_cpu_that_multiplies_it():
     )
 
 
-def test_bfloat16_candidates_run_on_torch_at_their_own_cost():
+def test_bfloat16_candidates_run_at_their_own_cost():
     slow, fast = CostModel(), CostModel(per_token_us=CostModel().per_token_us / 3)
-    ranked = tune.candidates(BASE, LENGTHS, slow, 1e9, cores=2, reduced_costs={"bfloat16": fast})
+    costs = {("torch", "float32"): slow, ("torch", "bfloat16"): fast}
+    ranked = tune.candidates(BASE, LENGTHS, costs, 1e9, cores=2)
     plain = tune.candidates(BASE, LENGTHS, slow, 1e9, cores=2)
     assert len(ranked) == 2 * len(plain) and all(c.config.dtype is None for c in plain)
     reduced = [c for c in ranked if c.config.dtype == "bfloat16"]
@@ -211,6 +222,135 @@ def test_bfloat16_candidates_run_on_torch_at_their_own_cost():
     kinds = {(c.config.strategy, c.config.dtype) for c in ranked if not c.pruned}
     assert {(s, d) for s, d in kinds if s == "bucketed"} == {("bucketed", None), ("bucketed", "bfloat16")}
     assert {(c.strategy, c.dtype) for c in heads[: len(kinds)]} == kinds  # float32 kept beside a faster bfloat16
+
+
+# --- engines crossed with dtypes, each with its own cost model ------------------------------------------------------
+
+
+def test_engines_cross_dtypes_as_the_registry_says_they_run():
+    served = {"graph": ("float32",), "compiled": ("float32", "bfloat16"), "eager": ("float32", "bfloat16")}
+    assert tune.engine_dtypes(served, ()) == [("graph", "float32"), ("compiled", "float32"), ("eager", "float32")]
+    assert tune.engine_dtypes(served, ("bfloat16",)) == [
+        ("graph", "float32"),
+        ("compiled", "float32"),
+        ("eager", "float32"),
+        ("compiled", "bfloat16"),  # bfloat16 only on the engines that run it
+        ("eager", "bfloat16"),
+    ]
+    assert tune.engine_dtypes({"graph": ("float32",)}, ("bfloat16",)) == [("graph", "float32")]
+
+
+def test_the_registry_says_which_dtypes_each_engine_runs_on_this_cpu():
+    from bucketing.engines import ENGINE_KINDS, cpu_dtypes
+
+    native, emulated = "flags\t\t: fpu avx512f avx512_bf16\n", "flags\t\t: fpu avx2\n"
+    for name, kind in ENGINE_KINDS.items():
+        assert cpu_dtypes(name, emulated) == ("float32",)
+        assert cpu_dtypes(name, native) == tuple(d for d in kind.dtypes if d in ("float32", "bfloat16"))
+    assert "bfloat16" not in cpu_dtypes("onnxruntime", native)
+    assert {"torch", "openvino"} <= {e for e in ENGINE_KINDS if "bfloat16" in cpu_dtypes(e, native)}
+
+
+def test_tune_engines_are_the_registry_unless_named():
+    from bench.kinds.tune import tune_engines
+    from bench.options import Options
+
+    registry = ("torch", "onnxruntime", "openvino")
+    assert tune_engines(Options(), registry) == registry
+    assert tune_engines(Options(engines="openvino,onnxruntime,openvino"), registry) == ("openvino", "onnxruntime")
+
+
+COSTS = {  # a graph engine, a compiled one with half its fixed cost (and faster in bfloat16), an eager one
+    ("graph", "float32"): CostModel(overhead_us=3000.0, per_token_us=225.0, per_token_sq_us=0.2),
+    ("compiled", "float32"): CostModel(overhead_us=2800.0, per_token_us=230.0, per_token_sq_us=0.1),
+    ("eager", "float32"): CostModel(overhead_us=30000.0, per_token_us=600.0, per_token_sq_us=0.5),
+    ("compiled", "bfloat16"): CostModel(overhead_us=1500.0, per_token_us=110.0, per_token_sq_us=0.08),
+    ("eager", "bfloat16"): CostModel(overhead_us=30000.0, per_token_us=400.0, per_token_sq_us=0.5),
+}
+
+
+def test_each_candidate_is_estimated_with_its_own_engine_and_dtype():
+    ranked = tune.candidates(BASE, LENGTHS, COSTS, 1e9, cores=2)
+    per_pair = len(tune.candidates(BASE, LENGTHS, CostModel(), 1e9, cores=2))
+    assert len(ranked) == len(COSTS) * per_pair
+    for c in ranked:
+        pair = (str(c.config.engine), c.config.dtype or "float32")
+        assert (c.est_rps, c.est_floor_ms) == tune.estimate(c.config, LENGTHS, COSTS[pair])
+    assert (ranked[0].config.engine, ranked[0].config.dtype) == ("compiled", "bfloat16")
+    f32 = [c for c in ranked if c.config.dtype is None]
+    assert (f32[0].config.engine, f32[0].config.strategy) == ("compiled", "bucketed")
+
+
+def test_pruning_is_per_dtype_across_engines():
+    ranked = tune.candidates(BASE, LENGTHS, COSTS, 1e9, cores=2)
+    kept = [c for c in ranked if not c.pruned]
+    best = {d: max(c.est_rps for c in ranked if c.config.dtype == d) for d in (None, "bfloat16")}
+    for c in ranked:
+        below = c.est_rps < tune.PRUNE_BELOW * best[c.config.dtype]
+        assert bool(c.pruned) == below
+        assert not below or "best estimate of its dtype" in c.pruned
+    assert not any(c.config.engine == "eager" for c in kept)  # a tenfold fixed cost: pruned on every dtype
+    assert {(c.config.engine, c.config.dtype) for c in kept} == {
+        ("graph", None),
+        ("compiled", None),
+        ("compiled", "bfloat16"),
+    }
+    heads = tune.first_round(ranked)
+    # the best of each kept (engine, dtype) leads, float32 measured beside the faster bfloat16
+    assert [(c.engine, c.dtype) for c in heads[:3]] == [("compiled", "bfloat16"), ("compiled", None), ("graph", None)]
+    assert heads[:3] == [
+        next(c.config for c in kept if (c.config.engine, c.config.dtype) == (c3.engine, c3.dtype)) for c3 in heads[:3]
+    ]
+
+
+def test_a_lower_fixed_cost_in_tokens_makes_the_planner_choose_more_tighter_passes():
+    graph = COSTS[("graph", "float32")]
+    calibrated: dict[tuple[str, str], CostModel | str] = {
+        ("graph", "float32"): graph,
+        ("cheap", "float32"): replace(graph, overhead_us=graph.overhead_us / 4),  # a quarter of its fixed cost
+        ("halved", "float32"): replace(graph, overhead_us=graph.overhead_us / 2, per_token_us=graph.per_token_us / 2),
+        ("eager", "bfloat16"): "handler.dtype bfloat16 on engine eager: refused here",
+    }
+    costs = tune.engine_costs(BASE, LENGTHS, calibrated)
+    assert [(e.engine, e.dtype) for e in costs] == list(calibrated)
+    full, cheap, halved, refused = costs
+    assert refused.cost is None and refused.refused.endswith("refused here") and refused.passes == 0
+    assert cheap.passes > full.passes > 1 and cheap.rows < full.rows
+    assert full.passes * full.rows == pytest.approx(len(LENGTHS) / 13)  # texts a delivered batch: 12 of 16, one of 8
+    assert cheap.est_rps > full.est_rps
+    assert halved.fixed_tokens == full.fixed_tokens == pytest.approx(graph.overhead_us / graph.per_token_us)
+    assert halved.passes >= full.passes and halved.est_rps > 1.8 * full.est_rps  # twice as fast at a similar split
+
+
+def test_the_winners_yaml_names_its_engine_and_dtype():
+    from model_store import archives
+
+    f32 = replace(BASE, engine="openvino")
+    handler = HandlerConfig.from_yaml(tune.model_config(f32, archives.model_config("bucketed"), 0.999))
+    assert (handler.engine, handler.dtype, handler.min_cosine) == ("openvino", "float32", HandlerConfig.min_cosine)
+    bf16 = replace(BASE, engine="openvino", dtype="bfloat16")
+    cfg = tune.model_config(bf16, archives.model_config("bucketed"), 0.999)
+    assert (cfg["handler"]["engine"], cfg["handler"]["dtype"], cfg["handler"]["min_cosine"]) == (
+        "openvino",
+        "bfloat16",
+        0.999,
+    )
+
+
+def test_engine_choice_names_the_best_of_each_engine_and_dtype():
+    onnx = summary_with_capacity(replace(BASE, engine="onnxruntime"), 50, 40)
+    ov = summary_with_capacity(replace(BASE, engine="openvino"), 55, 45)
+    ov_bf16 = replace(
+        summary_with_capacity(replace(BASE, engine="openvino", dtype="bfloat16"), 90, 80), min_cosine=0.9996
+    )
+    best = tune.best_per_engine([onnx, ov, ov_bf16])
+    assert list(best) == [("openvino", "bfloat16"), ("openvino", "float32"), ("onnxruntime", "float32")]
+    assert tune.engine_choice([onnx, ov, ov_bf16], 0.999) == (
+        "engine openvino, dtype bfloat16: the best capacity of each engine and dtype measured: openvino bfloat16 "
+        "80.0 req/s, openvino float32 45.0 req/s, onnxruntime float32 40.0 req/s"
+    )
+    assert tune.engine_choice([onnx, ov, ov_bf16], 0.9999).startswith("engine openvino, dtype float32: ")
+    assert "openvino bfloat16 80.0 req/s (below the floor)" in tune.engine_choice([onnx, ov, ov_bf16], 0.9999)
 
 
 def test_a_bfloat16_winner_needs_its_cosine_to_reach_the_floor():

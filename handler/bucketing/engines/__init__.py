@@ -27,7 +27,7 @@ from bucketing.engines.openvino_engine import export_openvino, open_openvino
 from bucketing.engines.torch_engine import DTYPES, open_torch
 from bucketing.model.head import EngineError, Head, ModelInfo, load_head, reduced_weights
 
-__all__ = ["ENGINE_KINDS", "Engine", "EngineKind", "check_dtype", "load_engine", "select_device"]
+__all__ = ["ENGINE_KINDS", "Engine", "EngineKind", "check_dtype", "cpu_dtypes", "load_engine", "select_device"]
 
 
 def check_dtype(config: HandlerConfig, device: str) -> torch.dtype:
@@ -72,6 +72,20 @@ ENGINE_KINDS = {
     )
 }
 assert tuple(ENGINE_KINDS) == ENGINES, "bucketing.config.ENGINES and engines.ENGINE_KINDS must name the same engines"
+
+
+def cpu_dtypes(engine: str, cpuinfo: str) -> tuple[str, ...]:
+    """The dtypes `engine` runs on a CPU worker of this CPU (`cpuinfo`: /proc/cpuinfo's text): those of its own that a
+    CPU runs natively (float32 always; bfloat16 on amx_bf16 or avx512_bf16). Its start-up may still refuse one
+    (openvino's bfloat16 where OpenVINO would not run the matrix products in bf16)."""
+    out = []
+    for dtype in ENGINE_KINDS[engine].dtypes:
+        try:
+            precision.check_cpu_dtype(dtype, cpuinfo)
+        except ConfigError:
+            continue
+        out.append(dtype)
+    return tuple(out)
 
 
 def load_engine(config: HandlerConfig, model_dir: str, gpu_id: Any = None) -> tuple[Engine, ModelInfo]:
