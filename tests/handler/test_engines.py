@@ -313,3 +313,33 @@ def test_the_openvino_build_checks_the_graph_on_openvino(tiny_embedder_dir, tmp_
     assert build.main([*common, "--engine", "openvino", "--stage-dir", str(tmp_path / "off")]) == 2
     err = capsys.readouterr().err
     assert "the exported ONNX graph on openvino differs from the torch model by 1.00e-03" in err, err
+
+
+def test_onnxruntime_threads_do_not_spin(onnx_dirs):
+    """ONNX Runtime's pools sleep when they wait (`SPIN_OFF`): a spinning thread takes the core from other workers."""
+    from bucketing.engines.onnx_engine import SPIN_OFF, OrtEngine
+
+    options = OrtEngine(onnx_dirs["embedding"] / ONNX_FILE, 2, "cpu").session.get_session_options()
+    assert [options.get_session_config_entry(key) for key in SPIN_OFF] == ["0", "0"]
+
+
+def test_openvino_shares_its_arrays_and_answers_stay_its_own(onnx_dirs):
+    """`infer` reads our arrays in place and hands its outputs as views (`SHARED`): whatever the shapes in turn
+    (larger after smaller, a non-contiguous slice), every pass answers as a fresh engine does, and an answer is a copy
+    that the next pass does not overwrite."""
+    from bucketing.engines.openvino_engine import OvEngine
+
+    path = onnx_dirs["embedding"] / ONNX_FILE
+    engine = OvEngine(path, 1, "float32")
+    rng = np.random.default_rng(3)
+    wide = rng.integers(1000, 2000, size=(5, 40), dtype=np.int64)
+    shapes = [wide[:1, :8], wide[:, :40], wide[:2, 3:20], wide[:3, :11]]  # the third not C-contiguous
+    answers = []
+    for ids in shapes:
+        mask = np.ones_like(ids)
+        mask[-1, ids.shape[1] // 2 :] = 0
+        answers.append((engine(ids, mask), OvEngine(path, 1, "float32")(np.ascontiguousarray(ids), mask)))
+        pooled, tokens = engine.states(ids, mask)
+        assert np.array_equal(pooled, answers[-1][1]) and tokens.shape == (*ids.shape, tokens.shape[2])
+    for got, fresh in answers:
+        assert np.array_equal(got, fresh)

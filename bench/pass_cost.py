@@ -1,0 +1,377 @@
+"""Where a pass and a delivered batch spend their time, per engine and dtype, in process: our Python around the
+engine call, the engine call, and what the planner makes of the fitted cost.
+
+`python -m bench.pass_cost [--threads 1] [--repeat 20] [--rounds 5] [--engines torch,onnxruntime,openvino]
+[--clock cpu|wall]`: MiniLM (the shipped model, max_length 256) opened as a worker opens it (`load_engine`, start-up
+checks included) on each engine in float32, and in bfloat16 where the engine runs it on this CPU. Best of
+`--rounds` x `--repeat`, the engines in turn each round, on `--clock` (default `cpu`: the process's CPU time, which
+another process taking the cores does not inflate; `wall` for latency on a quiet machine):
+
+- per pass: a 1x1 and a 1x8 pass (the whole engine call as the task makes it); `ours`: the same 1x8 call with the
+  engine's native call stubbed out (what our wrapper spends: graph feed, tensor conversion, output copy), and
+  `collate` (the padded ids and mask of the 1x8 pass); the cost model fitted (`calibrate.fit_cost`) to the
+  worker's calibration shapes timed on this clock: its fixed cost a pass (`overhead`) against what 8 tokens cost at
+  its per-token rate, and the planner's passes a batch of 16 long-tail requests (`bench.workloads`, 64 batches);
+- per delivered batch: 16 short prose requests through the handler in process (`BucketingHandler.handle`): the
+  handler call, the engine calls within it, and what is outside them: parsing, tokenizing, planning, collating and
+  feeding the passes, and rendering and encoding the answers.
+
+Native frames inside the engine call are not measured here: `perf record -g` on a loop of fixed passes does that
+(README, "Engines").
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bench.engine_cost import cpu_name
+from bench.workloads import make_workload
+from bucketing.config import ENGINES, ConfigError, HandlerConfig
+from bucketing.engines import ENGINE_KINDS, Engine, load_engine, precision
+from bucketing.kinds.task import Rows
+from bucketing.model.head import EngineError
+from bucketing.model.tokenizer import Tokenizer, collate
+from bucketing.planning.calibrate import SHAPES, fit_cost
+from bucketing.planning.planner import CostModel, plan_bucketed
+from model_store.archives import SERVED, engine_model_dir, minilm_dir
+
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
+TOKEN = 2000  # an ordinary word piece of MiniLM's vocabulary, for the timed passes
+BATCH = 16  # requests a delivered batch
+LONGTAIL_BATCHES = 64
+
+
+@dataclass(frozen=True)
+class Opened:
+    engine: str
+    dtype: str
+    run: Engine
+    folder: str  # the model folder it was opened from (a handler opens it again)
+
+
+def best_of(run: Callable[[], object], repeat: int, clock: Callable[[], float]) -> float:
+    times = []
+    for _ in range(repeat):
+        start = clock()
+        run()
+        times.append(clock() - start)
+    return min(times)
+
+
+def plain(rows: int, length: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.full((rows, length), TOKEN, dtype=np.int64), np.ones((rows, length), dtype=np.int64)
+
+
+@contextmanager
+def stubbed(run: Any, rows: int) -> Iterator[None]:
+    """The engine with its native call replaced by one that returns a ready output of `rows` rows: what is left of
+    a call is our wrapper's (graph feed, tensor conversion, output copy)."""
+    out = np.zeros((rows, 384), dtype=np.float32)
+    saved: dict[str, Any] = {}
+    if run.name == "onnxruntime":
+
+        class Session:
+            def run(self, names: list[str], feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+                return [out]
+
+        saved["session"] = run.session
+        run.session = Session()
+    elif run.name == "openvino":
+
+        class Tensor:
+            data = out
+
+        class Request:
+            def infer(self, feed: dict[str, np.ndarray], **_: Any) -> None:
+                return None
+
+            def get_tensor(self, port: Any) -> Tensor:
+                return Tensor()
+
+        saved["request"] = run.request
+        run.request = Request()
+    else:
+        tensor = torch.from_numpy(out)
+        saved["traced"] = run.traced
+        run.traced = lambda *_: tensor
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(run, name, value)
+
+
+class Spent:
+    """Clock time spent in wrapped callables, by name (a bench-only patch of an object's attributes)."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.seconds: dict[str, float] = {}
+
+    def wrap(self, owner: Any, attribute: str, name: str) -> None:
+        inner = getattr(owner, attribute)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = self.clock()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self.seconds[name] = self.seconds.get(name, 0.0) + self.clock() - start
+
+        setattr(owner, attribute, timed)
+
+    def engine(self, run: Engine) -> Engine:
+        """`run` with its calls timed as `engine` (its other attributes its own)."""
+        spent = self
+
+        class Timed:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(run, name)
+
+            def __call__(self, *args: Any) -> Any:
+                start = spent.clock()
+                try:
+                    return run(*args)
+                finally:
+                    spent.seconds["engine"] = spent.seconds.get("engine", 0.0) + spent.clock() - start
+
+        timed: Any = Timed()
+        return timed  # type: ignore[no-any-return]
+
+
+def open_engines(engines: list[str], threads: int, tmp: Path) -> list[Opened]:
+    source = minilm_dir()
+    graph_dir: Path | None = None
+    opened = []
+    for engine in engines:
+        needs_graph = bool(ENGINE_KINDS[engine].files)
+        if needs_graph and graph_dir is None:
+            graph_dir = engine_model_dir(source, engine, "embedding", tmp / "graph")
+        folder = str(graph_dir if needs_graph else source)
+        for dtype in (d for d in ENGINE_KINDS[engine].dtypes if d in precision.CPU_DTYPES):
+            config = HandlerConfig(engine=engine, dtype=dtype, torch_threads=threads)
+            try:
+                with torch.inference_mode():
+                    opened.append(Opened(engine, dtype, load_engine(config, folder)[0], folder))
+            except (ConfigError, EngineError) as e:
+                print(f"# {engine} {dtype}: refused ({str(e).splitlines()[0]})")
+    return opened
+
+
+def pass_figures(run: Engine, repeat: int, clock: Callable[[], float]) -> dict[str, float]:
+    """Seconds of a 1x1 and a 1x8 pass, of the 1x8 call with the native call stubbed, and of its collate; and the
+    calibration shapes' times (microseconds, by shape)."""
+    one, eight = plain(1, 1), plain(1, 8)
+    run(*eight)  # first calls are not a pass's
+    out = {"1x1": best_of(lambda: run(*one), repeat, clock), "1x8": best_of(lambda: run(*eight), repeat, clock)}
+    with stubbed(run, 1):
+        out["ours"] = best_of(lambda: run(*eight), repeat * 20, clock)
+    row = [TOKEN] * 8
+    out["collate"] = best_of(lambda: collate([row], 8, 0), repeat * 20, clock)
+    for rows, length in SHAPES:
+        ids, mask = plain(rows, length)
+        out[f"{rows}x{length}"] = best_of(lambda: run(ids, mask), max(2, repeat // 4), clock)
+    return out
+
+
+def longtail_passes(cost: CostModel, tokenizer: Tokenizer) -> float:
+    """The planner's passes a batch of 16 long-tail requests, over `LONGTAIL_BATCHES` batches."""
+    texts = make_workload("longtail", BATCH * LONGTAIL_BATCHES, seed=0).texts
+    lengths = [len(e.ids) for e in tokenizer.encode(list(texts))]
+    passes = [
+        len(plan_bucketed(lengths[s : s + BATCH], cost, SERVED.max_batch_tokens).sub_batches)
+        for s in range(0, len(lengths), BATCH)
+    ]
+    return sum(passes) / len(passes)
+
+
+def batch_figures(opened: Opened, threads: int, repeat: int, clock: Callable[[], float]) -> dict[str, float]:
+    """Seconds of a delivered batch of 16 short prose requests through the handler, by stage (best call)."""
+    from bucketing import pipeline as pipeline_module
+    from bucketing_handler import BucketingHandler
+    from tsctl.inprocess import LocalContext
+
+    section = {
+        "model_path": opened.folder,
+        "engine": opened.engine,
+        "dtype": opened.dtype,
+        "torch_threads": threads,
+        "cost": {"calibrate": False},
+    }
+    context = LocalContext(section, model_name="minilm")
+    handler = BucketingHandler()
+    handler.initialize(context)
+    rows = [{"body": {"text": text}} for text in (precision.PROSE * 2)[:BATCH]]
+    spent = Spent(clock)
+    pipe = handler.pipeline
+    task: Any = handler.task
+    task.engine = spent.engine(task.engine)  # the task calls its engine: the timed one stands in for it
+    spent.wrap(pipe, "tokenize", "tokenize")
+    spent.wrap(pipe, "plan", "plan")
+    spent.wrap(pipe, "run", "run")
+    spent.wrap(pipe, "reply", "answers")
+    parse = pipeline_module.protocols.parse
+    spent.wrap(pipeline_module.protocols, "parse", "parse")
+    best: dict[str, float] = {}
+    try:
+        for k in range(repeat + 2):
+            spent.seconds = {}
+            context.with_requests(["application/json"] * len(rows))
+            start = clock()
+            handler.handle(rows, context)
+            total = clock() - start
+            if k >= 2 and (not best or total < best["handler"]):
+                best = {"handler": total, **spent.seconds}
+    finally:
+        pipeline_module.protocols.parse = parse
+    passes = handler.pipeline.plan([len(e.ids) for e in handler.tokenizer.encode([r["body"]["text"] for r in rows])])
+    best["passes"] = len(passes.sub_batches)
+    return best
+
+
+def cuts(folder: Path, rounds: int, repeat: int) -> None:
+    """What each cut saves, its before and after measured in turn each round in this process (best of each): ONNX
+    Runtime's spinning threads on 2 threads (on one thread there is no pool), and OpenVINO's copies in and out of
+    `infer`; on both clocks."""
+    import onnxruntime as ort
+    import openvino as ov
+
+    from bucketing.engines.onnx_engine import SPIN_OFF
+    from bucketing.engines.openvino_engine import PRECISIONS, SHARED, OvEngine
+
+    def session(spin: bool) -> Any:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads, options.log_severity_level = 2, 1, 3
+        for pool in () if spin else SPIN_OFF:
+            options.add_session_config_entry(pool, "0")
+        return ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
+
+    def ort_pass(sess: Any, shape: tuple[int, int]) -> Callable[[], object]:
+        ids, mask = plain(*shape)
+        feed = {"input_ids": ids, "attention_mask": mask, "pool_mask": mask}
+        return lambda: sess.run(["output"], feed)
+
+    def ov_pass(engine: OvEngine, shared: bool, shape: tuple[int, int]) -> Callable[[], object]:
+        ids, mask = plain(*shape)
+        feed = {"input_ids": ids, "attention_mask": mask, "pool_mask": mask}
+        port = engine.compiled.output("output")
+        flags = SHARED if shared else {}
+
+        def run() -> object:
+            engine.request.infer(feed, **flags)
+            return np.array(engine.request.get_tensor(port).data, dtype=np.float32)
+
+        return run
+
+    spin, still = session(True), session(False)
+    variants: dict[str, tuple[Callable[[], object], Callable[[], object]]] = {}
+    for shape in ((1, 8), (4, 32)):
+        label = f"onnxruntime float32, 2 threads, {shape[0]}x{shape[1]}: spinning on -> off"
+        variants[label] = (ort_pass(spin, shape), ort_pass(still, shape))
+    native = precision.native_bf16(precision.cpu_info()) and "BF16" in ov.Core().get_property(
+        "CPU", "OPTIMIZATION_CAPABILITIES"
+    )
+    for dtype in PRECISIONS if native else ("float32",):
+        # one request each: a request that was given shared arrays cannot take copies of larger ones after them
+        copying, sharing = (OvEngine(folder / "model.onnx", 1, dtype) for _ in range(2))
+        for shape in ((1, 8), (16, 128)):
+            label = f"openvino {dtype}, 1 thread, {shape[0]}x{shape[1]}: infer copies -> shared"
+            variants[label] = (ov_pass(copying, False, shape), ov_pass(sharing, True, shape))
+    best: dict[tuple[str, int, str], float] = {}
+    for _ in range(rounds):
+        for label, pair in variants.items():
+            for k, run in enumerate(pair):
+                run()
+                for name, clock in CLOCKS.items():
+                    got = best_of(run, repeat, clock)
+                    best[label, k, name] = min(got, best.get((label, k, name), got))
+    print()
+    print("| cut | before cpu (ms) | after cpu (ms) | after/before cpu | before wall (ms) | after wall (ms) |")
+    print("|---|---|---|---|---|---|")
+    for label in variants:
+        cpu = [best[label, k, "cpu"] * 1e3 for k in (0, 1)]
+        wall = [best[label, k, "wall"] * 1e3 for k in (0, 1)]
+        print(f"| {label} | {cpu[0]:.2f} | {cpu[1]:.2f} | {cpu[1] / cpu[0]:.3f} | {wall[0]:.2f} | {wall[1]:.2f} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=20, help="timed runs a round, per engine")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds over the engines in turn; the best kept")
+    parser.add_argument("--engines", default=",".join(ENGINES), help=f"comma list of {','.join(ENGINES)}")
+    parser.add_argument("--clock", choices=tuple(CLOCKS), default="cpu")
+    parser.add_argument("--cuts", action="store_true", help="only each cut's before and after, measured in turn")
+    args = parser.parse_args(argv)
+    if args.cuts:
+        with tempfile.TemporaryDirectory() as tmp:
+            cuts(engine_model_dir(minilm_dir(), "onnxruntime", "embedding", Path(tmp) / "graph"), args.rounds, 10)
+        return 0
+    clock = CLOCKS[args.clock]
+    torch.set_num_threads(args.threads)
+    tokenizer = Tokenizer(str(minilm_dir()), SERVED.max_length, lower_case=True)
+    info = precision.cpu_info()
+    print(f"# {cpu_name()} (native bf16: {precision.native_bf16(info) or 'none'}); {args.threads} thread(s)")
+    print(f"# clock: {args.clock}; best of {args.rounds} rounds x {args.repeat}, engines in turn each round")
+    with tempfile.TemporaryDirectory() as tmp:
+        opened = open_engines(args.engines.split(","), args.threads, Path(tmp))
+        best: list[dict[str, float]] = [{} for _ in opened]
+        batches: list[dict[str, float]] = [{} for _ in opened]
+        for _ in range(args.rounds):  # engines in turn, so that a load on a shared machine falls on each alike
+            for i, o in enumerate(opened):
+                with torch.inference_mode():
+                    got = pass_figures(o.run, args.repeat, clock)
+                best[i] = {k: min(v, best[i].get(k, v)) for k, v in got.items()}
+        for _ in range(max(1, args.rounds // 2)):
+            for i, o in enumerate(opened):
+                got = batch_figures(o, args.threads, args.repeat, clock)
+                if not batches[i] or got["handler"] < batches[i]["handler"]:
+                    batches[i] = got
+    print()
+    print(
+        "| engine | dtype | 1x1 pass (ms) | 1x8 pass (ms) | ours in a 1x8 call (us) | collate 1x8 (us) "
+        "| fitted overhead a pass (ms) | 8 tokens at the fitted rate (ms) | per token (us) "
+        "| passes a long-tail batch of 16 |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for o, b in zip(opened, best):
+        samples = [(r, n, b[f"{r}x{n}"] * 1e6) for r, n in SHAPES if f"{r}x{n}" in b]
+        cost = fit_cost(samples, CostModel())
+        print(
+            f"| {o.engine} | {o.dtype} | {b['1x1'] * 1e3:.2f} | {b['1x8'] * 1e3:.2f} | {b['ours'] * 1e6:.1f} "
+            f"| {b['collate'] * 1e6:.1f} | {cost.overhead_us / 1e3:.2f} | {cost.forward_us(1, 8) / 1e3 - cost.overhead_us / 1e3:.2f} "
+            f"| {cost.per_token_us:.0f} | {longtail_passes(cost, tokenizer):.2f} |"
+        )
+    print()
+    print(f"A delivered batch of {BATCH} short prose requests through the handler (ms; best call):")
+    print()
+    print(
+        "| engine | dtype | handler call | engine calls | outside them | parse | tokenize | plan "
+        "| collate, feed (passes less engine) | answers | rest (metrics, replies) | passes |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for o, s in zip(opened, batches):
+        outside = s["handler"] - s["engine"]
+        passes_rest = s["run"] - s["engine"] - s["plan"]
+        rest = s["handler"] - s["parse"] - s["tokenize"] - s["run"] - s["answers"]
+        cells = [s["handler"], s["engine"], outside, s["parse"], s["tokenize"], s["plan"], passes_rest, s["answers"]]
+        print(
+            f"| {o.engine} | {o.dtype} | "
+            + " | ".join(f"{v * 1e3:.2f}" for v in cells)
+            + f" | {rest * 1e3:.2f} | {s['passes']:.0f} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
