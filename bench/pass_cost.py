@@ -28,8 +28,9 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -38,7 +39,6 @@ from bench.engine_cost import cpu_name
 from bench.workloads import make_workload
 from bucketing.config import ENGINES, ConfigError, HandlerConfig
 from bucketing.engines import ENGINE_KINDS, Engine, load_engine, precision
-from bucketing.kinds.task import Rows
 from bucketing.model.head import EngineError
 from bucketing.model.tokenizer import Tokenizer, collate
 from bucketing.planning.calibrate import SHAPES, fit_cost
@@ -145,8 +145,7 @@ class Spent:
                 finally:
                     spent.seconds["engine"] = spent.seconds.get("engine", 0.0) + spent.clock() - start
 
-        timed: Any = Timed()
-        return timed  # type: ignore[no-any-return]
+        return cast(Engine, Timed())
 
 
 def open_engines(engines: list[str], threads: int, tmp: Path) -> list[Opened]:
@@ -179,8 +178,8 @@ def pass_figures(run: Engine, repeat: int, clock: Callable[[], float]) -> dict[s
     row = [TOKEN] * 8
     out["collate"] = best_of(lambda: collate([row], 8, 0), repeat * 20, clock)
     for rows, length in SHAPES:
-        ids, mask = plain(rows, length)
-        out[f"{rows}x{length}"] = best_of(lambda: run(ids, mask), max(2, repeat // 4), clock)
+        arrays = plain(rows, length)
+        out[f"{rows}x{length}"] = best_of(partial(run, *arrays), max(2, repeat // 4), clock)
     return out
 
 
@@ -195,9 +194,17 @@ def longtail_passes(cost: CostModel, tokenizer: Tokenizer) -> float:
     return sum(passes) / len(passes)
 
 
-def batch_figures(opened: Opened, threads: int, repeat: int, clock: Callable[[], float]) -> dict[str, float]:
-    """Seconds of a delivered batch of 16 short prose requests through the handler, by stage (best call)."""
-    from bucketing import pipeline as pipeline_module
+@dataclass
+class Served:
+    """A handler in process on one engine, its stages timed (`Spent`)."""
+
+    handler: Any
+    context: Any
+    spent: Spent
+
+
+def serve_on(opened: Opened, threads: int, cost: CostModel, clock: Callable[[], float]) -> Served:
+    """A handler on the engine and dtype of `opened` (opened again, as a worker opens it), planning with `cost`."""
     from bucketing_handler import BucketingHandler
     from tsctl.inprocess import LocalContext
 
@@ -206,12 +213,16 @@ def batch_figures(opened: Opened, threads: int, repeat: int, clock: Callable[[],
         "engine": opened.engine,
         "dtype": opened.dtype,
         "torch_threads": threads,
-        "cost": {"calibrate": False},
+        "cost": {
+            "calibrate": False,
+            "forward_overhead_us": cost.overhead_us,
+            "per_token_us": cost.per_token_us,
+            "per_token_sq_us": cost.per_token_sq_us,
+        },
     }
     context = LocalContext(section, model_name="minilm")
     handler = BucketingHandler()
     handler.initialize(context)
-    rows = [{"body": {"text": text}} for text in (precision.PROSE * 2)[:BATCH]]
     spent = Spent(clock)
     pipe = handler.pipeline
     task: Any = handler.task
@@ -220,88 +231,127 @@ def batch_figures(opened: Opened, threads: int, repeat: int, clock: Callable[[],
     spent.wrap(pipe, "plan", "plan")
     spent.wrap(pipe, "run", "run")
     spent.wrap(pipe, "reply", "answers")
-    parse = pipeline_module.protocols.parse
-    spent.wrap(pipeline_module.protocols, "parse", "parse")
+    return Served(handler, context, spent)
+
+
+def batch_figures(served: Served, repeat: int) -> dict[str, float]:
+    """Seconds of a delivered batch of 16 short prose requests through the handler, by stage (best call)."""
+    from bucketing import protocols
+
+    handler, context, spent = served.handler, served.context, served.spent
+    rows = [{"body": {"text": text}} for text in (precision.PROSE * 2)[:BATCH]]
+    parse = protocols.parse  # the pipeline calls it as `protocols.parse`
+    spent.wrap(protocols, "parse", "parse")
     best: dict[str, float] = {}
     try:
         for k in range(repeat + 2):
             spent.seconds = {}
             context.with_requests(["application/json"] * len(rows))
-            start = clock()
+            start = spent.clock()
             handler.handle(rows, context)
-            total = clock() - start
+            total = spent.clock() - start
             if k >= 2 and (not best or total < best["handler"]):
                 best = {"handler": total, **spent.seconds}
     finally:
-        pipeline_module.protocols.parse = parse
+        setattr(protocols, "parse", parse)  # noqa: B010 - restored as it was
     passes = handler.pipeline.plan([len(e.ids) for e in handler.tokenizer.encode([r["body"]["text"] for r in rows])])
     best["passes"] = len(passes.sub_batches)
     return best
 
 
-def cuts(folder: Path, rounds: int, repeat: int) -> None:
+def cuts(folder: Path, rounds: int, repeat: int, tokenizer: Tokenizer) -> None:
     """What each cut saves, its before and after measured in turn each round in this process (best of each): ONNX
     Runtime's spinning threads on 2 threads (on one thread there is no pool), and OpenVINO's copies in and out of
-    `infer`; on both clocks."""
+    `infer`; a 1x8 and a larger pass on both clocks, and the cost model fitted to the calibration shapes (cpu clock)
+    with the planner's passes a long-tail batch of 16."""
     import onnxruntime as ort
     import openvino as ov
 
     from bucketing.engines.onnx_engine import SPIN_OFF
     from bucketing.engines.openvino_engine import PRECISIONS, SHARED, OvEngine
 
-    def session(spin: bool) -> Any:
+    Pass = Callable[[tuple[int, int]], Callable[[], object]]  # a shape -> one pass of it
+
+    def on_ort(spin: bool) -> Pass:
         options = ort.SessionOptions()
         options.intra_op_num_threads, options.inter_op_num_threads, options.log_severity_level = 2, 1, 3
         for pool in () if spin else SPIN_OFF:
             options.add_session_config_entry(pool, "0")
-        return ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
 
-    def ort_pass(sess: Any, shape: tuple[int, int]) -> Callable[[], object]:
-        ids, mask = plain(*shape)
-        feed = {"input_ids": ids, "attention_mask": mask, "pool_mask": mask}
-        return lambda: sess.run(["output"], feed)
+        def make(shape: tuple[int, int]) -> Callable[[], object]:
+            ids, mask = plain(*shape)
+            feed = {"input_ids": ids, "attention_mask": mask, "pool_mask": mask}
+            return lambda: session.run(["output"], feed)
 
-    def ov_pass(engine: OvEngine, shared: bool, shape: tuple[int, int]) -> Callable[[], object]:
-        ids, mask = plain(*shape)
-        feed = {"input_ids": ids, "attention_mask": mask, "pool_mask": mask}
+        return make
+
+    def on_ov(dtype: str, shared: bool) -> Pass:
+        engine = OvEngine(folder / "model.onnx", 1, dtype)  # its own request: one given shared arrays stays so
         port = engine.compiled.output("output")
         flags = SHARED if shared else {}
 
-        def run() -> object:
-            engine.request.infer(feed, **flags)
-            return np.array(engine.request.get_tensor(port).data, dtype=np.float32)
+        def make(shape: tuple[int, int]) -> Callable[[], object]:
+            ids, mask = plain(*shape)
+            feed = {"input_ids": ids, "attention_mask": mask, "pool_mask": mask}
 
-        return run
+            def run() -> object:
+                engine.request.infer(feed, **flags)
+                return np.array(engine.request.get_tensor(port).data, dtype=np.float32)
 
-    spin, still = session(True), session(False)
-    variants: dict[str, tuple[Callable[[], object], Callable[[], object]]] = {}
-    for shape in ((1, 8), (4, 32)):
-        label = f"onnxruntime float32, 2 threads, {shape[0]}x{shape[1]}: spinning on -> off"
-        variants[label] = (ort_pass(spin, shape), ort_pass(still, shape))
+            return run
+
+        return make
+
+    pairs: dict[str, tuple[Pass, Pass, tuple[int, int]]] = {
+        "onnxruntime float32, 2 threads: spinning on -> off": (on_ort(True), on_ort(False), (4, 32))
+    }
     native = precision.native_bf16(precision.cpu_info()) and "BF16" in ov.Core().get_property(
         "CPU", "OPTIMIZATION_CAPABILITIES"
     )
     for dtype in PRECISIONS if native else ("float32",):
-        # one request each: a request that was given shared arrays cannot take copies of larger ones after them
-        copying, sharing = (OvEngine(folder / "model.onnx", 1, dtype) for _ in range(2))
-        for shape in ((1, 8), (16, 128)):
-            label = f"openvino {dtype}, 1 thread, {shape[0]}x{shape[1]}: infer copies -> shared"
-            variants[label] = (ov_pass(copying, False, shape), ov_pass(sharing, True, shape))
-    best: dict[tuple[str, int, str], float] = {}
-    for _ in range(rounds):
-        for label, pair in variants.items():
-            for k, run in enumerate(pair):
-                run()
-                for name, clock in CLOCKS.items():
-                    got = best_of(run, repeat, clock)
-                    best[label, k, name] = min(got, best.get((label, k, name), got))
+        pairs[f"openvino {dtype}, 1 thread: infer copies -> shared"] = (
+            on_ov(dtype, False),
+            on_ov(dtype, True),
+            (16, 128),
+        )
+    shapes = {label: [(1, 8), big, *SHAPES] for label, (_, _, big) in pairs.items()}
+    best: dict[tuple[str, int, tuple[int, int], str], float] = {}
+    for _ in range(rounds):  # each pair's before and after in turn, shape by shape
+        for label, (before, after, big) in pairs.items():
+            for shape in shapes[label]:
+                for k, make in enumerate((before, after)):
+                    run = make(shape)
+                    run()
+                    n = repeat if shape[0] * shape[1] <= 64 else max(2, repeat // 4)
+                    for name, clock in CLOCKS.items():
+                        if name == "cpu" or shape in ((1, 8), big):
+                            got = best_of(run, n, clock)
+                            key = (label, k, shape, name)
+                            best[key] = min(got, best.get(key, got))
     print()
-    print("| cut | before cpu (ms) | after cpu (ms) | after/before cpu | before wall (ms) | after wall (ms) |")
-    print("|---|---|---|---|---|---|")
-    for label in variants:
-        cpu = [best[label, k, "cpu"] * 1e3 for k in (0, 1)]
-        wall = [best[label, k, "wall"] * 1e3 for k in (0, 1)]
-        print(f"| {label} | {cpu[0]:.2f} | {cpu[1]:.2f} | {cpu[1] / cpu[0]:.3f} | {wall[0]:.2f} | {wall[1]:.2f} |")
+    print("| cut | pass | before cpu (ms) | after cpu (ms) | after/before cpu | before wall (ms) | after wall (ms) |")
+    print("|---|---|---|---|---|---|---|")
+    for label, (_, _, big) in pairs.items():
+        for shape in ((1, 8), big):
+            cpu = [best[label, k, shape, "cpu"] * 1e3 for k in (0, 1)]
+            wall = [best[label, k, shape, "wall"] * 1e3 for k in (0, 1)]
+            print(
+                f"| {label} | {shape[0]}x{shape[1]} | {cpu[0]:.2f} | {cpu[1]:.2f} | {cpu[1] / cpu[0]:.3f} "
+                f"| {wall[0]:.2f} | {wall[1]:.2f} |"
+            )
+    print()
+    print("| cut | fitted overhead a pass, before -> after (ms) | per token (us) | passes a long-tail batch of 16 |")
+    print("|---|---|---|---|")
+    for label in pairs:
+        fitted = [
+            fit_cost([(r, n, best[label, k, (r, n), "cpu"] * 1e6) for r, n in SHAPES], CostModel()) for k in (0, 1)
+        ]
+        passes = [longtail_passes(cost, tokenizer) for cost in fitted]
+        print(
+            f"| {label} | {fitted[0].overhead_us / 1e3:.2f} -> {fitted[1].overhead_us / 1e3:.2f} "
+            f"| {fitted[0].per_token_us:.0f} -> {fitted[1].per_token_us:.0f} | {passes[0]:.2f} -> {passes[1]:.2f} |"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -313,13 +363,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clock", choices=tuple(CLOCKS), default="cpu")
     parser.add_argument("--cuts", action="store_true", help="only each cut's before and after, measured in turn")
     args = parser.parse_args(argv)
-    if args.cuts:
-        with tempfile.TemporaryDirectory() as tmp:
-            cuts(engine_model_dir(minilm_dir(), "onnxruntime", "embedding", Path(tmp) / "graph"), args.rounds, 10)
-        return 0
     clock = CLOCKS[args.clock]
     torch.set_num_threads(args.threads)
     tokenizer = Tokenizer(str(minilm_dir()), SERVED.max_length, lower_case=True)
+    if args.cuts:
+        with tempfile.TemporaryDirectory() as tmp:
+            graph = engine_model_dir(minilm_dir(), "onnxruntime", "embedding", Path(tmp) / "graph")
+            cuts(graph, args.rounds, args.repeat, tokenizer)
+        return 0
     info = precision.cpu_info()
     print(f"# {cpu_name()} (native bf16: {precision.native_bf16(info) or 'none'}); {args.threads} thread(s)")
     print(f"# clock: {args.clock}; best of {args.rounds} rounds x {args.repeat}, engines in turn each round")
@@ -332,9 +383,11 @@ def main(argv: list[str] | None = None) -> int:
                 with torch.inference_mode():
                     got = pass_figures(o.run, args.repeat, clock)
                 best[i] = {k: min(v, best[i].get(k, v)) for k, v in got.items()}
-        for _ in range(max(1, args.rounds // 2)):
-            for i, o in enumerate(opened):
-                got = batch_figures(o, args.threads, args.repeat, clock)
+        fitted = [fit_cost([(r, n, b[f"{r}x{n}"] * 1e6) for r, n in SHAPES], CostModel()) for b in best]
+        served = [serve_on(o, args.threads, cost, clock) for o, cost in zip(opened, fitted)]
+        for _ in range(args.rounds):
+            for i, one in enumerate(served):
+                got = batch_figures(one, args.repeat)
                 if not batches[i] or got["handler"] < batches[i]["handler"]:
                     batches[i] = got
     print()
@@ -344,12 +397,10 @@ def main(argv: list[str] | None = None) -> int:
         "| passes a long-tail batch of 16 |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for o, b in zip(opened, best):
-        samples = [(r, n, b[f"{r}x{n}"] * 1e6) for r, n in SHAPES if f"{r}x{n}" in b]
-        cost = fit_cost(samples, CostModel())
+    for o, b, cost in zip(opened, best, fitted):
         print(
             f"| {o.engine} | {o.dtype} | {b['1x1'] * 1e3:.2f} | {b['1x8'] * 1e3:.2f} | {b['ours'] * 1e6:.1f} "
-            f"| {b['collate'] * 1e6:.1f} | {cost.overhead_us / 1e3:.2f} | {cost.forward_us(1, 8) / 1e3 - cost.overhead_us / 1e3:.2f} "
+            f"| {b['collate'] * 1e6:.1f} | {cost.overhead_us / 1e3:.2f} | {cost.row_us(8) / 1e3:.2f} "
             f"| {cost.per_token_us:.0f} | {longtail_passes(cost, tokenizer):.2f} |"
         )
     print()
