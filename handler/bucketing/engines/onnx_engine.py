@@ -27,8 +27,9 @@ STATES = "token_embeddings"  # an embedding graph's second output: the encoder's
 # SDPA export's req/s through TorchServe (README; `python -m bench.attention_export`).
 ONNX_ATTENTION = "eager"
 # ONNX Runtime's thread pools spin while waiting for work by default: with more than one thread a pass burnt CPU on
-# the waiting threads (a 4x32 pass on 2 threads: 1.67x the CPU time of spinning off), taken from the other workers
-# on the same cores. With one thread (the default) there is no pool and no spinning (README, "Engines").
+# the waiting threads, taken from the other workers on the same cores, and bought no latency here (a 4x32 pass on 2
+# threads without it: 0.62x the CPU time in one run, 1.04x in another; README, "Engines", `bench.pass_cost --cuts`).
+# With one thread (the default) there is no pool and nothing spins.
 SPIN_OFF = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning")
 
 
