@@ -261,14 +261,17 @@ def batch_figures(served: Served, repeat: int) -> dict[str, float]:
 
 def cuts(folder: Path, rounds: int, repeat: int, tokenizer: Tokenizer) -> None:
     """What each cut saves, its before and after measured in turn each round in this process (best of each): ONNX
-    Runtime's spinning threads on 2 threads (on one thread there is no pool), and OpenVINO's copies in and out of
-    `infer`; a 1x8 and a larger pass on both clocks, and the cost model fitted to the calibration shapes (cpu clock)
-    with the planner's passes a long-tail batch of 16."""
+    Runtime's spinning threads on 2 threads (on one thread there is no pool), OpenVINO's copies in and out of
+    `infer`, and torch's bfloat16 weights reordered every pass (where the CPU runs bfloat16); a 1x8 and a larger pass
+    on both clocks, and the cost model fitted to the calibration shapes (cpu clock) with the planner's passes a
+    long-tail batch of 16."""
     import onnxruntime as ort
     import openvino as ov
 
+    from bucketing.engines import torch_engine
     from bucketing.engines.onnx_engine import SPIN_OFF
     from bucketing.engines.openvino_engine import PRECISIONS, SHARED, OvEngine
+    from bucketing.model.head import load_head
 
     Pass = Callable[[tuple[int, int]], Callable[[], object]]  # a shape -> one pass of it
 
@@ -303,12 +306,31 @@ def cuts(folder: Path, rounds: int, repeat: int, tokenizer: Tokenizer) -> None:
 
         return make
 
+    def on_torch(packed: bool) -> Pass:
+        head, info = load_head("embedding", str(minilm_dir()))
+        pack = torch_engine.pack_linears
+        if not packed:  # bench only: the engine as it was, torch's own bfloat16 linear
+            setattr(torch_engine, "pack_linears", lambda engine, vocab_size: 0)  # noqa: B010
+        try:
+            engine = torch_engine.TorchEngine(head, "cpu", torch.bfloat16, True, info.vocab_size)
+        finally:
+            setattr(torch_engine, "pack_linears", pack)  # noqa: B010
+        assert bool(engine.packed) == packed
+
+        def make(shape: tuple[int, int]) -> Callable[[], object]:
+            ids, mask = plain(*shape)
+            return lambda: engine(ids, mask)
+
+        return make
+
     pairs: dict[str, tuple[Pass, Pass, tuple[int, int]]] = {
         "onnxruntime float32, 2 threads: spinning on -> off": (on_ort(True), on_ort(False), (4, 32))
     }
     native = precision.native_bf16(precision.cpu_info()) and "BF16" in ov.Core().get_property(
         "CPU", "OPTIMIZATION_CAPABILITIES"
     )
+    if precision.native_bf16(precision.cpu_info()):
+        pairs["torch bfloat16, 1 thread: torch's linear -> prepacked"] = (on_torch(False), on_torch(True), (16, 128))
     for dtype in PRECISIONS if native else ("float32",):
         pairs[f"openvino {dtype}, 1 thread: infer copies -> shared"] = (
             on_ov(dtype, False),

@@ -364,3 +364,40 @@ def test_pass_cost_stubs_and_times_an_engine_and_leaves_it_as_it_was(onnx_dirs, 
     timed = spent.engine(run)
     assert np.array_equal(run(ids, mask), before) and np.array_equal(timed(ids, mask), before)
     assert timed.fidelity is None and timed.name == engine and spent.seconds["engine"] > 0
+
+
+def test_bfloat16_weights_are_packed_once_and_answer_as_torch_s_own_linear(tiny_embedder_dir, bf16_cpu, monkeypatch):
+    """torch in bfloat16 on the CPU runs its encoder's Linear layers on weights oneDNN reordered once at load
+    (`PackedLinear`): traced and eager, the same numbers as torch's own linear, which reorders them every pass; where
+    packing fails or changes a number, the layers stay as they were."""
+    from bucketing.engines import torch_engine
+    from bucketing.engines.base import probe
+    from bucketing.model.head import load_head
+
+    def opened(torchscript=True):
+        head, info = load_head("embedding", str(tiny_embedder_dir))
+        linears = sum(type(m) is torch.nn.Linear for m in head.model.modules())
+        return torch_engine.TorchEngine(head, "cpu", torch.bfloat16, torchscript, info.vocab_size), linears
+
+    ids, mask, pool_mask = probe(1000)
+    packed, linears = opened()
+    assert packed.packed == linears > 0 and packed.traced is not None
+    assert not any(type(m) is torch.nn.Linear for m in packed.head.model.modules())
+    with monkeypatch.context() as patch:
+        patch.setattr(torch_engine, "pack_linears", lambda engine, vocab_size: 0)
+        plain, _ = opened()
+    assert plain.packed == 0 and plain.traced is not None
+    for a, b in zip(
+        (packed(ids, mask, pool_mask), packed.states(ids, mask, pool_mask)[0]),
+        (plain(ids, mask, pool_mask), plain.states(ids, mask, pool_mask)[0]),
+        strict=True,
+    ):
+        assert np.array_equal(a, b)
+
+    def changed(self, x):
+        return torch.nn.functional.linear(x, self.packed.to_dense()) * 2
+
+    with monkeypatch.context() as patch:
+        patch.setattr(torch_engine.PackedLinear, "forward", changed)  # a packing that changes the numbers
+        kept, linears = opened(torchscript=False)
+    assert kept.packed == 0 and sum(type(m) is torch.nn.Linear for m in kept.head.model.modules()) == linears
