@@ -313,3 +313,91 @@ def test_the_openvino_build_checks_the_graph_on_openvino(tiny_embedder_dir, tmp_
     assert build.main([*common, "--engine", "openvino", "--stage-dir", str(tmp_path / "off")]) == 2
     err = capsys.readouterr().err
     assert "the exported ONNX graph on openvino differs from the torch model by 1.00e-03" in err, err
+
+
+def test_onnxruntime_threads_do_not_spin(onnx_dirs):
+    """ONNX Runtime's pools sleep when they wait (`SPIN_OFF`): a spinning thread takes the core from other workers."""
+    from bucketing.engines.onnx_engine import SPIN_OFF, OrtEngine
+
+    options = OrtEngine(onnx_dirs["embedding"] / ONNX_FILE, 2, "cpu").session.get_session_options()
+    assert [options.get_session_config_entry(key) for key in SPIN_OFF] == ["0", "0"]
+
+
+def test_openvino_shares_its_arrays_and_answers_stay_its_own(onnx_dirs):
+    """`infer` reads our arrays in place and hands its outputs as views (`SHARED`): whatever the shapes in turn
+    (larger after smaller, a non-contiguous slice), every pass answers as a fresh engine does, and an answer is a copy
+    that the next pass does not overwrite."""
+    from bucketing.engines.openvino_engine import OvEngine
+
+    path = onnx_dirs["embedding"] / ONNX_FILE
+    engine = OvEngine(path, 1, "float32")
+    rng = np.random.default_rng(3)
+    wide = rng.integers(1000, 2000, size=(5, 40), dtype=np.int64)
+    shapes = [wide[:1, :8], wide[:, :40], wide[:2, 3:20], wide[:3, :11]]  # the third not C-contiguous
+    answers = []
+    for ids in shapes:
+        mask = np.ones_like(ids)
+        mask[-1, ids.shape[1] // 2 :] = 0
+        answers.append((engine(ids, mask), OvEngine(path, 1, "float32")(np.ascontiguousarray(ids), mask)))
+        pooled, tokens = engine.states(ids, mask)
+        assert np.array_equal(pooled, answers[-1][1]) and tokens.shape == (*ids.shape, tokens.shape[2])
+    for got, fresh in answers:
+        assert np.array_equal(got, fresh)
+
+
+@pytest.mark.parametrize("engine", ["torch", "onnxruntime", "openvino"])
+def test_pass_cost_stubs_and_times_an_engine_and_leaves_it_as_it_was(onnx_dirs, tiny_embedder_dir, engine):
+    """bench.pass_cost: with its native call stubbed an engine still runs our wrapper (and answers the stub's zeros);
+    after it, and through the timing proxy, it answers as before."""
+    import time
+
+    from bench import pass_cost
+
+    folder = tiny_embedder_dir if engine == "torch" else onnx_dirs["embedding"]
+    handler, _ = make_handler(folder, engine=engine, max_length=128)
+    run = handler.task.engine
+    ids, mask = pass_cost.plain(1, 8)
+    before = run(ids, mask)
+    with pass_cost.stubbed(run, 1):
+        assert not run(ids, mask).any()
+    spent = pass_cost.Spent(time.perf_counter)
+    timed = spent.engine(run)
+    assert np.array_equal(run(ids, mask), before) and np.array_equal(timed(ids, mask), before)
+    assert timed.fidelity is None and timed.name == engine and spent.seconds["engine"] > 0
+
+
+def test_bfloat16_weights_are_packed_once_and_answer_as_torch_s_own_linear(tiny_embedder_dir, bf16_cpu, monkeypatch):
+    """torch in bfloat16 on the CPU runs its encoder's Linear layers on weights oneDNN reordered once at load
+    (`PackedLinear`): traced and eager, the same numbers as torch's own linear, which reorders them every pass; where
+    packing fails or changes a number, the layers stay as they were."""
+    from bucketing.engines import torch_engine
+    from bucketing.engines.base import probe
+    from bucketing.model.head import load_head
+
+    def opened(torchscript=True):
+        head, info = load_head("embedding", str(tiny_embedder_dir))
+        linears = sum(type(m) is torch.nn.Linear for m in head.model.modules())
+        return torch_engine.TorchEngine(head, "cpu", torch.bfloat16, torchscript, info.vocab_size), linears
+
+    ids, mask, pool_mask = probe(1000)
+    packed, linears = opened()
+    assert packed.packed == linears > 0 and packed.traced is not None
+    assert not any(type(m) is torch.nn.Linear for m in packed.head.model.modules())
+    with monkeypatch.context() as patch:
+        patch.setattr(torch_engine, "pack_linears", lambda engine, vocab_size: 0)
+        plain, _ = opened()
+    assert plain.packed == 0 and plain.traced is not None
+    for a, b in zip(
+        (packed(ids, mask, pool_mask), packed.states(ids, mask, pool_mask)[0]),
+        (plain(ids, mask, pool_mask), plain.states(ids, mask, pool_mask)[0]),
+        strict=True,
+    ):
+        assert np.array_equal(a, b)
+
+    def changed(self, x):
+        return torch.nn.functional.linear(x, self.packed.to_dense()) * 2
+
+    with monkeypatch.context() as patch:
+        patch.setattr(torch_engine.PackedLinear, "forward", changed)  # a packing that changes the numbers
+        kept, linears = opened(torchscript=False)
+    assert kept.packed == 0 and sum(type(m) is torch.nn.Linear for m in kept.head.model.modules()) == linears

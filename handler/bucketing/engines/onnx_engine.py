@@ -26,6 +26,11 @@ STATES = "token_embeddings"  # an embedding graph's second output: the encoder's
 # The attention the ONNX graph is exported from: eager has no IsNaN/Where mask subgraph, and measured 1.05x the
 # SDPA export's req/s through TorchServe (README; `python -m bench.attention_export`).
 ONNX_ATTENTION = "eager"
+# ONNX Runtime's thread pools spin while waiting for work by default: with more than one thread a pass burnt CPU on
+# the waiting threads, taken from the other workers on the same cores, and bought no latency here (a 4x32 pass on 2
+# threads without it: 0.62x the CPU time in one run, 1.04x in another; README, "Engines", `bench.pass_cost --cuts`).
+# With one thread (the default) there is no pool and nothing spins.
+SPIN_OFF = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning")
 
 
 class OrtEngine:
@@ -41,6 +46,8 @@ class OrtEngine:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+        for pool in SPIN_OFF:  # threads that wait for work sleep: a spinning thread takes the core from other workers
+            options.add_session_config_entry(pool, "0")
         options.log_severity_level = 3
         providers: list[Any] = ["CPUExecutionProvider"]
         if device.startswith("cuda"):

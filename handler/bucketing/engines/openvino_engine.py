@@ -34,6 +34,10 @@ logger = logging.getLogger(__name__)
 PRECISIONS = {"float32": "f32", "bfloat16": "bf16"}
 # The compiled model's layers that carry its matrix products (what bf16 is for).
 PRODUCTS = ("FullyConnected", "MatMul")
+# `infer` reads our arrays in place (it copies one only if it is not C-contiguous or of another dtype) and returns
+# views: by default it copied every input in, and every output (the token embeddings too) into arrays it returned
+# and we dropped. The answer is still copied once out of the request's output tensor, which the next pass reuses.
+SHARED = {"share_inputs": True, "share_outputs": True}
 
 
 class OvEngine:
@@ -73,7 +77,7 @@ class OvEngine:
 
     def states(self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None) -> tuple[Any, Any]:
         """The pooled outputs and the encoder's token embeddings of one pass."""
-        self.request.infer(graph_feed(self.inputs, ids, mask, pool_mask))
+        self.request.infer(graph_feed(self.inputs, ids, mask, pool_mask), **SHARED)
         pooled, tokens = (self.request.get_tensor(self.compiled.output(n)).data for n in ("output", STATES))
         return np.array(pooled, dtype=np.float32, copy=True), np.array(tokens, dtype=np.float32, copy=True)
 
@@ -89,7 +93,7 @@ class OvEngine:
     def __call__(
         self, ids: np.ndarray, mask: np.ndarray, pool_mask: np.ndarray | None = None, types: np.ndarray | None = None
     ) -> np.ndarray:
-        self.request.infer(graph_feed(self.inputs, ids, mask, pool_mask, types))
+        self.request.infer(graph_feed(self.inputs, ids, mask, pool_mask, types), **SHARED)
         out: np.ndarray = np.array(self.request.get_tensor(self.compiled.output("output")).data, dtype=np.float32)
         if self.shadow is not None and self.reference is not None:
             TorchEngine._check(self.shadow, self.reference, out, ids, mask, pool_mask, types)

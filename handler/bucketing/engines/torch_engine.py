@@ -7,6 +7,7 @@ Dense after it in float32, with its fidelity to float32 measured at load on the 
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import warnings
 from collections.abc import Callable
@@ -39,6 +40,7 @@ class TorchEngine:
         self.device = device
         self.head = head.to(device)
         self.head.model.to(dtype=dtype)  # the encoder only: pooling and Dense after it stay float32
+        self.packed = pack_linears(self, vocab_size) if dtype == torch.bfloat16 and device == "cpu" else 0
         self.traced: torch.jit.ScriptModule | None = self._trace(vocab_size) if torchscript else None
 
     def _run(self, module: Any, *arrays: np.ndarray) -> np.ndarray:
@@ -108,6 +110,63 @@ class TorchEngine:
             None if types is None else types[rows, :width],
         )
         shadow.record(precision.cosines(expected, out[rows]), mask[rows].sum(axis=1))
+
+
+# oneDNN's linear on a weight it has reordered once (`mkldnn._reorder_linear_weight`), callable from TorchScript (a
+# script function: the tracer cannot record its empty list of scalars).
+PACKED_LINEAR = """
+def run(x: Tensor, packed: Tensor, bias: Optional[Tensor]) -> Tensor:
+    scalars: List[Optional[number]] = []
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", scalars, "")
+"""
+
+
+@functools.cache
+def packed_linear() -> Any:
+    return torch.jit.CompilationUnit(PACKED_LINEAR).run
+
+
+class PackedLinear(torch.nn.Module):
+    """A bfloat16 Linear layer on the CPU whose weight oneDNN reordered once, at load: torch's own bfloat16 linear
+    reorders it on every pass (a 1x8 MiniLM pass spent 11% of its time in the allocator, and took 1.6x the time of
+    this one; README, "Engines"). The same oneDNN kernels: the same numbers (checked at load, `pack_linears`)."""
+
+    def __init__(self, linear: torch.nn.Linear) -> None:
+        super().__init__()
+        self.register_buffer("packed", torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), None))
+        self.bias = linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = packed_linear()(x, self.packed, self.bias)
+        return out
+
+
+def pack_linears(engine: TorchEngine, vocab_size: int) -> int:
+    """In place: the bfloat16 encoder's Linear layers as `PackedLinear`, kept only where the head then answers the
+    padded probe inputs exactly as before (else, or on any failure, the layers as they were, logged); how many."""
+    found = [
+        (parent, name, child)
+        for parent in engine.head.model.modules()
+        for name, child in parent.named_children()
+        if type(child) is torch.nn.Linear and child.weight.dtype == torch.bfloat16
+    ]
+    if not found:
+        return 0
+    ids, mask, pool_mask = probe(vocab_size)
+    inputs = head_inputs(engine.head, ids, mask, pool_mask, probe_types(mask))
+    before = engine._run(engine.head, *inputs)
+    try:
+        for parent, name, child in found:
+            setattr(parent, name, PackedLinear(child))
+        diff = float(np.abs(engine._run(engine.head, *inputs) - before).max())
+        if diff > 0:
+            raise ValueError(f"its outputs differ from torch's own linear by {diff:.2e}")
+    except Exception as e:  # noqa: BLE001 - packing is an optimisation; torch's own linear gives the same numbers
+        for parent, name, child in found:
+            setattr(parent, name, child)
+        logger.warning("bfloat16 weights not prepacked (%s: %s); torch's own linear", type(e).__name__, str(e)[:200])
+        return 0
+    return len(found)
 
 
 def open_torch(head: Head, info: ModelInfo, config: HandlerConfig, model_dir: str, device: str, dtype: Any) -> Engine:
