@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv kserve-venv tei-clients-venv kserve-image-test mar serve stop token status test unit lint bench clean
+.PHONY: venv kserve-venv tei-clients-venv kserve-image-test mar serve serve-bulk stop token status test unit lint bench clean
 
 venv: $(STAMP)
 
@@ -49,6 +49,11 @@ mar: venv
 
 serve: mar
 	$(BIN)/python -m tsctl start
+
+# make serve, plus NAME-bulk: the 2-thread archive on 1 worker for bulk requests (README, "Bulk requests")
+serve-bulk: mar
+	$(BIN)/python -m model_store.build --if-stale --threads 2 --strategies bucketed
+	$(BIN)/python -m tsctl start --bulk
 
 stop:
 	@if [ -x $(BIN)/python ]; then $(BIN)/python -m tsctl stop; fi

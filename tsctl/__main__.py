@@ -15,6 +15,9 @@ from .process import ROOT, TorchServe
 from .signals import exit_on_signals
 
 SERVE_DIR = ROOT / ".tmp" / "serve"
+# `start --bulk`: a second registration for bulk requests, 1 worker x 2 threads, so one bulk request runs on both
+# cores (TorchServe answers a delivered batch as a whole, on one worker): README, "Bulk requests".
+BULK_WORKERS, BULK_THREADS = 1, 2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,6 +27,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=SERVE_DIR)
     parser.add_argument("--free-ports", action="store_true", help="start on free loopback ports, not the config's")
     parser.add_argument("--api", default="inference", choices=("inference", "management"), help="token: whose key")
+    parser.add_argument(
+        "--bulk",
+        action="store_true",
+        help=f"start: also register the strategy's {BULK_THREADS}-thread archive as NAME-bulk, {BULK_WORKERS} worker, "
+        "for bulk requests (build it first: `python -m model_store.build --threads 2 --strategies STRATEGY`)",
+    )
     args = parser.parse_args(argv)
     server = TorchServe(args.workdir, Endpoints.free() if args.free_ports else None)
     try:
@@ -41,6 +50,8 @@ def _run(server: TorchServe, args: argparse.Namespace) -> int:
                 print(stale)
         if args.command == "token":
             return token(server, args.api)
+        if args.command == "start":
+            return start(server, args.strategy, args.bulk)
         return COMMANDS[args.command](server, args.strategy)
 
 
@@ -66,16 +77,28 @@ def status(server: TorchServe, strategy: str) -> int:
     return 0
 
 
-def start(server: TorchServe, strategy: str) -> int:
-    """Start (unless running) and register the strategy's archive; an interrupted start stops what it began."""
+def start(server: TorchServe, strategy: str, bulk: bool = False) -> int:
+    """Start (unless running) and register the strategy's archive (and, with `bulk`, its bulk registration); an
+    interrupted start stops what it began."""
+    name = archives.name(strategy)
+    bulk_archive = archives.name(strategy, BULK_THREADS)
+    if bulk and not (Path(server.properties["model_store"]) / f"{bulk_archive}.mar").exists():
+        raise ServerError(
+            f"--bulk: {bulk_archive}.mar is not in the model store: build it with "
+            f"`.venv/bin/python -m model_store.build --threads {BULK_THREADS} --strategies {strategy}`"
+        )
     started = server.pid() is None
     try:
         if started:
             server.start()
-        name = archives.name(strategy)
-        if name not in server.client.models():
-            cfg = archives.model_config(strategy)
+        cfg = archives.model_config(strategy)
+        registered = server.client.models()
+        if name not in registered:
             server.client.register(f"{name}.mar", name, cfg["batchSize"], cfg["maxBatchDelay"], cfg["minWorkers"])
+        if bulk and f"{name}-bulk" not in registered:
+            server.client.register(
+                f"{bulk_archive}.mar", f"{name}-bulk", cfg["batchSize"], cfg["maxBatchDelay"], BULK_WORKERS
+            )
     except BaseException:
         if started:
             server.stop()
@@ -83,6 +106,8 @@ def start(server: TorchServe, strategy: str) -> int:
     e = server.endpoints
     print(f"TorchServe is up: inference {e.inference}, management {e.management}, metrics {e.metrics}")
     print(f"model {name} READY; logs in {server.workdir / 'logs'}; inference token: `make -s token`")
+    if bulk:
+        print(f"model {name}-bulk READY ({BULK_WORKERS} worker x {BULK_THREADS} threads): send bulk requests there")
     return 0
 
 
