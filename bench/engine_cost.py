@@ -1,12 +1,12 @@
 """What a forward pass costs on each engine, in process: the fixed cost of a pass and the rate on real prose.
 
-`python -m bench.engine_cost [--threads 1] [--repeat 10] [--rounds 5] [--engines torch,onnxruntime,openvino]`:
-MiniLM (the shipped model, max_length 256) opened as a worker opens it (`load_engine`, start-up checks included) on
-each engine in float32, and in bfloat16 where the engine runs it on this CPU (refused otherwise: the refusal line is
-printed); then, best of `--rounds` x `--repeat` (the engines measured in turn each round), the fixed cost of one
-pass of 1 x 8 tokens, and the tokens a second on `TEXTS` (real prose) sorted by length and run in sub-batches of 4,
-each padded to its own longest (as the bucketed planner pads). Prints a markdown table. Short on purpose (about a
-minute): the machine may be shared.
+`python -m bench.engine_cost [--threads 1] [--repeat 10] [--rounds 5] [--engines torch,onnxruntime,openvino]
+[--model bert-base-random]`: MiniLM (the shipped model, max_length 256; or a bench model) opened as a worker
+opens it (`load_engine`, start-up checks included) on each engine in float32, and in bfloat16 where the engine runs
+it on this CPU (refused otherwise: the refusal line is printed); then, best of `--rounds` x `--repeat` (the engines
+measured in turn each round), the fixed cost of one pass of 1 x 8 tokens, and the tokens a second on `TEXTS` (real
+prose) sorted by length and run in sub-batches of 4, each padded to its own longest (as the bucketed planner pads).
+Prints a markdown table. Short on purpose (about a minute): the machine may be shared.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench import models
 from bench.tokenize_cost import best_of
 from bucketing.config import ENGINES, ConfigError, HandlerConfig
 from bucketing.engines import ENGINE_KINDS, Engine, load_engine, precision
@@ -61,15 +62,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=10, help="timed runs a round, per engine")
     parser.add_argument("--rounds", type=int, default=5, help="rounds over the engines in turn; the best kept")
     parser.add_argument("--engines", default=",".join(ENGINES), help=f"comma list of {','.join(ENGINES)}")
+    parser.add_argument(
+        "--model", default=None, help="a bench model (bert-base-random: BERT-base's geometry) instead of MiniLM"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    source = minilm_dir()
+    source = models.model_dir(args.model) if args.model else minilm_dir()
     tokenizer = Tokenizer(str(source), SERVED.max_length, lower_case=True)
     batches, tokens = passes(tokenizer, TEXTS)
     ids8, mask8 = collate([tokenizer.encode([TEXTS[0]])[0].ids[: FIXED[1]]] * FIXED[0], FIXED[1], tokenizer.pad_id)
     flags = precision.cpu_flags(precision.cpu_info())
     amx = "AMX" if "amx_bf16" in flags else "no AMX"
     print(f"# {cpu_name()} ({amx}; native bf16: {precision.native_bf16(precision.cpu_info()) or 'none'})")
+    print(f"# model: {args.model or 'all-MiniLM-L6-v2'}")
     print(
         f"# {args.threads} thread(s); {len(TEXTS)} prose texts, {tokens} tokens, {len(batches)} sorted passes of {ROWS}"
     )
