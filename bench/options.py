@@ -25,6 +25,7 @@ from .run_plan import (
     SUITES,
     RunPlan,
     csv_list,
+    engine_runs_dtype,
     expand,
     load_suite,
     one_worker_if_continuous,
@@ -209,4 +210,12 @@ def plan_from_args(options: Options) -> RunPlan:
         if bad:
             raise SystemExit(f"--{flag_name}: got {', '.join(bad)}; allowed: {' | '.join(allowed)}")
         plan = replace(plan, configs=tuple(replace(c, **{key: v}) for c in plan.configs for v in values))
-    return replace(plan, configs=tuple(one_worker_if_continuous(served(c)) for c in plan.configs))
+    configs = tuple(one_worker_if_continuous(served(c)) for c in plan.configs)
+    kept = tuple(c for c in configs if engine_runs_dtype(c))
+    if not kept:
+        pairs = ", ".join(sorted({f"{c.engine} {c.dtype}" for c in configs}))
+        raise SystemExit(f"--engines/--dtypes: no engine here runs its dtype ({pairs}): see README, Engines")
+    for c in configs:
+        if c not in kept:
+            print(f"left out: {c.name} (the {c.engine} engine does not run {c.dtype})")
+    return replace(plan, configs=kept)

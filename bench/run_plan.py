@@ -94,6 +94,14 @@ def served(config: Configuration) -> Configuration:
     return replace(config, model=config.model or spec.model, engine=config.engine or spec.engine)
 
 
+def engine_runs_dtype(config: Configuration) -> bool:
+    """Whether the configuration's engine (where it names one) runs its dtype (where it names one), as the engines
+    registry says: an axis crossing engines with dtypes leaves out the pairs no engine runs (onnxruntime bfloat16)."""
+    from bucketing.engines import ENGINE_KINDS
+
+    return config.engine is None or config.dtype is None or config.dtype in ENGINE_KINDS[config.engine].dtypes
+
+
 def one_worker_if_continuous(config: Configuration) -> Configuration:
     """`continuous` runs one worker a model (TorchServe 0.12's queue lock): the same cores as its threads."""
     if config.schedule != "continuous" or config.workers == 1:

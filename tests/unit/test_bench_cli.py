@@ -134,6 +134,23 @@ def test_dtypes_are_an_axis_and_name_their_archives():
     assert models.prefix(None, None, dtype="float32") == models.prefix(None, None) == "minilm"
 
 
+def test_engines_crossed_with_dtypes_leave_out_the_pairs_no_engine_runs_before_any_server_starts(capsys):
+    from bench.compare import parse_args, plan_from_args
+
+    argv = ["--strategies", "bucketed", "--engines", "onnxruntime,openvino", "--dtypes", "float32,bfloat16"]
+    plan = plan_from_args(parse_args(argv))
+    assert [(c.engine, c.dtype) for c in plan.configs] == [
+        ("onnxruntime", "float32"),
+        ("openvino", "float32"),
+        ("openvino", "bfloat16"),
+    ]
+    assert "left out: bucketed bs16 onnxruntime bfloat16 (the onnxruntime engine does not run bfloat16)" in (
+        capsys.readouterr().out
+    )
+    with pytest.raises(SystemExit, match="no engine here runs its dtype \\(onnxruntime bfloat16\\)"):
+        plan_from_args(parse_args(["--strategies", "bucketed", "--engines", "onnxruntime", "--dtypes", "bfloat16"]))
+
+
 def test_bfloat16_on_a_cpu_without_it_is_refused_before_any_server_starts(monkeypatch):
     import bucketing.engines.precision
     from bench.compare import check_args, parse_args, plan_from_args
