@@ -15,6 +15,7 @@ import argparse
 import platform
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -49,6 +50,38 @@ def timed(
     return best_of(lambda: run(*fixed), repeat), best_of(lambda: [run(i, m) for i, m in batches], repeat)
 
 
+class Opened(NamedTuple):
+    """An engine opened as a worker opens it, and the model folder it was opened from (a handler opens it again)."""
+
+    engine: str
+    dtype: str
+    run: Engine
+    folder: str
+
+
+def open_engines(
+    engines: list[str], threads: int, source: Path, tmp: Path
+) -> tuple[list[Opened], list[tuple[str, str, str]]]:
+    """Each engine in each dtype it runs on this CPU, opened over `source` (the graph engines over one export in
+    `tmp`); and each refused (engine, dtype) with the first line of its refusal."""
+    opened: list[Opened] = []
+    refused: list[tuple[str, str, str]] = []
+    graph_dir: Path | None = None
+    for engine in engines:
+        needs_graph = bool(ENGINE_KINDS[engine].files)
+        if needs_graph and graph_dir is None:
+            graph_dir = engine_model_dir(source, engine, "embedding", tmp / "graph")
+        folder = str(graph_dir if needs_graph else source)
+        for dtype in (d for d in ENGINE_KINDS[engine].dtypes if d in precision.CPU_DTYPES):
+            config = HandlerConfig(engine=engine, dtype=dtype, torch_threads=threads)
+            try:
+                with torch.inference_mode():
+                    opened.append(Opened(engine, dtype, load_engine(config, folder)[0], folder))
+            except (ConfigError, EngineError) as e:
+                refused.append((engine, dtype, str(e).splitlines()[0]))
+    return opened, refused
+
+
 def cpu_name() -> str:
     for line in precision.cpu_info().splitlines():
         if line.startswith("model name"):
@@ -81,27 +114,16 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("| engine | dtype | fixed cost of a 1x8 pass (ms) | tokens/s, sorted passes of 4 | start-up check |")
     print("|---|---|---|---|---|")
-    opened: list[tuple[str, str, Engine]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        graph_dir: Path | None = None
-        for engine in args.engines.split(","):
-            needs_graph = bool(ENGINE_KINDS[engine].files)
-            if needs_graph and graph_dir is None:
-                graph_dir = engine_model_dir(source, engine, "embedding", Path(tmp) / "graph")
-            model_dir = str(graph_dir if needs_graph else source)
-            for dtype in (d for d in ENGINE_KINDS[engine].dtypes if d in precision.CPU_DTYPES):
-                config = HandlerConfig(engine=engine, dtype=dtype, torch_threads=args.threads)
-                try:
-                    with torch.inference_mode():
-                        opened.append((engine, dtype, load_engine(config, model_dir)[0]))
-                except (ConfigError, EngineError) as e:
-                    print(f"| {engine} | {dtype} | refused | refused | {str(e).splitlines()[0]} |")
+        opened, refused = open_engines(args.engines.split(","), args.threads, source, Path(tmp))
+        for engine, dtype, why in refused:
+            print(f"| {engine} | {dtype} | refused | refused | {why} |")
         best = [(float("inf"), float("inf"))] * len(opened)
         for _ in range(args.rounds):  # engines in turn, so that a load on a shared machine falls on each alike
-            for i, (_, _, run) in enumerate(opened):
+            for i, (_, _, run, _) in enumerate(opened):
                 fixed, whole = timed(run, (ids8, mask8), batches, args.repeat)
                 best[i] = (min(best[i][0], fixed), min(best[i][1], whole))
-    for (engine, dtype, run), (fixed, whole) in zip(opened, best):
+    for (engine, dtype, run, _), (fixed, whole) in zip(opened, best):
         check = run.fidelity.describe() if run.fidelity is not None else "within 1e-5 of torch float32"
         if engine == "torch" and dtype == "float32":
             check = "the reference"

@@ -35,11 +35,11 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from bench.engine_cost import cpu_name
+from bench.engine_cost import Opened, cpu_name, open_engines
+from bench.tokenize_cost import best_of
 from bench.workloads import make_workload
-from bucketing.config import ENGINES, ConfigError, HandlerConfig
-from bucketing.engines import ENGINE_KINDS, Engine, load_engine, precision
-from bucketing.model.head import EngineError
+from bucketing.config import ENGINES
+from bucketing.engines import Engine, precision
 from bucketing.model.tokenizer import Tokenizer, collate
 from bucketing.planning.calibrate import SHAPES, fit_cost
 from bucketing.planning.planner import CostModel, plan_bucketed
@@ -49,23 +49,6 @@ CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 TOKEN = 2000  # an ordinary word piece of MiniLM's vocabulary, for the timed passes
 BATCH = 16  # requests a delivered batch
 LONGTAIL_BATCHES = 64
-
-
-@dataclass(frozen=True)
-class Opened:
-    engine: str
-    dtype: str
-    run: Engine
-    folder: str  # the model folder it was opened from (a handler opens it again)
-
-
-def best_of(run: Callable[[], object], repeat: int, clock: Callable[[], float]) -> float:
-    times = []
-    for _ in range(repeat):
-        start = clock()
-        run()
-        times.append(clock() - start)
-    return min(times)
 
 
 def plain(rows: int, length: int) -> tuple[np.ndarray, np.ndarray]:
@@ -146,25 +129,6 @@ class Spent:
                     spent.seconds["engine"] = spent.seconds.get("engine", 0.0) + spent.clock() - start
 
         return cast(Engine, Timed())
-
-
-def open_engines(engines: list[str], threads: int, tmp: Path) -> list[Opened]:
-    source = minilm_dir()
-    graph_dir: Path | None = None
-    opened = []
-    for engine in engines:
-        needs_graph = bool(ENGINE_KINDS[engine].files)
-        if needs_graph and graph_dir is None:
-            graph_dir = engine_model_dir(source, engine, "embedding", tmp / "graph")
-        folder = str(graph_dir if needs_graph else source)
-        for dtype in (d for d in ENGINE_KINDS[engine].dtypes if d in precision.CPU_DTYPES):
-            config = HandlerConfig(engine=engine, dtype=dtype, torch_threads=threads)
-            try:
-                with torch.inference_mode():
-                    opened.append(Opened(engine, dtype, load_engine(config, folder)[0], folder))
-            except (ConfigError, EngineError) as e:
-                print(f"# {engine} {dtype}: refused ({str(e).splitlines()[0]})")
-    return opened
 
 
 def pass_figures(run: Engine, repeat: int, clock: Callable[[], float]) -> dict[str, float]:
@@ -397,7 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {cpu_name()} (native bf16: {precision.native_bf16(info) or 'none'}); {args.threads} thread(s)")
     print(f"# clock: {args.clock}; best of {args.rounds} rounds x {args.repeat}, engines in turn each round")
     with tempfile.TemporaryDirectory() as tmp:
-        opened = open_engines(args.engines.split(","), args.threads, Path(tmp))
+        opened, refused = open_engines(args.engines.split(","), args.threads, minilm_dir(), Path(tmp))
+        for engine, dtype, why in refused:
+            print(f"# {engine} {dtype}: refused ({why})")
         best: list[dict[str, float]] = [{} for _ in opened]
         batches: list[dict[str, float]] = [{} for _ in opened]
         for _ in range(args.rounds):  # engines in turn, so that a load on a shared machine falls on each alike
