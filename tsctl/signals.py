@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -58,15 +59,34 @@ class Checked:
             self.fd = -1
 
 
+HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 @contextlib.contextmanager
 def deferred_signals() -> Iterator[None]:
-    """Hold SIGINT, SIGTERM and SIGHUP until the block ends (then they are delivered)."""
-    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    """Hold SIGINT, SIGTERM and SIGHUP until the block ends (then each is raised again, once, in the order it came).
+
+    Held where Python handles them, not by a thread's signal mask: the kernel hands a signal sent to the process to
+    any thread that does not block it (OpenBLAS starts one in `python -m tsctl`), and Python runs every handler in
+    the main thread, so a mask on the calling thread alone let a second Ctrl-C through. Off the main thread no
+    handler can interrupt the block: it runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        if signum not in pending:
+            pending.append(signum)
+
+    previous = {s: signal.signal(s, hold) for s in HELD}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for s, handler in previous.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+        for s in pending:
+            signal.raise_signal(s)
 
 
 @contextlib.contextmanager
