@@ -85,8 +85,8 @@ def deferred_signals() -> Iterator[None]:
     finally:
         for s, handler in previous.items():
             signal.signal(s, signal.SIG_DFL if handler is None else handler)
-        for s in pending:
-            signal.raise_signal(s)
+        for signum in pending:
+            signal.raise_signal(signum)
 
 
 @contextlib.contextmanager
