@@ -113,3 +113,22 @@ def test_kserve_v1_parameters_carry_our_options():
     assert isinstance(bad, RequestError) and '"parameters" must be an object' in bad.message
     unknown = parse({"instances": ["a"], "parameters": {"precision": "int4"}}, JSON)
     assert isinstance(unknown, RequestError) and "precision" in unknown.message
+
+
+@pytest.mark.parametrize("asked", [{"parameters": {"on_overflow": "chunk"}}, {}])
+def test_kserve_v2_outputs_may_select_the_chunks_tensor_it_answers_under_chunk(asked):
+    """Under `on_overflow: chunk` (the request's, or the handler's) each answer counts its windows, and `outputs` may
+    select that `chunks` tensor; elsewhere it is unknown, as the answer has none."""
+    from dataclasses import replace
+
+    from tests.unit.wire import LIMITS
+
+    limits = replace(LIMITS, on_overflow="truncate" if asked else "chunk")
+    body = v2(["a", "b"], outputs=[{"name": "chunks"}, {"name": "embedding"}], **asked)
+    request = incoming(body, JSON, limits=limits).outcome
+    assert isinstance(request, V2Request) and request.outputs == ("chunks", "embedding")
+    answers = [replace(answer([0.5, 0.5]), chunks=2), replace(answer([1.0, 0.0]), chunks=1)]
+    out = request.render(answers, "m")["outputs"]
+    assert [o["name"] for o in out] == ["chunks", "embedding"] and out[0]["data"] == [2, 1]
+    plain = incoming(v2(["a"], outputs=[{"name": "chunks"}]), JSON, limits=replace(limits, on_overflow="truncate"))
+    assert isinstance(plain.outcome, RequestError) and "unknown output(s) 'chunks'" in plain.outcome.message

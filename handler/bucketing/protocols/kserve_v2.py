@@ -45,7 +45,7 @@ from bucketing.protocols.base import (
 )
 from bucketing.protocols.base import error_body as error_body
 from bucketing.protocols.inputs import pairs, texts, too_many
-from bucketing.protocols.options import late_refused, read_options
+from bucketing.protocols.options import chunked, late_refused, read_options
 from bucketing.quantize import PRECISIONS
 
 NAME = "kserve-v2"
@@ -227,14 +227,16 @@ def parse(body: Any, limits: Limits, binary: bytes | None = None) -> V2Request:
         parsed: tuple[Any, ...] = pairs([list(p) for p in zip(*columns)], "inputs", limits)
     else:
         parsed = columns[0]
-    selection = _outputs(body, answer_fields(limits.task, limits.dimensions))
     given = body.get("parameters")
     parameters: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
     late = late_refused(parameters, "KServe v2")
     if late:
         raise bad("InvalidRequest", late[1], late[0])
     options = read_options(parameters, limits)
-    return V2Request(parsed, request_id, *selection, options)
+    known = answer_fields(limits.task, limits.dimensions)
+    if chunked(options, limits):  # each answer then counts its windows, before `truncated` (`Answer.fields`)
+        known = (*known[:-1], "chunks", known[-1])
+    return V2Request(parsed, request_id, *_outputs(body, known), options)
 
 
 def _column(tensor: Mapping[str, Any], binary: bytes | None, limits: Limits, t: str) -> tuple[str, ...]:
