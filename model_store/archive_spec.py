@@ -12,6 +12,7 @@ from typing import Any
 from bucketing.config import ENGINES, MAX_LENGTH_CAP
 from bucketing.config import STRATEGIES as STRATEGIES  # re-exported: the bench builds these by default
 from bucketing.kinds import KINDS
+from bucketing.quantize import RANGES_FILE
 from model_store import archives
 
 
@@ -65,11 +66,12 @@ class ArchiveSpec:
 
     def calibration(self, task: str, max_length: int | None = None) -> Calibration | None:
         """The calibration texts and how the build line names them: the file's non-blank lines; without a file, for
-        a dense embedding model, the bench's long-tail texts (`ranges.default_texts`); none with `calibrate` off."""
+        a dense embedding model without ranges of its own (`RANGES_FILE`, which then win), the bench's long-tail
+        texts (`ranges.default_texts`); none with `calibrate` off."""
         if not self.calibrate:
             return None
         if self.calibration_texts is None:
-            if task != "embedding":
+            if task != "embedding" or (self.folder / RANGES_FILE).is_file():  # a folder's own ranges win
                 return None
             from model_store.ranges import default_texts
 

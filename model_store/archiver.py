@@ -4,6 +4,7 @@ prints the command lines it would run instead. `model_store.build` runs them."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -37,6 +38,8 @@ def stage(staging: Path, model_dir: Path, engine: str, task: str, calibration: C
         shutil.copy2(source, target)
     if calibration:
         stage_ranges(staging / "model", task, calibration)
+    else:
+        check_own_ranges(staging / "model")
     from bucketing.engines import ENGINE_KINDS
     from bucketing.model.head import EngineError
 
@@ -61,12 +64,38 @@ def stage_ranges(model: Path, task: str, calibration: Calibration) -> None:
     if len(texts) < 2:
         raise BuildError(f"--calibration-texts holds {len(texts)} texts; ranges need at least two")
     start = time.perf_counter()
+    replaced = ", replacing the folder's own" if (model / RANGES_FILE).is_file() else ""
     write_ranges(model, list(texts), max_length=calibration.max_length)
     few = f" (ranges are steadier from {MIN_TEXTS} or more)" if len(texts) < MIN_TEXTS else ""
     print(
         f"# int8/uint8 ranges from {len(texts)} calibration texts{few}: {calibration.source}; "
-        f"model/{RANGES_FILE} ({time.perf_counter() - start:.1f} s; --no-calibration-texts for none)"
+        f"model/{RANGES_FILE}{replaced} ({time.perf_counter() - start:.1f} s; --no-calibration-texts for none)"
     )
+
+
+def check_own_ranges(model: Path) -> None:
+    """The staged folder's own `RANGES_FILE`, if any, read as the worker will read it (one line if it would refuse
+    it), and the build line saying the archive carries it and from what."""
+    from bucketing.model.chain import ChainError, read_chain
+    from bucketing.quantize import RANGES_FILE, load_ranges
+
+    path = model / RANGES_FILE
+    if not path.is_file():
+        return
+    try:
+        hidden = json.loads((model / "config.json").read_text(encoding="utf-8")).get("hidden_size")
+        ranges = load_ranges(path, read_chain(model).dimensions(hidden) if isinstance(hidden, int) else None)
+    except (OSError, ValueError, TypeError, ChainError) as e:
+        raise BuildError(f"the model folder's {RANGES_FILE}: {e}") from None
+    texts = json.loads(path.read_text(encoding="utf-8")).get("texts")
+    source = f"{texts} calibration texts" if texts else "calibration texts it does not count"
+    cut = (
+        "; it keeps no calibration vectors, so int8/uint8 with a re-normalised dimensions is refused: "
+        "python -m model_store.ranges to compute it again"
+        if ranges.calibration is None
+        else ""
+    )
+    print(f"# int8/uint8 ranges: the folder's own model/{RANGES_FILE}, from {source}{cut}")
 
 
 def archiver_command(

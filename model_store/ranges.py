@@ -3,8 +3,10 @@ answers with (sentence-transformers' `quantize_embeddings(..., ranges=...)`), th
 
 `python -m model_store.ranges MODEL_DIR --texts FILE`: embeds FILE's texts (one per line, blank lines skipped)
 with `SentenceTransformer(MODEL_DIR).encode()` and writes each dimension's minimum and maximum to
-`MODEL_DIR/embedding_ranges.json` (`quantize.RANGES_FILE`), which the build then carries into the archive and the
-worker reads at start. Use texts like those you will serve: a component outside its range is clipped to 0 or 255.
+`MODEL_DIR/embedding_ranges.json` (`quantize.RANGES_FILE`, with the calibration vectors, from which a re-normalised
+cut's ranges are derived), which the build then carries into the archive (a folder's own file wins over the build's
+default texts) and the worker reads at start. Use texts like those you will serve: a component outside its range
+is clipped to 0 or 255.
 """
 
 from __future__ import annotations
@@ -33,11 +35,21 @@ def default_texts() -> tuple[list[str], str]:
 
 
 def ranges_of(embeddings: Any) -> dict[str, Any]:
-    """Per-dimension minimums and maximums of [n, dim] embeddings, as `RANGES_FILE` holds them."""
+    """Per-dimension minimums and maximums of [n, dim] embeddings, and the embeddings themselves (the worker derives
+    a re-normalised cut's ranges from them), as `RANGES_FILE` holds them: float32 values, 9 digits (exact)."""
     array = np.asarray(embeddings, dtype=np.float32)
     if array.ndim != 2 or len(array) < 2:
         raise ValueError("ranges need at least two embeddings")
-    data = {"minimums": array.min(axis=0).tolist(), "maximums": array.max(axis=0).tolist(), "texts": len(array)}
+
+    def exact(values: Any) -> Any:
+        return [float(f"{x:.9g}") for x in values]
+
+    data = {
+        "minimums": exact(array.min(axis=0)),
+        "maximums": exact(array.max(axis=0)),
+        "texts": len(array),
+        "embeddings": [exact(row) for row in array],
+    }
     parse_ranges(data, array.shape[1])  # what the worker will accept
     return data
 
@@ -66,7 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("model_dir", type=Path, help="a sentence-transformers embedding model folder")
     parser.add_argument("--texts", type=Path, required=True, help="calibration texts, one per line")
     args = parser.parse_args(argv)
-    texts = [line for line in args.texts.read_text(encoding="utf-8").splitlines() if line.strip()]
+    try:
+        texts = [line for line in args.texts.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as e:
+        print(f"error: --texts {args.texts}: {e}", file=sys.stderr)
+        return 2
     if len(texts) < 2:
         print(f"error: {args.texts} holds {len(texts)} texts; ranges need at least two", file=sys.stderr)
         return 2

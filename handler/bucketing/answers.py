@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from bucketing.quantize import PRECISIONS
+from bucketing.quantize import PRECISIONS, Ranges
 
 ACTIVATIONS = ("softmax", "sigmoid", "identity")  # how a classifier's logits become its scores
 
@@ -65,6 +65,21 @@ class Answer:
             vector = vector / np.maximum(np.linalg.norm(vector), np.float32(1e-12))
         return vector
 
+    def renormalizes(self, dimensions: int | None = None, normalize: bool | None = None) -> bool:
+        """Whether `vector` L2-normalises what it answers after any cut (as `vector` decides it)."""
+        if dimensions is None and normalize is None and self.truncate_dim is not None and self.normalize:
+            return False
+        return self.normalize if normalize is None else normalize
+
+    def in_precision(self, vector: Any, options: Options, precision: str | None = None) -> Any:
+        """`vector` (this answer's, as `options` asked it) in `precision` (None: the options'): int8/uint8 with
+        the ranges of what is quantized (`quantize.Ranges.fit`: a re-normalised cut's own)."""
+        p = PRECISIONS[precision or options.precision]
+        ranges = options.ranges
+        if p.ranged and isinstance(ranges, Ranges):
+            ranges = ranges.fit(len(vector), self.renormalizes(options.dimensions, options.normalize))
+        return p.apply(vector, ranges)
+
     def fields(self, options: Options | None = None) -> dict[str, Any]:
         """Our native answer object: `embedding`; or a one-label model's `score`; or `label` (the top one) and
         `scores` by label; then `tokens`, under `on_overflow: chunk` `chunks`, and `truncated` (`kinds.answer_fields`
@@ -77,13 +92,13 @@ class Answer:
             vectors = [replace(self, values=row, spans=None).vector(o.dimensions, o.normalize) for row in self.values]
             head = {
                 "chunks": [
-                    {"span": list(span), "embedding": PRECISIONS[o.precision].apply(v, o.ranges).tolist()}
+                    {"span": list(span), "embedding": self.in_precision(v, o).tolist()}
                     for span, v in zip(self.spans, vectors)
                 ]
             }
         elif self.labels is None:
             vector = self.vector(o.dimensions, o.normalize)
-            head = {"embedding": PRECISIONS[o.precision].apply(vector, o.ranges).tolist()}
+            head = {"embedding": self.in_precision(vector, o).tolist()}
         else:
             scores = activate(self.values, "identity" if o.raw_scores else self.activation)
             if len(self.labels) == 1:
@@ -109,7 +124,7 @@ class Options:
     input_type: str | None = None  # "query" | "document": as encode_query / encode_document; None: as encode()
     max_active_dims: int | None = None  # sparse: keep this many non-zeros (None: the model's max_active_dims)
     precision: str = "float"  # a dense embedding's values: float32, or packed as `quantize.PRECISIONS` says
-    ranges: Any = field(default=None, compare=False)  # int8/uint8: the model's fixed [minimums, maximums]
+    ranges: Ranges | None = field(default=None, compare=False)  # int8/uint8: the model's fixed ranges
     spans: Any = None  # late chunking: "sentences", or one text's ((start, end), ...) character spans; None: off
 
 

@@ -423,3 +423,44 @@ def test_calibration_texts_are_cut_where_the_archive_cuts_them(tmp_path):
     folder = build_sentence_transformer(tmp_path / "roberta", arch="roberta", normalize=True)
     assert stage_only(folder, tmp_path) == 0
     assert json.loads(staged(tmp_path)["embedding_ranges.json"])["texts"] == 128
+
+
+def test_a_folders_own_ranges_win_over_the_default_texts_and_are_checked(st_folder, tmp_path, capsys):
+    """`python -m model_store.ranges DIR --texts FILE` says "build the archive again to carry it": the build then
+    carries that file (it used to replace it with ranges of the bench's texts), says so, and refuses in one line a
+    file the worker would refuse (a NaN: every worker refused to start)."""
+    from model_store import ranges
+
+    folder = Path(shutil.copytree(st_folder, tmp_path / "own"))
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(f"my own calibration text {i} {'words ' * (i % 7)}" for i in range(6)) + "\n")
+    assert ranges.main([str(folder), "--texts", str(texts)]) == 0
+    own = (folder / "embedding_ranges.json").read_bytes()
+    capsys.readouterr()
+    assert stage_only(folder, tmp_path / "a") == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("# int8/uint8 ranges")]
+    assert lines == ["# int8/uint8 ranges: the folder's own model/embedding_ranges.json, from 6 calibration texts"]
+    assert staged(tmp_path / "a")["embedding_ranges.json"] == own
+    assert stage_only(folder, tmp_path / "b", "--calibration-texts", str(texts)) == 0  # asked for: computed again
+    assert "from 6 calibration texts (ranges are steadier" in capsys.readouterr().out
+    stored = json.loads(own)
+    (folder / "embedding_ranges.json").write_text(json.dumps({**stored, "minimums": ["nan"] * 8}))
+    assert stage_only(folder, tmp_path / "c") == 2
+    assert "the model folder's embedding_ranges.json: embedding_ranges.json: minimums and maximums must be lists" in (
+        one_line_error(capsys)
+    )
+    del stored["embeddings"]
+    (folder / "embedding_ranges.json").write_text(json.dumps(stored))
+    assert stage_only(folder, tmp_path / "d") == 0
+    assert "it keeps no calibration vectors, so int8/uint8 with a re-normalised dimensions is refused" in (
+        capsys.readouterr().out
+    )
+
+
+def test_the_ranges_cli_says_in_one_line_that_its_texts_are_not_utf8(st_folder, tmp_path, capsys):
+    from model_store import ranges
+
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9 cr\xe8me\n".encode("latin-1") * 3)
+    assert ranges.main([str(st_folder), "--texts", str(tmp_path / "latin1.txt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --texts ") and "codec can't decode" in err and "\n" not in err

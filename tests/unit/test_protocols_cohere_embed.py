@@ -10,6 +10,7 @@ import pytest
 
 from bucketing.protocols import cohere_embed
 from bucketing.protocols.base import Limits
+from bucketing.quantize import Ranges
 from tests.unit.wire import JSON, answer, incoming, raised
 
 quantization = pytest.importorskip("sentence_transformers.util.quantization")
@@ -90,7 +91,7 @@ def test_a_model_without_dense_embeddings_is_refused():
 
 def test_int8_and_uint8_are_answered_where_the_model_stores_ranges():
     ranges = np.stack([np.full(8, -1.0, np.float32), np.full(8, 1.0, np.float32)])
-    limits = Limits(4, 16, 1000, "embedding", 8, ranges=ranges)
+    limits = Limits(4, 16, 1000, "embedding", 8, ranges=Ranges(ranges))
     vector = np.linspace(-1, 1, 8, dtype=np.float32)
     body = request({"texts": ["a"], "embedding_types": ["int8", "uint8"]}, limits).render([answer(vector)], "m")
     for name in ("int8", "uint8"):

@@ -35,6 +35,7 @@ from bucketing.protocols.base import (
 from bucketing.protocols.tei_embed import EmbedRequest
 from bucketing.protocols.tei_predict import PredictRequest
 from bucketing.protocols.tei_similarity import SimilarityRequest
+from bucketing.quantize import Ranges
 
 JSON = "application/json"
 
@@ -251,7 +252,7 @@ def test_info_for_each_model_kind():
     assert facts(pooling=("lasttoken",)).model_type() == {"embedding": {"pooling": "last_token"}}
     assert info["embedding_ranges"] is None
     ranges = np.array([[-1.0, -0.5, 0.0, 0.0], [1.0, 0.5, 0.25, 0.0]], dtype=np.float32)
-    _, info = reply(None, "info", replace(EMBEDDER, ranges=ranges))
+    _, info = reply(None, "info", replace(EMBEDDER, ranges=Ranges(ranges)))
     assert info["embedding_ranges"] == ranges.tolist()  # the model's fixed int8/uint8 [minimums, maximums]
 
 

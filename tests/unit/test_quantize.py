@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from bucketing.protocols.base import Limits, RequestError
-from bucketing.quantize import PRECISIONS
+from bucketing.quantize import PRECISIONS, Ranges
 from tests.unit.wire import CLASSIFIER, JSON, LIMITS, answer, incoming
 
 quantization = pytest.importorskip("sentence_transformers.util.quantization")
@@ -99,7 +99,7 @@ def test_stored_ranges_are_checked_in_one_line():
     from bucketing.quantize import parse_ranges
 
     good = parse_ranges({"minimums": [0, -1], "maximums": [1, 1], "texts": 9}, 2)
-    assert good.dtype == np.float32 and good.shape == (2, 2)
+    assert good.bounds.dtype == np.float32 and good.bounds.shape == (2, 2) and good.calibration is None
     for data, says in [
         ([0, 1], "must be an object"),
         ({"minimums": [0], "maximums": [1]}, "holds 1 dimensions per list; this model's embeddings have 2"),
@@ -113,7 +113,7 @@ def test_stored_ranges_are_checked_in_one_line():
 
 def test_int8_is_answered_with_the_models_ranges_and_refused_without():
     ranges = np.array([[-1.0] * 4, [1.0] * 4], dtype=np.float32)
-    ranged = Limits(4, 16, 1000, "embedding", 4, ranges=ranges)
+    ranged = Limits(4, 16, 1000, "embedding", 4, ranges=Ranges(ranges))
     body = {"texts": ["a"], "precision": "int8"}
     got = incoming(body, JSON, limits=ranged).outcome
     vector = np.array([-1.0, 0.0, 0.5, 1.0], dtype=np.float32)
@@ -121,3 +121,87 @@ def test_int8_is_answered_with_the_models_ranges_and_refused_without():
     assert got.render([answer(vector)])[0]["embedding"] == expected == [-128, -1, 63, 126]  # its float32 steps
     refused = incoming(body, JSON).outcome
     assert isinstance(refused, RequestError) and "embedding_ranges.json" in refused.message
+
+
+def test_a_ranges_file_is_refused_in_one_line_for_anything_but_numbers(tmp_path):
+    """One parser (`load_ranges`), the build's and the worker's: strings and booleans are no numbers (numpy would
+    have read "0.5" and true), NaN and Infinity no JSON numbers, a span float32 cannot hold no model's ranges (every
+    int8 answer was -128), and a file that is not UTF-8 is a line, not a traceback."""
+    from bucketing.quantize import load_ranges, parse_ranges
+
+    for data, says in [
+        ({"minimums": ["0.5", 0], "maximums": [1, 1]}, "lists of numbers"),
+        ({"minimums": [False, 0], "maximums": [True, 1]}, "lists of numbers"),
+        ({"minimums": [0, [0]], "maximums": [1, 1]}, "lists of numbers"),
+        ({"minimums": [-3e38, 0], "maximums": [3e38, 1]}, "overflows float32"),
+        ({"minimums": [0, 0], "maximums": [1, 1], "texts": "9"}, '"texts" must be'),
+        ({"minimums": [0, 0], "maximums": [1, 1], "embeddings": [[0, 1]]}, "at least 2 finite vectors of 2"),
+        ({"minimums": [0, 0], "maximums": [1, 1], "embeddings": [[0, "1"], [1, 1]]}, "calibration vectors"),
+    ]:
+        with pytest.raises(ValueError, match=says) as caught:
+            parse_ranges(data, 2)
+        assert "\n" not in str(caught.value)
+    path = tmp_path / "embedding_ranges.json"
+    for text, says in [
+        ('{"minimums": [NaN, 0], "maximums": [1, 1]}', "NaN is not a number JSON allows"),
+        ('{"minimums": [0, 0], "maximums": [Infinity, 1]}', "Infinity is not a number JSON allows"),
+        ('{"minimums": [0, 0], ', "is not JSON"),
+    ]:
+        path.write_text(text)
+        with pytest.raises(ValueError, match=says):
+            load_ranges(path, 2)
+    path.write_bytes(b'{"minimums": [0, 0], "maximums": [1, 1], "note": "\xff"}')
+    with pytest.raises(ValueError, match="is not UTF-8 text"):
+        load_ranges(path, 2)
+    path.write_text('{"minimums": [0, -1], "maximums": [1, 1], "texts": 2, "embeddings": [[0, -1], [1, 1]]}')
+    kept = load_ranges(path, None)
+    assert kept.bounds.tolist() == [[0, -1], [1, 1]] and kept.calibration.shape == (2, 2)
+
+
+@pytest.mark.parametrize("name", ["int8", "uint8"])
+@pytest.mark.parametrize("cut", [1, 3, 8])
+def test_a_renormalised_cut_takes_the_ranges_sentence_transformers_calibrates_on_that_cut(name, cut):
+    """`dimensions` re-normalises the cut vector, whose components are larger than the uncut ones: its ranges are
+    the calibration vectors' cut and re-normalised (as `quantize_embeddings(cut, calibration_embeddings=cut
+    calibration)`), where the uncut ranges' first components clipped a share that grew as the cut shrank."""
+    rng = np.random.default_rng(7)
+    calibration = rng.standard_normal((64, 12)).astype(np.float32)
+    calibration /= np.linalg.norm(calibration, axis=1, keepdims=True)
+    ranges = Ranges(np.stack([calibration.min(axis=0), calibration.max(axis=0)]), calibration)
+    served = rng.standard_normal((16, 12)).astype(np.float32)
+    served /= np.linalg.norm(served, axis=1, keepdims=True)
+
+    def renormalised(rows):
+        rows = rows[:, :cut]
+        return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), np.float32(1e-12))
+
+    vectors = renormalised(served)
+    got = np.stack([PRECISIONS[name].apply(v, ranges.fit(cut, True)) for v in vectors])
+    expected = quantization.quantize_embeddings(vectors, name, calibration_embeddings=renormalised(calibration))
+    assert got.tolist() == expected.tolist()
+    assert ranges.fit(cut, True) is ranges.fit(cut, True)  # derived once per cut size
+    assert ranges.fit(cut, False) is ranges.bounds and ranges.fit(12, True) is ranges.bounds  # values kept: uncut's
+
+
+def test_int8_of_a_renormalised_cut_is_refused_where_the_file_keeps_no_calibration_vectors():
+    """A ranges file written before the calibration vectors were kept cannot fit a re-normalised cut: the client's
+    400 in one line, naming the fix, rather than clipped values; values cut but not re-normalised are answered."""
+    from dataclasses import replace
+
+    bounds = np.array([[-1.0] * 4, [1.0] * 4], dtype=np.float32)
+    old = Limits(4, 16, 1000, "embedding", 4, ranges=Ranges(bounds))
+    refused = incoming({"texts": ["a"], "precision": "int8", "dimensions": 2}, JSON, limits=old).outcome
+    assert isinstance(refused, RequestError) and refused.status == 400
+    assert '"precision" int8 with "dimensions" 2 (re-normalised) needs ranges of that cut' in refused.message
+    assert "python -m model_store.ranges" in refused.message and "\n" not in refused.message
+    for body in (
+        {"texts": ["a"], "precision": "int8", "dimensions": 2, "normalize": False},
+        {"texts": ["a"], "precision": "int8"},
+        {"texts": ["a"], "precision": "binary", "dimensions": 2},
+    ):
+        assert not isinstance(incoming(body, JSON, limits=old).outcome, RequestError), body
+    cohere = {"texts": ["a"], "embedding_types": ["int8"], "output_dimension": 2, "input_type": "search_query"}
+    refused = incoming(cohere, JSON, url_path="v2/embed", limits=old).outcome
+    assert isinstance(refused, RequestError) and '"embedding type" int8 with "output_dimension" 2' in refused.message
+    calibrated = replace(old, ranges=Ranges(bounds, np.eye(4, dtype=np.float32)))
+    assert not isinstance(incoming(cohere, JSON, url_path="v2/embed", limits=calibrated).outcome, RequestError)

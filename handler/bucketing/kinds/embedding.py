@@ -17,7 +17,7 @@ from bucketing.kinds.task import Rows, TaskHooks
 from bucketing.model.chain import Chain, ChainError, read_chain
 from bucketing.model.head import ModelInfo
 from bucketing.model.tokenizer import Encoded
-from bucketing.quantize import RANGES_FILE, parse_ranges
+from bucketing.quantize import RANGES_FILE, Ranges, load_ranges
 
 
 class EmbeddingTask(TaskHooks):
@@ -148,13 +148,13 @@ def truncate_dim(setting: int, folder: Path, dimensions: int) -> tuple[int | Non
     return value, source
 
 
-def read_ranges(folder: Path, dimensions: int) -> Any:
+def read_ranges(folder: Path, dimensions: int) -> Ranges | None:
     """The folder's fixed int8/uint8 ranges (`quantize.RANGES_FILE`), or None where it has none; ChainError (one
-    line) for a file that is not such ranges."""
+    line) for a file that is not such ranges (`quantize.load_ranges`, as the build reads it)."""
     path = folder / RANGES_FILE
     if not path.is_file():
         return None
     try:
-        return parse_ranges(json.loads(path.read_text(encoding="utf-8")), dimensions)
-    except (ValueError, UnicodeDecodeError) as e:
+        return load_ranges(path, dimensions)
+    except ValueError as e:
         raise ChainError(f"{path}: {e}") from None

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Protocol
 
 from bucketing.answers import Answer, Options
 from bucketing.kinds import KINDS, Kind, KindName
+from bucketing.quantize import Ranges
 
 try:  # an answer's JSON: orjson where installed (requirements.txt pins it), else json at ~20x its cost per float
     import orjson
@@ -179,7 +180,7 @@ class Limits:
     prompts: tuple[tuple[str, str], ...] = ()  # the model's prompts by name (sentence-transformers' `prompts`)
     default_prompt: str | None = None  # the prompt's name used when a request names none
     model: Any = None  # what TEI's /info, /tokenize and /decode read (protocols.tei.ModelFacts)
-    ranges: Any = None  # a dense model's fixed int8/uint8 [minimums, maximums] (`quantize.RANGES_FILE`), if any
+    ranges: Ranges | None = None  # a dense model's fixed int8/uint8 ranges (`quantize.RANGES_FILE`), if any
     chunking: str | None = None  # why `on_overflow: chunk` is not served (the rest of a line); None: it is
     on_overflow: str = "truncate"  # `handler.on_overflow`: what a request that says nothing gets
     chunk_reach: int = 0  # `on_overflow: chunk`: the most token ids one input may hold (its windows' reach)

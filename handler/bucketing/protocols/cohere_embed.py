@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bucketing.answers import Answer, Options
 from bucketing.kinds import ONE_PER_INPUT, KindName
 from bucketing.protocols.base import Limits, RequestError, Wire, bad, check_count, is_int, json_type, quote
 from bucketing.protocols.inputs import texts
-from bucketing.protocols.options import late_refused, ranges_missing, read_options
+from bucketing.protocols.options import check_cut_ranges, late_refused, ranges_missing, read_options
 from bucketing.quantize import PRECISIONS
 
 NAME = "cohere-embed"
@@ -62,8 +62,9 @@ class CohereEmbedRequest:
 
     def render(self, answers: Sequence[Answer], model_name: str = "") -> Any:
         check_count(self, answers)
-        vectors = [a.vector(self.options.dimensions, self.options.normalize) for a in answers]
-        embeddings = {t: [PRECISIONS[t].apply(v, self.ranges).tolist() for v in vectors] for t in self.types}
+        o = replace(self.options, ranges=self.ranges)
+        vectors = [(a, a.vector(o.dimensions, o.normalize)) for a in answers]
+        embeddings = {t: [a.in_precision(v, o, t).tolist() for a, v in vectors] for t in self.types}
         return {
             "id": str(uuid.uuid4()),
             "embeddings": embeddings,
@@ -88,8 +89,11 @@ def parse(body: Any, limits: Limits) -> CohereEmbedRequest:
         raise bad("InvalidRequest", "'texts' is required", "texts")
     inputs = texts(body["texts"], "texts", limits.max_texts)
     types = embedding_types(body.get("embedding_types"), limits.ranges is not None)
-    ranges = limits.ranges if any(PRECISIONS[t].ranged for t in types) else None
-    return CohereEmbedRequest(inputs, types, read_options(mapped(body, limits), limits), ranges)
+    ranged = [t for t in types if PRECISIONS[t].ranged]
+    options = read_options(mapped(body, limits), limits)
+    if ranged:
+        check_cut_ranges(ranged[0], options, limits, "embedding type", "output_dimension")
+    return CohereEmbedRequest(inputs, types, options, limits.ranges if ranged else None)
 
 
 def embedding_types(value: Any, ranged: bool = False) -> tuple[str, ...]:

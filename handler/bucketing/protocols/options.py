@@ -64,7 +64,7 @@ def read_options(body: Mapping[str, Any], limits: Limits, fields: Sequence[str] 
     text = body.get("prompt") if "prompt" in fields else None
     prompt = resolve_prompt(prompt_name, text, limits, input_type)
     precision = read_precision(body.get("precision") if "precision" in fields else None, limits)
-    return Options(
+    options = Options(
         values["normalize"],
         dimensions,
         bool(values["raw_scores"]),
@@ -77,6 +77,30 @@ def read_options(body: Mapping[str, Any], limits: Limits, fields: Sequence[str] 
         precision,
         limits.ranges if PRECISIONS[precision].ranged else None,
         spans,
+    )
+    if PRECISIONS[precision].ranged:
+        check_cut_ranges(precision, options, limits)
+    return options
+
+
+def check_cut_ranges(
+    precision: str, options: Options, limits: Limits, what: str = "precision", name: str = "dimensions"
+) -> None:
+    """A ranged precision of a cut that is then re-normalised needs ranges of that cut, derived from the calibration
+    vectors the model's ranges file keeps (`quantize.Ranges`); a file without them (written before they were kept)
+    answers the uncut vector's ranges only: the client's 400, in one line, rather than clipped values."""
+    ranges = limits.ranges
+    cut = options.dimensions if options.dimensions is not None else (limits.truncate_dim if options.normalize else None)
+    if ranges is None or ranges.calibration is not None or cut is None or cut >= limits.dimensions:
+        return
+    if options.normalize is False:
+        return
+    raise bad(
+        "InvalidRequest",
+        f'"{what}" {precision} with "{name}" {cut} (re-normalised) needs ranges of that cut; this model\'s '
+        f'{RANGES_FILE} keeps only the uncut vector\'s (no calibration "embeddings"): compute it again with '
+        "python -m model_store.ranges MODEL_DIR --texts FILE, and build the archive again",
+        name if options.dimensions is not None else "precision",
     )
 
 

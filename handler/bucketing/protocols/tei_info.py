@@ -63,7 +63,7 @@ class InfoRequest:
             "version": tei.VERSION,
             "sha": None,
             "docker_label": None,
-            "embedding_ranges": self.limits.ranges.tolist() if self.limits.ranges is not None else None,
+            "embedding_ranges": self.limits.ranges.bounds.tolist() if self.limits.ranges is not None else None,
             "truncate_dim": self.limits.truncate_dim,
         }
 
