@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv kserve-venv tei-clients-venv kserve-image-test mar serve serve-bulk stop token status test unit lint bench clean
+.PHONY: venv kserve-venv tei-clients-venv docs-venv docs docs-settings kserve-image-test mar serve serve-bulk stop token status test unit lint bench clean
 
 venv: $(STAMP)
 
@@ -28,9 +28,29 @@ $(KSERVE_VENV)/.installed: requirements-kserve.txt
 	$(KSERVE_VENV)/bin/pip install --quiet -r requirements-kserve.txt
 	touch $@
 
+# MkDocs and its Material theme for the docs site (`make docs`), in their own venv.
+DOCS_VENV := .venv-docs
+docs-venv: $(DOCS_VENV)/.installed
+
+$(DOCS_VENV)/.installed: requirements-docs.txt
+	$(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/pip install --quiet --upgrade pip
+	$(DOCS_VENV)/bin/pip install --quiet -r requirements-docs.txt
+	touch $@
+
+# The docs site (mkdocs.yml, docs/) into site/, strict: a broken link, a missing anchor or a page left out of the
+# nav fails the build. NO_MKDOCS_2_WARNING: Material 9.8's banner about its end of life (not a build warning).
+docs: docs-venv
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict
+
+# The handler: settings reference (docs/configuration/settings.md) regenerated from bucketing/config.py's
+# declarations; tests/unit/test_config.py fails when it drifts.
+docs-settings: venv
+	$(BIN)/python docs/settings_table.py
+
 # Our KServe image (config/kserve/Containerfile) built on a local Debian base and run as KServe runs it, checked from
 # the host with KServe's SDK, curl and the OpenAI route (opt-in, not in `make test`: root, podman, runc, debootstrap,
-# several minutes; README, "Scale-out on KServe"; last output in config/kserve/sample/). Needs `make venv` first.
+# several minutes; docs/operations/kserve.md; last output in config/kserve/sample/). Needs `make venv` first.
 kserve-image-test: kserve-venv
 	config/kserve/image-test.sh
 
@@ -50,7 +70,7 @@ mar: venv
 serve: mar
 	$(BIN)/python -m tsctl start
 
-# make serve, plus NAME-bulk: the 2-thread archive on 1 worker for bulk requests (README, "Bulk requests")
+# make serve, plus NAME-bulk: the 2-thread archive on 1 worker for bulk requests (docs/api/bulk.md)
 serve-bulk: mar
 	$(BIN)/python -m model_store.build --if-stale --threads 2 --strategies bucketed
 	$(BIN)/python -m tsctl start --bulk

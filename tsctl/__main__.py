@@ -16,7 +16,7 @@ from .signals import exit_on_signals
 
 SERVE_DIR = ROOT / ".tmp" / "serve"
 # `start --bulk`: a second registration for bulk requests, 1 worker x 2 threads, so one bulk request runs on both
-# cores (TorchServe answers a delivered batch as a whole, on one worker): README, "Bulk requests".
+# cores (TorchServe answers a delivered batch as a whole, on one worker): docs/api/bulk.md.
 BULK_WORKERS, BULK_THREADS = 1, 2
 
 

@@ -1,4 +1,4 @@
-"""Length-aware bucketing for transformer encoders behind TorchServe, in layers (README, "Layout"):
+"""Length-aware bucketing for transformer encoders behind TorchServe, in layers (docs/architecture.md):
 
 - `config`, `metrics`, `answers`: the worker's settings, its figures, and what the model answered per input;
 - `kinds/`: the model kinds' registry and one package or module per kind (embedding, classification, sparse,

@@ -1,7 +1,8 @@
 """Typed handler configuration, read once from model-config.yaml's `handler:` section.
 
 One declaration per key: the dataclass field carries its default, its allowed values and its documentation;
-the validator and the README's table (`python -m bucketing.config`) are both built from it.
+the validator and the settings reference's table (docs/configuration/settings.md, `python -m bucketing.config`)
+are both built from it.
 """
 
 from __future__ import annotations
@@ -321,7 +322,7 @@ def _value(f: dataclasses.Field[Any], value: Any, key: str) -> Any:
 
 
 def markdown_table() -> str:
-    """The README's table of `handler:` keys, built from the declarations."""
+    """The table of `handler:` keys in docs/configuration/settings.md, built from the declarations."""
     lines = ["| key | default | meaning |", "|---|---|---|"]
     for name, f, default in _leaves(HandlerConfig):
         lines.append(f"| `{name}` | {_shown(default)} | {f.metadata['doc']} |")

@@ -26,7 +26,7 @@ TEXT_BYTES = 4096  # a typical long text in a request body: 512 tokens at 8 byte
 REQUEST_OVERHEAD = 65536  # the body's own fields (model, options) and headers
 # The most padded tokens one pass of `dynamic` or `static` holds (they pad the delivered batch as one pass up to
 # this; more is cut into passes in arrival order): 16 requests x 32 texts x 256 tokens, about 2 GB of a worker's
-# memory for MiniLM (README, "Memory").
+# memory for MiniLM (docs/operations/overload.md, "Memory").
 UNSPLIT_TOKENS = 16 * 32 * 256
 
 

@@ -129,8 +129,8 @@ def test_token_authorization_is_on_for_inference_and_management_not_metrics(mode
     assert request(url, "POST", "hello", {**headers, "Authorization": "Bearer wrong"}).status == 400
     assert models.client.predict("bucketed", "hello", "text/plain").status == 200
     assert request(f"{models.endpoints.management}/models").status == 400
-    # TorchServe 0.12 checks no token on the metrics listener (README says so): that is why every config we ship
-    # keeps it on loopback (tests/unit/test_config.py)
+    # TorchServe 0.12 checks no token on the metrics listener (docs/operations/security.md says so): that is why
+    # every config we ship keeps it on loopback (tests/unit/test_config.py)
     assert request(f"{models.endpoints.metrics}/metrics").status == 200
 
 

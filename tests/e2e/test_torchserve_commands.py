@@ -1,5 +1,5 @@
-"""README's "TorchServe's own commands" block, run verbatim: stage, torch-model-archiver, torchserve --start, curl,
-torchserve --stop; the answer equals batch-of-one and nothing is left running."""
+"""The "TorchServe's own commands" block of docs/operations/torchserve.md, run verbatim: stage, torch-model-archiver,
+torchserve --start, curl, torchserve --stop; the answer equals batch-of-one and nothing is left running."""
 
 from __future__ import annotations
 
@@ -23,9 +23,12 @@ pytestmark = pytest.mark.e2e
 BLOCK = re.compile(r"<!-- torchserve-commands.*?-->\n```bash\n(.*?)```\n<!-- /torchserve-commands -->", re.S)
 
 
-def readme_block() -> str:
-    match = BLOCK.search((ROOT / "README.md").read_text())
-    assert match, "README lost its torchserve-commands block"
+PAGE = ROOT / "docs" / "operations" / "torchserve.md"
+
+
+def docs_block() -> str:
+    match = BLOCK.search(PAGE.read_text())
+    assert match, "docs/operations/torchserve.md lost its torchserve-commands block"
     return match.group(1)
 
 
@@ -43,13 +46,13 @@ def scratch_checkout(root, inference: int) -> None:
     (root / "config" / "config.properties").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
 
 
-def test_readme_torchserve_commands_serve_the_batch_of_one_answer(tmp_path, reference):
+def test_the_documented_torchserve_commands_serve_the_batch_of_one_answer(tmp_path, reference):
     root = tmp_path / "checkout"
     root.mkdir()
     (tmp_path / "tmp").mkdir()
     inference = free_ports(1)[0]
     scratch_checkout(root, inference)
-    script = readme_block().replace("127.0.0.1:8580", f"127.0.0.1:{inference}")
+    script = docs_block().replace("127.0.0.1:8580", f"127.0.0.1:{inference}")
     env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "PYTHONSAFEPATH": "1"}  # python -m finds the package
     try:
         done = subprocess.run(
@@ -81,10 +84,10 @@ def test_readme_torchserve_commands_serve_the_batch_of_one_answer(tmp_path, refe
                 os.kill(pid, signal.SIGKILL)
 
 
-def test_the_readme_archiver_line_is_the_one_the_builder_prints():
-    """From the repository root, `--print-commands` prints exactly README's torch-model-archiver line."""
-    block = readme_block().replace("\\\n", " ")
-    readme_line = " ".join(next(line for line in block.splitlines() if line.startswith("torch-model-archiver")).split())
+def test_the_documented_archiver_line_is_the_one_the_builder_prints():
+    """From the repository root, `--print-commands` prints exactly the documented torch-model-archiver line."""
+    block = docs_block().replace("\\\n", " ")
+    documented = " ".join(next(line for line in block.splitlines() if line.startswith("torch-model-archiver")).split())
     command = [sys.executable, "-m", "model_store.build", "--print-commands", "--strategies", "bucketed"]
     printed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, check=True).stdout
-    assert readme_line in [" ".join(line.split()) for line in printed.splitlines()], printed
+    assert documented in [" ".join(line.split()) for line in printed.splitlines()], printed
