@@ -72,7 +72,7 @@ serve: mar
 
 # make serve, plus NAME-bulk: the 2-thread archive on 1 worker for bulk requests (docs/api/bulk.md)
 serve-bulk: mar
-	$(BIN)/python -m model_store.build --if-stale --threads 2 --strategies bucketed
+	$(BIN)/python -m model_store.build --if-stale --bulk --strategies bucketed
 	$(BIN)/python -m tsctl start --bulk
 
 stop:

@@ -46,6 +46,7 @@ class ArchiveSpec:
 
     strategies: Sequence[str] = STRATEGIES
     threads: int = 1
+    response_timeout: int | None = None  # TorchServe's responseTimeout, s (None: the template's)
     engine: str | None = None
     model_dir: Path | None = None  # None: the bundled MiniLM
     task: str | None = None  # with model_dir: embedding | classification
@@ -161,6 +162,9 @@ class ArchiveSpec:
             archives.name(s, self.threads, self.prefix): archives.model_config(s, self.threads, **overrides)
             for s in self.strategies
         }
+        if self.response_timeout is not None:
+            for cfg in configs.values():
+                cfg["responseTimeout"] = self.response_timeout
         described = kind.implementation().describe(self.folder)
         if described is not None:  # what was read, for a person reading the model-config (the worker reads the folder)
             for cfg in configs.values():

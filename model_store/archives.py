@@ -30,6 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 STORE = ROOT / "model_store"
 TEMPLATE = ROOT / "config" / "minilm.yaml"
 PREFIX = "minilm"
+# The bulk registration (`make serve-bulk`, `tsctl start --bulk`, `build --bulk`): one worker on both cores, so one
+# bulk request runs on both (TorchServe answers a delivered batch as a whole, on one worker): docs/api/bulk.md.
+BULK_WORKERS, BULK_THREADS = 1, 2
 
 
 def minilm_dir() -> Path:
@@ -96,6 +99,33 @@ def model_config(strategy: str, threads: int = 1, template: Path = TEMPLATE, **h
         cfg["handler"]["torch_threads"] = threads
     cfg["handler"].update({k: v for k, v in handler.items() if v is not None})
     return with_schedule(cfg)
+
+
+def bulk_response_timeout_s(template: Path = TEMPLATE) -> int:
+    """The bulk registration's responseTimeout: the request `max_request_size` is sized for (`sizes.MAX_TEXTS`
+    texts at the template's max_length: 2,048 x 256 = 524k tokens) at the template's cost model (230 us a padded
+    token: 121 s of passes), over the share of responseTimeout a call starts passes in (75%), twice over for a slower
+    or busier CPU, in whole half-minutes: 330 s."""
+    from bucketing.pipeline import DEADLINE_SHARE
+    from bucketing.sizes import MAX_TEXTS
+
+    config = served(template)
+    passes = MAX_TEXTS * config.max_length * config.cost.per_token_us / 1e6
+    return int(-(-2 * passes / DEADLINE_SHARE // 30) * 30)
+
+
+def archived_config(mar: Path) -> dict[str, Any] | None:
+    """The model-config an archive carries (its manifest's `configFile`), or None (no archive, none carried)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(mar) as archive:
+            manifest = json.loads(archive.read("MAR-INF/MANIFEST.json"))
+            name = (manifest.get("model") or {}).get("configFile")
+            loaded = yaml.safe_load(archive.read(name)) if name else None
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile, yaml.YAMLError):
+        return None
+    return loaded if isinstance(loaded, dict) else None
 
 
 def with_schedule(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -389,9 +419,12 @@ def sources(template: Path = TEMPLATE) -> list[Path]:
     return [module, *sorted(package.rglob("*.py")), template, *builder, calibration]
 
 
-def stale(mar: Path, template: Path = TEMPLATE) -> bool:
-    """The one staleness rule: an archive is stale if missing or older than any of its sources."""
+def stale(mar: Path, template: Path = TEMPLATE, config: dict[str, Any] | None = None) -> bool:
+    """The one staleness rule: an archive is stale if missing or older than any of its sources, or (given the
+    model-config it would be built with now) carrying another one (`--bulk`'s responseTimeout, say)."""
     if not mar.exists():
         return True
     built = mar.stat().st_mtime
-    return any(src.stat().st_mtime > built for src in sources(template))
+    if any(src.stat().st_mtime > built for src in sources(template)):
+        return True
+    return config is not None and archived_config(mar) != config

@@ -36,7 +36,7 @@ def build_archives(out: Path, spec: ArchiveSpec, if_stale: bool = False) -> list
     """Build the spec's archives (with `if_stale`, only those missing or older than a source); their paths."""
     configs = spec.configs()
     if if_stale:
-        configs = {n: cfg for n, cfg in configs.items() if archives.stale(out / f"{n}.mar")}
+        configs = {n: cfg for n, cfg in configs.items() if archives.stale(out / f"{n}.mar", config=cfg)}
         if not configs:
             print("archives are up to date")
             return []
@@ -52,7 +52,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated subset")
     parser.add_argument("--out", type=Path, default=archives.STORE, help="where the .mar files go")
     parser.add_argument("--model-dir", type=Path, default=None, help="model files (default: the installed package)")
-    parser.add_argument("--threads", type=int, default=1, help="threads per worker (names minilm-tN-*)")
+    parser.add_argument("--threads", type=int, default=None, help="threads per worker (names minilm-tN-*)")
+    parser.add_argument(
+        "--response-timeout",
+        type=int,
+        default=None,
+        help="TorchServe's responseTimeout in each archive's model-config, seconds (default: the template's)",
+    )
+    parser.add_argument(
+        "--bulk",
+        action="store_true",
+        help=f"the bulk registration's archives (`tsctl start --bulk`): --threads {archives.BULK_THREADS} and a "
+        "responseTimeout sized for a bulk request (archives.bulk_response_timeout_s)",
+    )
     parser.add_argument("--engine", choices=ENGINES, help="torch, onnxruntime or openvino (default: the template's)")
     parser.add_argument("--schedule", choices=SCHEDULES, help="handler.schedule (default: the template's)")
     parser.add_argument("--name", default=archives.PREFIX, help="archive name prefix: NAME-<strategy>.mar")
@@ -126,9 +138,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.config is not None:
             from_config(args.config, args.name, args.out, args.model_dir)
             return 0
+        if args.bulk and args.threads not in (None, archives.BULK_THREADS):
+            raise BuildError(f"--bulk builds {archives.BULK_THREADS}-thread archives; drop --threads {args.threads}")
+        if args.response_timeout is not None and not 1 <= args.response_timeout <= 86400:
+            raise BuildError(f"--response-timeout {args.response_timeout}: allowed 1 to 86400 seconds")
+        timeout = args.response_timeout or (archives.bulk_response_timeout_s() if args.bulk else None)
         spec = ArchiveSpec(
             strategies=[s.strip() for s in args.strategies.split(",") if s.strip()],
-            threads=args.threads,
+            threads=args.threads or (archives.BULK_THREADS if args.bulk else 1),
+            response_timeout=timeout,
             engine=args.engine,
             model_dir=args.model_dir,
             task=args.task if args.model_dir is not None else None,

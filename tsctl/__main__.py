@@ -15,9 +15,7 @@ from .process import ROOT, TorchServe
 from .signals import exit_on_signals
 
 SERVE_DIR = ROOT / ".tmp" / "serve"
-# `start --bulk`: a second registration for bulk requests, 1 worker x 2 threads, so one bulk request runs on both
-# cores (TorchServe answers a delivered batch as a whole, on one worker): docs/api/bulk.md.
-BULK_WORKERS, BULK_THREADS = 1, 2
+BULK_WORKERS, BULK_THREADS = archives.BULK_WORKERS, archives.BULK_THREADS  # `start --bulk`: docs/api/bulk.md
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         "--bulk",
         action="store_true",
         help=f"start: also register the strategy's {BULK_THREADS}-thread archive as NAME-bulk, {BULK_WORKERS} worker, "
-        "for bulk requests (build it first: `python -m model_store.build --threads 2 --strategies STRATEGY`)",
+        "for bulk requests (build it first: `python -m model_store.build --bulk --strategies STRATEGY`)",
     )
     args = parser.parse_args(argv)
     server = TorchServe(args.workdir, Endpoints.free() if args.free_ports else None)
@@ -82,11 +80,9 @@ def start(server: TorchServe, strategy: str, bulk: bool = False) -> int:
     interrupted start stops what it began."""
     name = archives.name(strategy)
     bulk_archive = archives.name(strategy, BULK_THREADS)
-    if bulk and not (Path(server.properties["model_store"]) / f"{bulk_archive}.mar").exists():
-        raise ServerError(
-            f"--bulk: {bulk_archive}.mar is not in the model store: build it with "
-            f"`.venv/bin/python -m model_store.build --threads {BULK_THREADS} --strategies {strategy}`"
-        )
+    timeout = archives.bulk_response_timeout_s()
+    if bulk:
+        check_bulk_archive(Path(server.properties["model_store"]) / f"{bulk_archive}.mar", strategy, timeout)
     started = server.pid() is None
     try:
         if started:
@@ -97,7 +93,7 @@ def start(server: TorchServe, strategy: str, bulk: bool = False) -> int:
             server.client.register(f"{name}.mar", name, cfg["batchSize"], cfg["maxBatchDelay"], cfg["minWorkers"])
         if bulk and f"{name}-bulk" not in registered:
             server.client.register(
-                f"{bulk_archive}.mar", f"{name}-bulk", cfg["batchSize"], cfg["maxBatchDelay"], BULK_WORKERS
+                f"{bulk_archive}.mar", f"{name}-bulk", cfg["batchSize"], cfg["maxBatchDelay"], BULK_WORKERS, timeout
             )
     except BaseException:
         if started:
@@ -107,8 +103,25 @@ def start(server: TorchServe, strategy: str, bulk: bool = False) -> int:
     print(f"TorchServe is up: inference {e.inference}, management {e.management}, metrics {e.metrics}")
     print(f"model {name} READY; logs in {server.workdir / 'logs'}; inference token: `make -s token`")
     if bulk:
-        print(f"model {name}-bulk READY ({BULK_WORKERS} worker x {BULK_THREADS} threads): send bulk requests there")
+        print(
+            f"model {name}-bulk READY ({BULK_WORKERS} worker x {BULK_THREADS} threads, responseTimeout {timeout} s): "
+            "send bulk requests there"
+        )
     return 0
+
+
+def check_bulk_archive(mar: Path, strategy: str, timeout: int) -> None:
+    """The bulk registration's archive is there and carries a responseTimeout sized for bulk requests (TorchServe
+    0.12 takes the model-config's over the registration's): else one line naming the build that makes it."""
+    build = f"`.venv/bin/python -m model_store.build --bulk --strategies {strategy}`"
+    if not mar.exists():
+        raise ServerError(f"--bulk: {mar.name} is not in the model store: build it with {build}")
+    given = (archives.archived_config(mar) or {}).get("responseTimeout", 120)
+    if not isinstance(given, int) or given < timeout:
+        raise ServerError(
+            f"--bulk: {mar.name} has responseTimeout {given} s, under the {timeout} s a bulk request needs "
+            f"(archives.bulk_response_timeout_s): build it again with {build}"
+        )
 
 
 COMMANDS: dict[str, Callable[[TorchServe, str], int]] = {"start": start, "stop": stop, "token": token, "status": status}

@@ -464,3 +464,45 @@ def test_the_ranges_cli_says_in_one_line_that_its_texts_are_not_utf8(st_folder, 
     assert ranges.main([str(st_folder), "--texts", str(tmp_path / "latin1.txt")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --texts ") and "codec can't decode" in err and "\n" not in err
+
+
+def test_bulk_archives_carry_a_response_timeout_sized_for_bulk_requests(st_folder, tmp_path, capsys):
+    import yaml
+
+    from model_store import archives
+
+    assert stage_only(st_folder, tmp_path, "--bulk", "--no-calibration-texts") == 0
+    ((path, config),) = [(p, yaml.safe_load(p.read_text())) for p in (tmp_path / "stage").glob("*.yaml")]
+    assert path.name == "minilm-t2-bucketed.yaml" and config["handler"]["torch_threads"] == 2
+    assert config["responseTimeout"] == archives.bulk_response_timeout_s() == 330
+    assert stage_only(st_folder, tmp_path / "own", "--response-timeout", "600", "--no-calibration-texts") == 0
+    ((config,),) = [[yaml.safe_load(p.read_text()) for p in (tmp_path / "own" / "stage").glob("*.yaml")]]
+    assert config["responseTimeout"] == 600 and "torch_threads" not in config["handler"]
+    capsys.readouterr()
+    assert stage_only(st_folder, tmp_path / "bad", "--response-timeout", "0") == 2
+    assert one_line_error(capsys) == "error: --response-timeout 0: allowed 1 to 86400 seconds"
+    assert stage_only(st_folder, tmp_path / "bad", "--bulk", "--threads", "4") == 2
+    assert one_line_error(capsys) == "error: --bulk builds 2-thread archives; drop --threads 4"
+
+
+def test_an_archive_carrying_another_model_config_is_stale(tmp_path):
+    """`--if-stale` rebuilds an archive whose model-config is not the one it would be built with now (a 2-thread
+    archive built before `--bulk` kept TorchServe's 120 s)."""
+    import json
+    import time
+    import zipfile
+
+    import yaml
+
+    from model_store import archives
+
+    mar = tmp_path / "minilm-t2-bucketed.mar"
+    config = archives.model_config("bucketed", 2)
+    with zipfile.ZipFile(mar, "w") as archive:
+        archive.writestr("MAR-INF/MANIFEST.json", json.dumps({"model": {"configFile": "cfg.yaml"}}))
+        archive.writestr("cfg.yaml", yaml.safe_dump(config))
+    later = time.time() + 3600  # newer than every source
+    os.utime(mar, (later, later))
+    assert archives.archived_config(mar) == config and not archives.stale(mar, config=config)
+    assert archives.stale(mar, config={**config, "responseTimeout": 330})
+    assert not archives.stale(mar)  # without a config to hold it against: the sources' times alone
