@@ -76,6 +76,7 @@ def span_tokens(
     offsets: Sequence[tuple[int, int]], special: Sequence[bool], shift: int, spans: Sequence[tuple[int, int]]
 ) -> tuple[tuple[int, ...], ...]:
     """For each character span of a text, the positions of its tokens: those whose character offsets (in the text
-    after a prompt of `shift` characters) lie inside `[start, end)`; special and prompt tokens are in none."""
-    own = [(k, a - shift, b - shift) for k, ((a, b), s) in enumerate(zip(offsets, special)) if not s and a >= shift]
+    after a prompt of `shift` characters; trimmed of leading white space, `Tokenizer.offsets`) lie inside
+    `[start, end)`; special and prompt tokens, and tokens of white space alone (empty), are in none."""
+    own = [(k, a - shift, b - shift) for k, ((a, b), s) in enumerate(zip(offsets, special)) if not s and shift <= a < b]
     return tuple(tuple(k for k, a, b in own if start <= a and b <= end) for start, end in spans)

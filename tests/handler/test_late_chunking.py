@@ -55,12 +55,13 @@ def reference(folder, text: str, spans, prompt: str = "") -> Any:
         max_length=MAX_LENGTH,
     )
     assert len(enc["input_ids"]) == tokens.shape[0]
+    placed = located(model.tokenizer, prompt + text, enc["input_ids"], enc["special_tokens_mask"])
     out = []
     for start, end in spans:
         picked = [
             k
-            for k, ((a, b), special) in enumerate(zip(enc["offset_mapping"], enc["special_tokens_mask"]))
-            if not special and a >= len(prompt) and start <= a - len(prompt) and b - len(prompt) <= end
+            for k, (a, b) in placed.items()
+            if a >= len(prompt) and start <= a - len(prompt) and b - len(prompt) <= end
         ]
         features = {"sentence_embedding": tokens[picked].mean(dim=0)[None]}
         with torch.no_grad():
@@ -68,6 +69,25 @@ def reference(folder, text: str, spans, prompt: str = "") -> Any:
                 features = module(features)
         out.append(features["sentence_embedding"][0].numpy())
     return np.array(out)
+
+
+def located(tokenizer, text: str, ids, special) -> dict[int, tuple[int, int]]:
+    """Where each token's own text lies in `text`, found by its string (not by the tokenizer's offsets, which the
+    handler reads): each non-special token's text, its marks of a leading space or a word piece dropped, searched
+    from where the one before ended (case folded). Tokens of white space alone are in no span."""
+    placed, cursor, folded = {}, 0, text.lower()  # an uncased tokenizer's tokens are lower case
+    for k, (i, is_special) in enumerate(zip(ids, special)):
+        if is_special:
+            continue
+        piece = tokenizer.convert_tokens_to_string([tokenizer.convert_ids_to_tokens(i)])
+        own = piece.replace("\u0120", " ").replace("\u010a", "\n").strip().removeprefix("##")  # byte-level's marks
+        if not own:
+            continue
+        at = folded.index(own.lower(), cursor)
+        assert not text[cursor:at].strip(), (own, text[cursor:at])  # nothing but white space skipped
+        placed[k] = (at, at + len(own))
+        cursor = at + len(own)
+    return placed
 
 
 def close(got, expected):
@@ -165,3 +185,22 @@ def test_refusals_are_one_line_each(folders, tmp_path):
     cls, context = handler_for(folders["cls"], "torch", tmp_path)
     ((status, body),) = serve(cls, context, [{"body": {"texts": ["a"], **late, "spans": "sentences"}}])
     assert status == 400 and "served for models that mean-pool with no Dense layer after it" in body["message"]
+
+
+@pytest.mark.parametrize("engine", ["torch", "onnxruntime"])
+def test_a_sentence_keeps_its_first_word_where_offsets_hold_the_space_before_it(folders, engine, tmp_path):
+    """A byte-level BPE under a TemplateProcessing post-processor (how the ModernBERT family ships, and this test
+    tokenizer) gives `Ġserv` the offsets 15-20, the space before it included: the second sentence [16, 44] held no
+    `serv` (ModernBERT's `ĠGamma` likewise: its vector was 0.130 from the sentence's mean), and a span around the word
+    itself was a 400 "holds no whole token"."""
+    text = "long documents. serving transformer queries."
+    handler, context = handler_for(folders["roberta"], engine, tmp_path)
+    rows = [
+        {"body": {"texts": [text], "chunking": "late", "spans": "sentences"}},
+        {"body": {"texts": [text], "chunking": "late", "spans": [[16, 23]]}},
+    ]
+    (s1, (by_sentence,)), (s2, (word,)) = serve(handler, context, rows)
+    assert (s1, s2) == (200, 200), (by_sentence, word)
+    assert [c["span"] for c in by_sentence["chunks"]] == [[0, 15], [16, 44]]
+    close([c["embedding"] for c in by_sentence["chunks"]], reference(folders["roberta"], text, [[0, 15], [16, 44]]))
+    close([word["chunks"][0]["embedding"]], reference(folders["roberta"], text, [[16, 23]]))

@@ -132,6 +132,19 @@ def test_span_tokens_hold_the_tokens_inside_each_span_and_no_special_or_prompt_t
     assert span_tokens(offsets, special, 3, [(0, 2), (0, 5), (1, 5), (2, 3)]) == ((3,), (3, 4), (4,), ())
 
 
+def test_a_token_belongs_to_a_span_by_its_text_without_the_space_before_it():
+    """Byte-level BPE offsets keep a word's leading space (`Ġserv` at 15-20 of "long documents. serving ..."): trimmed
+    (`model.tokenizer.trimmed`), the word lies in its sentence; a token of white space alone lies in no span."""
+    from bucketing.model.tokenizer import trimmed
+
+    text = "long documents. serving"
+    offsets = [(0, 0), (0, 4), (4, 14), (14, 15), trimmed(text, 15, 20), trimmed(text, 20, 23), (0, 0)]
+    assert offsets[4] == (16, 20) and trimmed(" \n", 0, 2) == (2, 2)
+    special = [True, False, False, False, False, False, True]
+    assert span_tokens(offsets, special, 0, [(0, 15), (16, 23), (16, 20)]) == ((1, 2, 3), (4, 5), (4,))
+    assert span_tokens([(0, 0), (3, 3), (0, 3)], [True, False, False], 0, [(0, 3)]) == ((2,),)
+
+
 def test_late_chunking_with_a_left_cut_is_a_400():
     with pytest.raises(RequestError, match='truncation_direction "left" is not served with late chunking'):
         read_options({"chunking": "late", "spans": "sentences", "truncation_direction": "left"}, LIMITS)

@@ -200,11 +200,14 @@ class Tokenizer:
 
     def offsets(self, text: str, ids: Sequence[int]) -> tuple[list[tuple[int, int]], list[bool]] | None:
         """The character offsets of a text's tokens as `encode` gave them (`ids`, cut on the right at max_length),
-        and which are special tokens; None where its prefix of `max_cut_chars` does not give those ids."""
+        each trimmed of the white space before its text (a byte-level BPE's `Ġword` under a TemplateProcessing
+        post-processor keeps the space before it, which RoBERTa's `trim_offsets` would drop: a sentence's first word
+        then lay outside the sentence's span), and which are special tokens; None where its prefix of
+        `max_cut_chars` does not give those ids."""
         e = self._backend.encode(text[: self.max_cut_chars])
         if tuple(e.ids) != tuple(ids):
             return None
-        return [tuple(o) for o in e.offsets], [bool(m) for m in e.special_tokens_mask]
+        return [trimmed(text, a, b) for a, b in e.offsets], [bool(m) for m in e.special_tokens_mask]
 
     @property
     def specials(self) -> int:
@@ -386,3 +389,10 @@ def collate(rows: Sequence[Sequence[int]], padded_len: int, pad_id: int) -> tupl
         ids[r, : len(row)] = row
         mask[r, : len(row)] = 1
     return ids, mask
+
+
+def trimmed(text: str, start: int, end: int) -> tuple[int, int]:
+    """A token's `[start, end)` without the white space before its text (a token of white space alone: empty)."""
+    while start < end and text[start].isspace():
+        start += 1
+    return start, end
