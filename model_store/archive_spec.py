@@ -11,7 +11,7 @@ from typing import Any
 
 from bucketing.config import ENGINES, MAX_LENGTH_CAP
 from bucketing.config import STRATEGIES as STRATEGIES  # re-exported: the bench builds these by default
-from bucketing.kinds import KINDS
+from bucketing.model_kinds import KINDS
 from model_store import archives
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from bucketing.config import STRATEGIES, TASKS, HandlerConfig
-from bucketing.kinds import DEFAULT, KINDS, detect
+from bucketing.model_kinds import DEFAULT, KINDS, detect
 from bucketing.quantize import RANGES_FILE
 
 ROOT = Path(__file__).resolve().parent.parent

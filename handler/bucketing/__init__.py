@@ -23,9 +23,9 @@ if TYPE_CHECKING:
     from bucketing.answers import Answer, Options
     from bucketing.config import ConfigError, HandlerConfig
     from bucketing.engines import ENGINE_KINDS, Engine, EngineKind
-    from bucketing.kinds import KINDS, Kind
     from bucketing.kinds.task import Rows, Task
     from bucketing.model.head import EngineError
+    from bucketing.model_kinds import KINDS, Kind
     from bucketing.protocols import WIRES, Reply
     from bucketing.protocols.base import (
         BadRequest,
@@ -51,8 +51,8 @@ _WHERE = {
     "ENGINE_KINDS": "engines",
     "Engine": "engines",
     "EngineKind": "engines",
-    "KINDS": "kinds",
-    "Kind": "kinds",
+    "KINDS": "model_kinds",
+    "Kind": "model_kinds",
     "Rows": "kinds.task",
     "Task": "kinds.task",
     "EngineError": "model.head",

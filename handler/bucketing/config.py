@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bucketing import sizes
-from bucketing.kinds import KINDS
+from bucketing.model_kinds import KINDS
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from bucketing import protocols
 from bucketing.config import ConfigError, HandlerConfig
-from bucketing.kinds import KINDS
 from bucketing.kinds.task import Task
 from bucketing.model.chain import Chain, sentence_transformers_limit
 from bucketing.model.tokenizer import Tokenizer
+from bucketing.model_kinds import KINDS
 from bucketing.planning.planner import round_up
 from bucketing.protocols.base import Limits
 

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from bucketing.config import HandlerConfig
-from bucketing.kinds import KINDS
 from bucketing.kinds.task import Rows, Task, reach
 from bucketing.metrics import BatchStats
 from bucketing.model.head import EngineError
 from bucketing.model.tokenizer import Tokenizer
+from bucketing.model_kinds import KINDS
 from bucketing.pipeline import Pipeline, make_planner, response_timeout_s
 from bucketing.planning.calibrate import fit_cost, measure
 from bucketing.planning.continuous import Pool, check_model_config

@@ -7,7 +7,7 @@ import pytest
 
 from bucketing import protocols
 from bucketing.config import DTYPES, ENGINES, TASKS
-from bucketing.kinds import ANSWER_BOUNDS, DEFAULT, KINDS
+from bucketing.model_kinds import ANSWER_BOUNDS, DEFAULT, KINDS
 
 
 def test_the_configs_tasks_are_the_registrys_kinds():

@@ -13,7 +13,7 @@ import pytest
 
 from bucketing import protocols
 from bucketing.answers import Answer, Options, activate
-from bucketing.kinds import KINDS, answer_fields
+from bucketing.model_kinds import KINDS, answer_fields
 from bucketing.protocols import native, openai
 from bucketing.protocols.base import (
     ERRORS,

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from bucketing import protocols
-from bucketing.kinds import KINDS
+from bucketing.model_kinds import KINDS
 from bucketing.protocols.base import Limits, RequestError
 from tests.unit.wire import incoming
 

@@ -20,8 +20,8 @@ from bucketing.config import HandlerConfig
 from bucketing.engines import precision
 from bucketing.engines.base import TOLERANCE, Engine, head_inputs, probe, probe_types
 from bucketing.engines.shadow import Shadow
-from bucketing.kinds import KINDS
 from bucketing.model.head import EngineError, Head, ModelInfo
+from bucketing.model_kinds import KINDS
 
 logger = logging.getLogger(__name__)
 

@@ -12,11 +12,11 @@ import numpy as np
 
 from bucketing.answers import Answer
 from bucketing.engines import Engine, load_engine
-from bucketing.kinds import KINDS, refused_folder
 from bucketing.kinds.task import Rows, TaskHooks
 from bucketing.model.chain import Chain, ChainError, read_chain
 from bucketing.model.head import ModelInfo
 from bucketing.model.tokenizer import Encoded
+from bucketing.model_kinds import KINDS, refused_folder
 from bucketing.quantize import RANGES_FILE, parse_ranges
 
 

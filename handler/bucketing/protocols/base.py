@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from bucketing.answers import Answer, Options
-from bucketing.kinds import KINDS, Kind, KindName
+from bucketing.model_kinds import KINDS, Kind, KindName
 
 try:  # an answer's JSON: orjson where installed (requirements.txt pins it), else json at ~20x its cost per float
     import orjson

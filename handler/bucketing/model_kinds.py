@@ -1,7 +1,7 @@
 """Model kinds, one declaration each: what differs between an embedding, a classifier, a sparse and a multi-vector
 model is read from its `Kind` here, never tested by name elsewhere.
 
-A kind declares its name (`handler.task`, `--task`), the task class that serves it (`module:Class` in this package,
+A kind declares its name (`handler.task`, `--task`), the task class that serves it (`module:Class` in `bucketing.kinds`,
 imported when first used: the registry stays light, `config` reads its names), the engines and dtypes it serves (and
 its refusal line for others), its answer's fields, how large an answer can be (for the start-up size check), its
 line from a wire format that does not answer it (each format declares the kinds it answers: `Wire.answers`) and a
@@ -54,7 +54,7 @@ class Kind:
     """One model kind, as the handler, the wire formats and the build read it."""
 
     name: KindName
-    task: str  # its task class, `module:Class` in this package
+    task: str  # its task class, `module:Class` in `bucketing.kinds`
     title: str  # how a line names it: "a {title} model" (`a_model`)
     head: tuple[str, ...] | None = ("embedding",)  # its answer's leading fields; None: a classifier's, by labels
     detects: int = 0  # over 0: a folder is detected as this kind by its task's `detects` (higher: asked first)
@@ -100,7 +100,7 @@ class Kind:
     def implementation(self) -> Implementation:
         """Its task class, imported now."""
         module, _, name = self.task.partition(":")
-        loaded: ModuleType = importlib.import_module(f"{__name__}.{module}")
+        loaded: ModuleType = importlib.import_module(f"bucketing.kinds.{module}")
         return cast("Implementation", getattr(loaded, name))
 
     def refused(self, engine: str, dtype: str, setting: str) -> str | None:
