@@ -11,7 +11,7 @@ from typing import Any
 
 from bucketing.config import ENGINES, MAX_LENGTH_CAP
 from bucketing.config import STRATEGIES as STRATEGIES  # re-exported: the bench builds these by default
-from bucketing.model_kinds import KINDS
+from bucketing.model_kinds import MODEL_KINDS
 from model_store import archives
 
 
@@ -125,7 +125,7 @@ class ArchiveSpec:
         if unknown:
             raise BuildError(f"--strategies: unknown {', '.join(unknown)}; allowed: {', '.join(STRATEGIES)}")
         task = self.task or (archives.detect_task(self.folder) if self.model_dir is not None else "embedding")
-        kind = KINDS[task]
+        kind = MODEL_KINDS[task]
         reduced = self.dtype not in (None, "float32")
         engine = self.engine or (kind.engines[0] if kind.engines else "torch" if reduced else archives.default_engine())
         refusal = kind.refused(engine, self.dtype or "float32", "--dtype")

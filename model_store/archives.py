@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from bucketing.config import STRATEGIES, TASKS, HandlerConfig
-from bucketing.model_kinds import DEFAULT, KINDS, detect
+from bucketing.model_kinds import DEFAULT, MODEL_KINDS, detect
 from bucketing.quantize import RANGES_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,7 +122,7 @@ def check_model_dir(
     folder may be the chain's own), loaded as the transformers class `loaded_as`."""
     if task not in TASKS:
         raise ModelFolderError(f"--task {task!r}; allowed: {', '.join(TASKS)}")
-    kind = KINDS[task]
+    kind = MODEL_KINDS[task]
     refusal = kind.refused("torch", dtype or "float32", "--dtype")
     if refusal is not None:
         raise ModelFolderError(refusal)
@@ -145,7 +145,7 @@ def check_model_dir(
     except Exception as e:  # noqa: BLE001 - reported in one line
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
         raise ModelFolderError(f"{model_dir}: config.json is not a model config transformers knows ({first})") from e
-    classifier = KINDS[task].classifier
+    classifier = MODEL_KINDS[task].classifier
     auto = getattr(transformers, loaded_as or ("AutoModelForSequenceClassification" if classifier else "AutoModel"))
     if type(config) not in auto._model_mapping:  # noqa: SLF001 - the mapping is what from_pretrained consults
         raise ModelFolderError(f"{model_dir}: architecture {config.model_type!r} has no {auto.__name__} class")
@@ -188,7 +188,7 @@ def check_model_dir(
 
 def detect_task(model_dir: Path) -> str:
     """The task a folder is served as when --task is not given, as its own files name it (the kinds that detect,
-    in kinds.py: `multivector` for what MultiVectorEncoder saved, `sparse` for what SparseEncoder loads), else
+    in model_kinds.py: `multivector` for what MultiVectorEncoder saved, `sparse` for what SparseEncoder loads), else
     embedding."""
     return detect(model_dir).name
 
@@ -199,7 +199,7 @@ def read_model_chain(model_dir: Path, task: str = "embedding") -> Any:
     from bucketing.model.chain import ChainError
 
     try:
-        return KINDS[task].implementation().read_settings(model_dir)
+        return MODEL_KINDS[task].implementation().read_settings(model_dir)
     except ChainError as e:
         raise ModelFolderError(str(e)) from None
 

@@ -1,8 +1,9 @@
 """Length-aware bucketing for transformer encoders behind TorchServe, in layers (README, "Layout"):
 
 - `config`, `metrics`, `answers`: the worker's settings, its figures, and what the model answered per input;
-- `kinds/`: the model kinds' registry and one package or module per kind (embedding, classification, sparse,
-  multivector), each owning its task, folder reader and engine hooks;
+- `model_kinds`: the model kinds' registry (pure: `Kind`, `MODEL_KINDS`, `KindName`);
+- `kinds/`: one package or module per model kind (embedding, classification, sparse, multivector), each owning its
+  task, folder reader and engine hooks;
 - `engines/`: the engines' registry and one module per engine (torch, onnxruntime, openvino), with reduced-dtype
   fidelity;
 - `model/`: the model as read from its folder (the sentence-transformers chain, the torch head, the tokenizer);
@@ -25,7 +26,8 @@ if TYPE_CHECKING:
     from bucketing.engines import ENGINE_KINDS, Engine, EngineKind
     from bucketing.kinds.task import Rows, Task
     from bucketing.model.head import EngineError
-    from bucketing.model_kinds import KINDS, Kind
+    from bucketing.model_kinds import MODEL_KINDS, Kind
+    from bucketing.model_kinds import MODEL_KINDS as KINDS
     from bucketing.protocols import WIRES, Reply
     from bucketing.protocols.base import (
         BadRequest,
@@ -51,7 +53,8 @@ _WHERE = {
     "ENGINE_KINDS": "engines",
     "Engine": "engines",
     "EngineKind": "engines",
-    "KINDS": "model_kinds",
+    "KINDS": "model_kinds:MODEL_KINDS",  # the former name of MODEL_KINDS, kept for callers
+    "MODEL_KINDS": "model_kinds",
     "Kind": "model_kinds",
     "Rows": "kinds.task",
     "Task": "kinds.task",
@@ -86,6 +89,7 @@ __all__ = [
     "HandlerConfig",
     "KINDS",
     "Kind",
+    "MODEL_KINDS",
     "Meta",
     "Model",
     "NotFound",

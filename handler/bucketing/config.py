@@ -13,12 +13,12 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bucketing import sizes
-from bucketing.model_kinds import KINDS
+from bucketing.model_kinds import MODEL_KINDS
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-TASKS = tuple(KINDS)  # the model kinds, one declaration each in kinds.py
+TASKS = tuple(MODEL_KINDS)  # the model kinds, one declaration each in model_kinds.py
 STRATEGIES = ("bucketed", "dynamic", "static")
 # A text over max_length, by `on_overflow`: (whether it is cut, whether it is split into windows); neither: a 413.
 OVERFLOW_RULES = {"truncate": (True, False), "reject": (False, False), "chunk": (False, True)}

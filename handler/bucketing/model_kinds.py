@@ -1,14 +1,16 @@
 """Model kinds, one declaration each: what differs between an embedding, a classifier, a sparse and a multi-vector
 model is read from its `Kind` here, never tested by name elsewhere.
 
-A kind declares its name (`handler.task`, `--task`), the task class that serves it (`module:Class` in `bucketing.kinds`,
-imported when first used: the registry stays light, `config` reads its names), the engines and dtypes it serves (and
-its refusal line for others), its answer's fields, how large an answer can be (for the start-up size check), its
-line from a wire format that does not answer it (each format declares the kinds it answers: `Wire.answers`) and a
-request's options of its own. The task class says the rest, as static methods (`task.TaskHooks` holds the defaults):
-`load` (the task on its engine), `read_settings` (its sentence-transformers settings, at build), `detects` (whether
-a folder is of this kind), `encoder_folder` (where its transformer lives, to check at build), `describe` (what the
-build records of its chain). Adding a kind is its module and one entry below.
+A pure registry on the ground floor (no torch, nothing of the task classes imported at module level): `config`, the
+engines, the model's head, the wire formats and the build read it. A kind declares its name (`handler.task`,
+`--task`), the task class that serves it (`module:Class` in `bucketing.kinds`, imported when first used), the engines
+and dtypes it serves (and its refusal line for others), its answer's fields, how large an answer can be (for the
+start-up size check), its line from a wire format that does not answer it (each format declares the kinds it
+answers: `Wire.answers`) and a request's options of its own. The task class says the rest, as static methods
+(`kinds.task.TaskHooks` holds the defaults): `load` (the task on its engine, read by `kinds.task.load_kind`),
+`read_settings` (its sentence-transformers settings, at build), `detects` (whether a folder is of this kind),
+`encoder_folder` (where its transformer lives, to check at build), `describe` (what the build records of its chain).
+Adding a kind is its module in `bucketing.kinds` and one entry below.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 if TYPE_CHECKING:
     from types import ModuleType
 
-    from bucketing.kinds.task import Task
     from bucketing.model.chain import Chain
 
 KindName = Literal["embedding", "classification", "sparse", "multivector"]  # `handler.task`, `--task`
@@ -30,9 +31,8 @@ ANSWER_BOUNDS = ("texts", "one_text", "checked")
 
 
 class Implementation(Protocol):
-    """What the registry reads of a kind's task class (static methods; `task.TaskHooks` has the defaults)."""
-
-    def load(self, config: Any, model_dir: str, gpu_id: Any = None) -> Task: ...
+    """What the registry's readers take of a kind's task class (static methods; `kinds.task.TaskHooks` has the
+    defaults). Its `load` returns a task, which only the task side names: `kinds.task.load_kind` reads it."""
 
     def read_settings(self, folder: Path) -> Chain: ...
 
@@ -111,7 +111,7 @@ class Kind:
         return self.refusal.format(engine=engine, dtype=dtype, setting=setting)
 
 
-KINDS: dict[str, Kind] = {  # by name (a str key: config and requests look names up)
+MODEL_KINDS: dict[str, Kind] = {  # by name (a str key: config and requests look names up)
     k.name: k
     for k in (
         Kind("embedding", "embedding:EmbeddingTask", "embedding"),
@@ -151,25 +151,25 @@ KINDS: dict[str, Kind] = {  # by name (a str key: config and requests look names
 }
 
 # The kinds answered with one vector or score per input: what a wire format with no per-token answer declares.
-ONE_PER_INPUT: tuple[KindName, ...] = tuple(k.name for k in KINDS.values() if not k.per_token)
+ONE_PER_INPUT: tuple[KindName, ...] = tuple(k.name for k in MODEL_KINDS.values() if not k.per_token)
 
 
 def detect(folder: Path | str) -> Kind:
     """The kind a folder is served as when none is given, as its own files say; else the default."""
-    for kind in sorted((k for k in KINDS.values() if k.detects), key=lambda k: -k.detects):
+    for kind in sorted((k for k in MODEL_KINDS.values() if k.detects), key=lambda k: -k.detects):
         if kind.implementation().detects(folder):
             return kind
-    return KINDS[DEFAULT]
+    return MODEL_KINDS[DEFAULT]
 
 
 def refused_folder(kind: Kind, folder: Path | str) -> Kind | None:
     """The kind with a head of its own that this folder is, when it is asked as the default kind; else None."""
     if kind.name != DEFAULT:
         return None
-    return next((k for k in KINDS.values() if k.own_head and k.implementation().detects(folder)), None)
+    return next((k for k in MODEL_KINDS.values() if k.own_head and k.implementation().detects(folder)), None)
 
 
 def answer_fields(task: str, labels: int = 2) -> tuple[str, ...]:
     """The fields of an answer of this task (and number of labels), in order (what `Answer.fields` gives)."""
-    head = KINDS[task].head or (("score",) if labels == 1 else ("label", "scores"))
+    head = MODEL_KINDS[task].head or (("score",) if labels == 1 else ("label", "scores"))
     return (*head, "tokens", "truncated")

@@ -9,7 +9,7 @@ from bucketing.config import ConfigError, HandlerConfig
 from bucketing.kinds.task import Task
 from bucketing.model.chain import Chain, sentence_transformers_limit
 from bucketing.model.tokenizer import Tokenizer
-from bucketing.model_kinds import KINDS
+from bucketing.model_kinds import MODEL_KINDS
 from bucketing.planning.planner import round_up
 from bucketing.protocols.base import Limits
 
@@ -69,7 +69,7 @@ def check_fits(config: HandlerConfig, task: Task, tokenizer: Tokenizer, limits: 
 def check_answer_size(config: HandlerConfig, task: Task, limits: Limits) -> None:
     """The largest answer (one text, or a full request) must fit handler.max_response_bytes."""
     largest = protocols.largest_answer(limits, task.labels)
-    kind = KINDS[task.name]
+    kind = MODEL_KINDS[task.name]
     if largest > config.max_response_bytes and kind.answer_bound == "one_text":
         raise ConfigError(
             f"handler.max_response_bytes: got {config.max_response_bytes}; allowed: at least {largest}, the "

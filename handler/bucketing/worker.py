@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from bucketing.config import HandlerConfig
-from bucketing.kinds.task import Rows, Task, reach
+from bucketing.kinds.task import Rows, Task, load_kind, reach
 from bucketing.metrics import BatchStats
 from bucketing.model.head import EngineError
 from bucketing.model.tokenizer import Tokenizer
-from bucketing.model_kinds import KINDS
+from bucketing.model_kinds import MODEL_KINDS
 from bucketing.pipeline import Pipeline, make_planner, response_timeout_s
 from bucketing.planning.calibrate import fit_cost, measure
 from bucketing.planning.continuous import Pool, check_model_config
@@ -44,11 +44,11 @@ def load(config: HandlerConfig, model_dir: str, gpu_id: int | None = None) -> Mo
 
 def load_task(config: HandlerConfig, model_dir: str, gpu_id: int | None = None) -> Task:
     """The configured task (its kind's) on the configured engine, on the worker's GPU when it has one."""
-    kind = KINDS[config.task]
+    kind = MODEL_KINDS[config.task]
     refusal = kind.refused(config.engine, config.dtype, "handler.dtype")
     if refusal is not None:
         raise EngineError(refusal)
-    return kind.implementation().load(config, model_dir, gpu_id)
+    return load_kind(kind, config, model_dir, gpu_id)
 
 
 def cost_model(config: HandlerConfig, model: Model) -> CostModel:
