@@ -7,9 +7,10 @@
 - `engines/`: the engines' registry and one module per engine (torch, onnxruntime, openvino), with reduced-dtype
   fidelity;
 - `model/`: the model as read from its folder (the sentence-transformers chain, the torch head, the tokenizer);
-- `planning/`: the cost model and planner, calibration, the continuous scheduler and its pool;
+- `planning/`: the cost model and planner, calibration, the continuous scheduler's pick (pure);
 - `protocols/`: the wire formats' registry and one module per format;
-- `pipeline`, `startup_checks`: one delivered batch from rows to replies, and the start-up checks;
+- `startup_checks`: the worker's settings checked against the loaded model, once at start;
+- `serving/`: one delivered batch from rows to replies (`serving.pipeline`), and continuous batching's pool;
 - `worker`: the one way to open a worker (`bucketing.worker.open`), which the handler, the bench and tests use.
 
 The names below are this package's public ones, imported when first used (`bucketing.config` stays light).

@@ -13,12 +13,12 @@ from bucketing.metrics import BatchStats
 from bucketing.model.head import EngineError
 from bucketing.model.tokenizer import Tokenizer
 from bucketing.model_kinds import MODEL_KINDS
-from bucketing.pipeline import Pipeline, make_planner, response_timeout_s
 from bucketing.planning.calibrate import fit_cost, measure
-from bucketing.planning.continuous import Pool, check_model_config
 from bucketing.planning.planner import CostModel
 from bucketing.protocols import Reply
 from bucketing.protocols.base import Meta
+from bucketing.serving.continuous import Pool, check_model_config
+from bucketing.serving.pipeline import Pipeline, make_planner, response_timeout_s
 
 
 @dataclass(frozen=True)

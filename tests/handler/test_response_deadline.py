@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from bucketing import pipeline
+from bucketing.serving import pipeline
 from tests.handler.test_handler import alone, make_handler, mixed_texts, serve
 
 

@@ -24,11 +24,11 @@ from typing import Any
 from bucketing import protocols
 from bucketing.config import ConfigError
 from bucketing.metrics import BatchStats
-from bucketing.pipeline import Item, Pipeline, answers_of, call_stats
 from bucketing.planning import scheduler
 from bucketing.planning.planner import CostModel
 from bucketing.protocols import Incoming, Reply
 from bucketing.protocols.base import Meta
+from bucketing.serving.pipeline import Item, Pipeline, answers_of, call_stats
 
 
 @dataclass
