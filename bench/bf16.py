@@ -22,7 +22,7 @@ from bucketing.model.head import ModelInfo, load_head
 from bucketing.model.tokenizer import Tokenizer, collate
 from bucketing.planning.calibrate import fit_cost, measure
 from bucketing.planning.planner import CostModel
-from bucketing.serving.pipeline import make_planner
+from bucketing.serving.passes import make_planner
 
 from . import models
 from .roofline import gemm_flops_per_core

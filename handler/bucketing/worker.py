@@ -18,7 +18,9 @@ from bucketing.planning.planner import CostModel
 from bucketing.protocols import Reply
 from bucketing.protocols.base import Meta
 from bucketing.serving.continuous import Pool, check_model_config
-from bucketing.serving.pipeline import Pipeline, make_planner, response_timeout_s
+from bucketing.serving.deadline import response_timeout_s
+from bucketing.serving.passes import make_planner
+from bucketing.serving.pipeline import Pipeline
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import numpy as np
 from bucketing.kinds.task import Rows, TaskHooks, reach
 from bucketing.model.tokenizer import Encoded
 from bucketing.planning.planner import plan_static
-from bucketing.serving.pipeline import Item, compute
+from bucketing.serving.passes import Item, compute
 
 
 class Static(TaskHooks):

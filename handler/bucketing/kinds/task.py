@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Rows:
-    """One padded sub-batch, as every task's forward takes it (built once per pass by `pipeline.compute`)."""
+    """One padded sub-batch, as every task's forward takes it (built once per pass by `serving.passes.compute`)."""
 
     ids: np.ndarray  # [rows, padded length] token ids
     mask: np.ndarray  # the attention mask (a multi-vector query's unattended expansion is 0 here)
