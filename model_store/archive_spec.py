@@ -69,7 +69,7 @@ class ArchiveSpec:
         if not self.calibrate:
             return None
         if self.calibration_texts is None:
-            if task != "embedding":
+            if not MODEL_KINDS[task].dense_vector:
                 return None
             from model_store.ranges import default_texts
 
@@ -85,7 +85,7 @@ class ArchiveSpec:
         """`truncate_dim` as the worker will take it: a dense embedding model's, 1 to its embedding size."""
         import json
 
-        if task != "embedding":
+        if not MODEL_KINDS[task].dense_vector:
             raise BuildError(f"--truncate-dim cuts dense embeddings (task embedding); this is task {task}")
         hidden = json.loads((self.folder / "config.json").read_text(encoding="utf-8")).get("hidden_size")
         size = chain.dimensions(int(hidden)) if isinstance(hidden, int) else None

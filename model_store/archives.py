@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from bucketing.config import STRATEGIES, TASKS, HandlerConfig
+from bucketing.config import SCHEDULE_RULES, STRATEGIES, TASKS, HandlerConfig
 from bucketing.model_kinds import DEFAULT, MODEL_KINDS, detect
 from bucketing.quantize import RANGES_FILE
 
@@ -100,7 +100,8 @@ def model_config(strategy: str, threads: int = 1, template: Path = TEMPLATE, **h
 
 def with_schedule(cfg: dict[str, Any]) -> dict[str, Any]:
     """TorchServe's side of `handler.schedule`: `continuous` needs its `continuousBatching` aggregator."""
-    if (cfg.get("handler") or {}).get("schedule") == "continuous":
+    schedule = SCHEDULE_RULES.get(str((cfg.get("handler") or {}).get("schedule")))
+    if schedule is not None and schedule.pools:
         cfg["continuousBatching"] = True
         cfg["minWorkers"] = cfg["maxWorkers"] = 1  # one worker a model (the handler says why at start-up)
     else:

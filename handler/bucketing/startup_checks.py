@@ -49,7 +49,7 @@ def check_fits(config: HandlerConfig, task: Task, tokenizer: Tokenizer, limits: 
             f"({model_limit}, its tokenizer's model_max_length), where sentence-transformers cuts its texts"
         )
     padded = round_up(config.max_length, config.pad_to_multiple_of)
-    if config.strategy != "static" and padded > task.max_positions:
+    if not config.planning.pads_to_max_length and padded > task.max_positions:
         raise ConfigError(
             f"handler.pad_to_multiple_of: got {config.pad_to_multiple_of} with handler.max_length "
             f"{config.max_length}: a text of {config.max_length} tokens would be padded to {padded}, past the "

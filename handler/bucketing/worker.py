@@ -58,7 +58,7 @@ def cost_model(config: HandlerConfig, model: Model) -> CostModel:
     on this engine (the configured one where the fit fails)."""
     c = config.cost
     configured = CostModel(c.forward_overhead_us, c.per_token_us, c.per_token_sq_us)
-    if not c.calibrate or config.strategy != "bucketed":
+    if not c.calibrate or not config.planning.budgeted:
         return configured
     return calibrated(model, config.max_length, configured)
 
@@ -129,7 +129,7 @@ def open(  # `bucketing.worker.open`; shadows the builtin in this module only
     timeout = response_timeout_s(model_yaml_config)
     pipeline = Pipeline(config, model.tokenizer, model.task, make_planner(config, cost), timeout)
     pool = None
-    if config.schedule == "continuous":
+    if config.scheduling.pools:
         check_model_config(model_yaml_config)
         pool = Pool(pipeline, cost)
     return Worker(config, model, cost, pipeline, pool)

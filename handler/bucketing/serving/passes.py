@@ -78,9 +78,9 @@ class Computed:
 
 def make_planner(config: HandlerConfig, cost: CostModel) -> Planner:
     """The planner for the configured strategy, with its constants bound."""
-    if config.strategy == "static":
+    if config.planning.pads_to_max_length:
         return partial(plan_static, max_length=config.max_length)
-    if config.strategy == "dynamic":
+    if not config.planning.budgeted:
         return partial(plan_dynamic, pad_to_multiple_of=config.pad_to_multiple_of)
     return partial(
         plan_bucketed,
