@@ -20,9 +20,9 @@ from bucketing.engines import Engine, precision
 from bucketing.engines.torch_engine import DTYPES, TorchEngine, open_reduced
 from bucketing.model.head import ModelInfo, load_head
 from bucketing.model.tokenizer import Tokenizer, collate
-from bucketing.pipeline import make_planner
 from bucketing.planning.calibrate import fit_cost, measure
 from bucketing.planning.planner import CostModel
+from bucketing.serving.passes import make_planner
 
 from . import models
 from .roofline import gemm_flops_per_core

@@ -31,7 +31,7 @@ from bench.stats import Summary
 from bench.targets import TorchServeSite, build_archives
 from bench.workloads import LONG, NOT_EMBEDDINGS, Workload
 from bucketing.engines import precision
-from bucketing.kinds import KINDS as MODEL_KINDS
+from bucketing.model_kinds import MODEL_KINDS
 from model_store import archives
 from model_store.archives import ROOT
 from tsctl import Client, Endpoints, TorchServe, exit_on_signals

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bucketing.config import SCHEDULE_RULES
 from model_store.archives import PREFIX, ROOT, copy_minilm_tokenizer, default_engine, max_length, minilm_dir
 
 from .workloads import LONG, RERANK, SPARSE
@@ -108,7 +109,7 @@ def prefix(model: str | None, engine: str | None, schedule: str | None = None, d
     base = PREFIX if model is None else re.sub(r"[^a-z0-9]+", "-", Path(model).name.lower()).strip("-") or "model"
     base = base if engine in (None, default_engine()) else f"{base}-{engine}"
     base = base if dtype in (None, "float32") else f"{base}-{dtype}"
-    return base if schedule in (None, "batch") else f"{base}-{schedule}"
+    return base if schedule is None or not SCHEDULE_RULES[schedule].pools else f"{base}-{schedule}"
 
 
 def label(model: str | None) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from bucketing.config import STRATEGY_RULES
 from bucketing.planning.planner import CostModel, plan_bucketed
 from model_store.archives import SERVED
 
@@ -49,9 +50,9 @@ def strategy_passes(
 ) -> Shapes:
     """The passes one delivered batch costs under a handler strategy: static pads to max_length, dynamic is the
     `arrival` policy, bucketed the `planner` one."""
-    if strategy == "static":
+    if STRATEGY_RULES[strategy].pads_to_max_length:
         return [(len(lengths), max_length)]
-    return policies(cost, max_batch_tokens)["planner" if strategy == "bucketed" else "arrival"](lengths)
+    return policies(cost, max_batch_tokens)["planner" if STRATEGY_RULES[strategy].budgeted else "arrival"](lengths)
 
 
 def evaluate(lengths: Sequence[int], batch_size: int, cost: CostModel) -> dict[str, tuple[int, float]]:

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from bucketing.config import ENGINES, SCHEDULES, STRATEGIES
+from bucketing.config import ENGINES, SCHEDULE_RULES, SCHEDULES, STRATEGIES
 from bucketing.engines.precision import CPU_DTYPES
 
 from . import models, traffic
@@ -104,6 +104,6 @@ def engine_runs_dtype(config: Configuration) -> bool:
 
 def one_worker_if_continuous(config: Configuration) -> Configuration:
     """`continuous` runs one worker a model (TorchServe 0.12's queue lock): the same cores as its threads."""
-    if config.schedule != "continuous" or config.workers == 1:
+    if config.schedule is None or not SCHEDULE_RULES[config.schedule].pools or config.workers == 1:
         return config
     return replace(config, workers=1, threads=config.workers * config.threads)

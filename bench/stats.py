@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from bucketing.config import STRATEGY_RULES
 from bucketing.metrics import METRICS, BatchStats
 
 from .capacity import Capacity
@@ -206,6 +207,12 @@ class Comparison:
         return self.a.capacity.rate / self.b.capacity.rate if self.b.capacity.rate else float("inf")
 
 
+def budgeted(strategy: str) -> bool:
+    """Whether a configuration's strategy is the handler's budgeted one (a peer's names the peer instead)."""
+    rule = STRATEGY_RULES.get(strategy)
+    return rule is not None and rule.budgeted
+
+
 def comparisons(summaries: Sequence[Summary]) -> list[Comparison]:
     """Each bucketed configuration against the others of its workload, mode and rate that differ in one way.
 
@@ -215,7 +222,7 @@ def comparisons(summaries: Sequence[Summary]) -> list[Comparison]:
     """
     out = []
     for a in summaries:
-        if a.config.strategy != "bucketed" or a.config.batch_size == 1:
+        if not budgeted(a.config.strategy) or a.config.batch_size == 1:
             continue
         for b in summaries:
             same_load = (b.config.workload_label, b.config.mode, b.config.rate, b.config.model) == (
@@ -233,7 +240,7 @@ def comparisons(summaries: Sequence[Summary]) -> list[Comparison]:
                 a.config.dtype,
             ) or b.config.peer is not None
             other_strategy = (
-                b.config.batch_size == a.config.batch_size and b.config.strategy != "bucketed" and same_engine
+                b.config.batch_size == a.config.batch_size and not budgeted(b.config.strategy) and same_engine
             )
             # the same configuration on another engine, once per pair (onnxruntime against torch)
             other_engine = (a.config.engine or "") < (b.config.engine or "") and replace(

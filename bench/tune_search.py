@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bucketing.config import STRATEGIES
+from bucketing.config import SCHEDULE_RULES, STRATEGIES, STRATEGY_RULES
 from bucketing.planning.planner import CostModel
 from model_store import archives
 from model_store.archives import SERVED
@@ -104,11 +104,17 @@ def candidates(
     out = []
     for strategy in strategies:
         for bs in batch_sizes:
-            if bs == 1 and strategy == "dynamic" and "bucketed" in strategies:
+            rule = STRATEGY_RULES[strategy]
+            if (
+                bs == 1
+                and rule.pads_to_longest
+                and not rule.budgeted
+                and any(STRATEGY_RULES[s].budgeted for s in strategies)
+            ):
                 continue  # one text a batch: dynamic and bucketed run the very same pass
             for workers, threads in layouts(cores):
                 for schedule in schedules:
-                    if schedule == "continuous" and workers > 1:
+                    if SCHEDULE_RULES[schedule].pools and workers > 1:
                         continue  # one worker a model under continuous (TorchServe 0.12's queue lock)
                     for (engine, dtype), cost in by_pair.items():
                         config = replace(
@@ -117,7 +123,7 @@ def candidates(
                             batch_size=bs,
                             workers=workers,
                             threads=threads,
-                            schedule=None if schedule == "batch" else schedule,
+                            schedule=schedule if SCHEDULE_RULES[schedule].pools else None,
                             dtype=None if dtype == FLOAT32 else dtype,
                             engine=engine,
                         )

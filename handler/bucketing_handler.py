@@ -18,9 +18,9 @@ from bucketing.protocols.base import Meta
 if TYPE_CHECKING:
     from bucketing.kinds.task import Task
     from bucketing.model.tokenizer import Tokenizer
-    from bucketing.pipeline import Pipeline
-    from bucketing.planning.continuous import Pool
     from bucketing.planning.planner import CostModel
+    from bucketing.serving.continuous import Pool
+    from bucketing.serving.pipeline import Pipeline
 
 logger = logging.getLogger(__name__)
 

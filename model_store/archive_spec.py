@@ -11,7 +11,7 @@ from typing import Any
 
 from bucketing.config import ENGINES, MAX_LENGTH_CAP
 from bucketing.config import STRATEGIES as STRATEGIES  # re-exported: the bench builds these by default
-from bucketing.kinds import KINDS
+from bucketing.model_kinds import MODEL_KINDS
 from bucketing.quantize import RANGES_FILE
 from model_store import archives
 
@@ -72,7 +72,7 @@ class ArchiveSpec:
         if not self.calibrate:
             return None
         if self.calibration_texts is None:
-            if task != "embedding" or (self.folder / RANGES_FILE).is_file():  # a folder's own ranges win
+            if not MODEL_KINDS[task].dense_vector or (self.folder / RANGES_FILE).is_file():  # a folder's own win
                 return None
             from model_store.ranges import default_texts
 
@@ -88,7 +88,7 @@ class ArchiveSpec:
         """`truncate_dim` as the worker will take it: a dense embedding model's, 1 to its embedding size."""
         import json
 
-        if task != "embedding":
+        if not MODEL_KINDS[task].dense_vector:
             raise BuildError(f"--truncate-dim cuts dense embeddings (task embedding); this is task {task}")
         hidden = json.loads((self.folder / "config.json").read_text(encoding="utf-8")).get("hidden_size")
         size = chain.dimensions(int(hidden)) if isinstance(hidden, int) else None
@@ -128,7 +128,7 @@ class ArchiveSpec:
         if unknown:
             raise BuildError(f"--strategies: unknown {', '.join(unknown)}; allowed: {', '.join(STRATEGIES)}")
         task = self.task or (archives.detect_task(self.folder) if self.model_dir is not None else "embedding")
-        kind = KINDS[task]
+        kind = MODEL_KINDS[task]
         reduced = self.dtype not in (None, "float32")
         engine = self.engine or (kind.engines[0] if kind.engines else "torch" if reduced else archives.default_engine())
         refusal = kind.refused(engine, self.dtype or "float32", "--dtype")

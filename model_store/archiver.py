@@ -53,11 +53,11 @@ def stage(staging: Path, model_dir: Path, engine: str, task: str, calibration: C
 def stage_ranges(model: Path, task: str, calibration: Calibration) -> None:
     """The staged model's int8/uint8 ranges from the calibration texts (a dense embedding model's only), the
     build line saying which texts."""
-    from bucketing.kinds import KINDS
+    from bucketing.model_kinds import MODEL_KINDS
     from bucketing.quantize import RANGES_FILE
     from model_store.ranges import MIN_TEXTS, write_ranges
 
-    kind = KINDS[task]
+    kind = MODEL_KINDS[task]
     if not kind.dense_vector:
         raise BuildError(f"--calibration-texts computes int8/uint8 ranges of dense embeddings; this is {kind.a_model}")
     texts = calibration.texts

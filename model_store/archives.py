@@ -22,17 +22,15 @@ from typing import Any
 
 import yaml
 
-from bucketing.config import STRATEGIES, TASKS, HandlerConfig
-from bucketing.kinds import DEFAULT, KINDS, detect
+from bucketing.config import SCHEDULE_RULES, STRATEGIES, TASKS, HandlerConfig
+from bucketing.model_kinds import DEFAULT, MODEL_KINDS, detect
 from bucketing.quantize import RANGES_FILE
+from model_store.contents import archived_config
 
 ROOT = Path(__file__).resolve().parent.parent
 STORE = ROOT / "model_store"
 TEMPLATE = ROOT / "config" / "minilm.yaml"
 PREFIX = "minilm"
-# The bulk registration (`make serve-bulk`, `tsctl start --bulk`, `build --bulk`): one worker on both cores, so one
-# bulk request runs on both (TorchServe answers a delivered batch as a whole, on one worker): docs/api/bulk.md.
-BULK_WORKERS, BULK_THREADS = 1, 2
 
 
 def minilm_dir() -> Path:
@@ -101,36 +99,10 @@ def model_config(strategy: str, threads: int = 1, template: Path = TEMPLATE, **h
     return with_schedule(cfg)
 
 
-def bulk_response_timeout_s(template: Path = TEMPLATE) -> int:
-    """The bulk registration's responseTimeout: the request `max_request_size` is sized for (`sizes.MAX_TEXTS`
-    texts at the template's max_length: 2,048 x 256 = 524k tokens) at the template's cost model (230 us a padded
-    token: 121 s of passes), over the share of responseTimeout a call starts passes in (75%), twice over for a slower
-    or busier CPU, in whole half-minutes: 330 s."""
-    from bucketing.pipeline import DEADLINE_SHARE
-    from bucketing.sizes import MAX_TEXTS
-
-    config = served(template)
-    passes = MAX_TEXTS * config.max_length * config.cost.per_token_us / 1e6
-    return int(-(-2 * passes / DEADLINE_SHARE // 30) * 30)
-
-
-def archived_config(mar: Path) -> dict[str, Any] | None:
-    """The model-config an archive carries (its manifest's `configFile`), or None (no archive, none carried)."""
-    import zipfile
-
-    try:
-        with zipfile.ZipFile(mar) as archive:
-            manifest = json.loads(archive.read("MAR-INF/MANIFEST.json"))
-            name = (manifest.get("model") or {}).get("configFile")
-            loaded = yaml.safe_load(archive.read(name)) if name else None
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile, yaml.YAMLError):
-        return None
-    return loaded if isinstance(loaded, dict) else None
-
-
 def with_schedule(cfg: dict[str, Any]) -> dict[str, Any]:
     """TorchServe's side of `handler.schedule`: `continuous` needs its `continuousBatching` aggregator."""
-    if (cfg.get("handler") or {}).get("schedule") == "continuous":
+    schedule = SCHEDULE_RULES.get(str((cfg.get("handler") or {}).get("schedule")))
+    if schedule is not None and schedule.pools:
         cfg["continuousBatching"] = True
         cfg["minWorkers"] = cfg["maxWorkers"] = 1  # one worker a model (the handler says why at start-up)
     else:
@@ -152,7 +124,7 @@ def check_model_dir(
     folder may be the chain's own), loaded as the transformers class `loaded_as`."""
     if task not in TASKS:
         raise ModelFolderError(f"--task {task!r}; allowed: {', '.join(TASKS)}")
-    kind = KINDS[task]
+    kind = MODEL_KINDS[task]
     refusal = kind.refused("torch", dtype or "float32", "--dtype")
     if refusal is not None:
         raise ModelFolderError(refusal)
@@ -175,7 +147,7 @@ def check_model_dir(
     except Exception as e:  # noqa: BLE001 - reported in one line
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
         raise ModelFolderError(f"{model_dir}: config.json is not a model config transformers knows ({first})") from e
-    classifier = KINDS[task].classifier
+    classifier = MODEL_KINDS[task].classifier
     auto = getattr(transformers, loaded_as or ("AutoModelForSequenceClassification" if classifier else "AutoModel"))
     if type(config) not in auto._model_mapping:  # noqa: SLF001 - the mapping is what from_pretrained consults
         raise ModelFolderError(f"{model_dir}: architecture {config.model_type!r} has no {auto.__name__} class")
@@ -218,7 +190,7 @@ def check_model_dir(
 
 def detect_task(model_dir: Path) -> str:
     """The task a folder is served as when --task is not given, as its own files name it (the kinds that detect,
-    in kinds.py: `multivector` for what MultiVectorEncoder saved, `sparse` for what SparseEncoder loads), else
+    in model_kinds.py: `multivector` for what MultiVectorEncoder saved, `sparse` for what SparseEncoder loads), else
     embedding."""
     return detect(model_dir).name
 
@@ -229,7 +201,7 @@ def read_model_chain(model_dir: Path, task: str = "embedding") -> Any:
     from bucketing.model.chain import ChainError
 
     try:
-        return KINDS[task].implementation().read_settings(model_dir)
+        return MODEL_KINDS[task].implementation().read_settings(model_dir)
     except ChainError as e:
         raise ModelFolderError(str(e)) from None
 
@@ -422,9 +394,6 @@ def sources(template: Path = TEMPLATE) -> list[Path]:
 def stale(mar: Path, template: Path = TEMPLATE, config: dict[str, Any] | None = None) -> bool:
     """The one staleness rule: an archive is stale if missing or older than any of its sources, or (given the
     model-config it would be built with now) carrying another one (`--bulk`'s responseTimeout, say)."""
-    if not mar.exists():
-        return True
-    built = mar.stat().st_mtime
-    if any(src.stat().st_mtime > built for src in sources(template)):
+    if not mar.exists() or any(src.stat().st_mtime > mar.stat().st_mtime for src in sources(template)):
         return True
     return config is not None and archived_config(mar) != config

@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from bucketing.config import DTYPES, ENGINES, SCHEDULES, TASKS
-from model_store import archives
+from model_store import archives, bulk
 from model_store.archive_spec import STRATEGIES as STRATEGIES  # re-exported: the bench builds these by default
 from model_store.archive_spec import ArchiveSpec as ArchiveSpec  # re-exported: the bench and tests import it here
 from model_store.archive_spec import BuildError as BuildError
@@ -62,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--bulk",
         action="store_true",
-        help=f"the bulk registration's archives (`tsctl start --bulk`): --threads {archives.BULK_THREADS} and a "
-        "responseTimeout sized for a bulk request (archives.bulk_response_timeout_s)",
+        help=f"the bulk registration's archives (`tsctl start --bulk`): --threads {bulk.BULK_THREADS} and a "
+        "responseTimeout sized for a bulk request (model_store.bulk)",
     )
     parser.add_argument("--engine", choices=ENGINES, help="torch, onnxruntime or openvino (default: the template's)")
     parser.add_argument("--schedule", choices=SCHEDULES, help="handler.schedule (default: the template's)")
@@ -138,14 +138,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.config is not None:
             from_config(args.config, args.name, args.out, args.model_dir)
             return 0
-        if args.bulk and args.threads not in (None, archives.BULK_THREADS):
-            raise BuildError(f"--bulk builds {archives.BULK_THREADS}-thread archives; drop --threads {args.threads}")
+        if args.bulk and args.threads not in (None, bulk.BULK_THREADS):
+            raise BuildError(f"--bulk builds {bulk.BULK_THREADS}-thread archives; drop --threads {args.threads}")
         if args.response_timeout is not None and not 1 <= args.response_timeout <= 86400:
             raise BuildError(f"--response-timeout {args.response_timeout}: allowed 1 to 86400 seconds")
-        timeout = args.response_timeout or (archives.bulk_response_timeout_s() if args.bulk else None)
+        timeout = args.response_timeout or (bulk.bulk_response_timeout_s() if args.bulk else None)
         spec = ArchiveSpec(
             strategies=[s.strip() for s in args.strategies.split(",") if s.strip()],
-            threads=args.threads or (archives.BULK_THREADS if args.bulk else 1),
+            threads=args.threads or (bulk.BULK_THREADS if args.bulk else 1),
             response_timeout=timeout,
             engine=args.engine,
             model_dir=args.model_dir,

@@ -9,13 +9,14 @@ from pathlib import Path
 
 from bucketing.config import STRATEGIES
 from model_store import archives
+from model_store.bulk import BULK_THREADS, BULK_WORKERS, bulk_response_timeout_s  # `start --bulk`: docs/api/bulk.md
+from model_store.contents import archived_config
 
 from .client import Endpoints, ServerError
 from .process import ROOT, TorchServe
 from .signals import exit_on_signals
 
 SERVE_DIR = ROOT / ".tmp" / "serve"
-BULK_WORKERS, BULK_THREADS = archives.BULK_WORKERS, archives.BULK_THREADS  # `start --bulk`: docs/api/bulk.md
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,7 +81,7 @@ def start(server: TorchServe, strategy: str, bulk: bool = False) -> int:
     interrupted start stops what it began."""
     name = archives.name(strategy)
     bulk_archive = archives.name(strategy, BULK_THREADS)
-    timeout = archives.bulk_response_timeout_s()
+    timeout = bulk_response_timeout_s()
     if bulk:
         check_bulk_archive(Path(server.properties["model_store"]) / f"{bulk_archive}.mar", strategy, timeout)
     started = server.pid() is None
@@ -116,11 +117,11 @@ def check_bulk_archive(mar: Path, strategy: str, timeout: int) -> None:
     build = f"`.venv/bin/python -m model_store.build --bulk --strategies {strategy}`"
     if not mar.exists():
         raise ServerError(f"--bulk: {mar.name} is not in the model store: build it with {build}")
-    given = (archives.archived_config(mar) or {}).get("responseTimeout", 120)
+    given = (archived_config(mar) or {}).get("responseTimeout", 120)
     if not isinstance(given, int) or given < timeout:
         raise ServerError(
             f"--bulk: {mar.name} has responseTimeout {given} s, under the {timeout} s a bulk request needs "
-            f"(archives.bulk_response_timeout_s): build it again with {build}"
+            f"(model_store.bulk): build it again with {build}"
         )
 
 

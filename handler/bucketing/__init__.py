@@ -1,14 +1,16 @@
 """Length-aware bucketing for transformer encoders behind TorchServe, in layers (docs/architecture.md):
 
 - `config`, `metrics`, `answers`: the worker's settings, its figures, and what the model answered per input;
-- `kinds/`: the model kinds' registry and one package or module per kind (embedding, classification, sparse,
-  multivector), each owning its task, folder reader and engine hooks;
+- `model_kinds`: the model kinds' registry (pure: `Kind`, `MODEL_KINDS`, `KindName`);
+- `kinds/`: one package or module per model kind (embedding, classification, sparse, multivector), each owning its
+  task, folder reader and engine hooks;
 - `engines/`: the engines' registry and one module per engine (torch, onnxruntime, openvino), with reduced-dtype
   fidelity;
 - `model/`: the model as read from its folder (the sentence-transformers chain, the torch head, the tokenizer);
-- `planning/`: the cost model and planner, calibration, the continuous scheduler and its pool;
+- `planning/`: the cost model and planner, calibration, the continuous scheduler's pick (pure);
 - `protocols/`: the wire formats' registry and one module per format;
-- `pipeline`, `startup_checks`: one delivered batch from rows to replies, and the start-up checks;
+- `startup_checks`: the worker's settings checked against the loaded model, once at start;
+- `serving/`: one delivered batch from rows to replies (`serving.pipeline`), and continuous batching's pool;
 - `worker`: the one way to open a worker (`bucketing.worker.open`), which the handler, the bench and tests use.
 
 The names below are this package's public ones, imported when first used (`bucketing.config` stays light).
@@ -23,9 +25,10 @@ if TYPE_CHECKING:
     from bucketing.answers import Answer, Options
     from bucketing.config import ConfigError, HandlerConfig
     from bucketing.engines import ENGINE_KINDS, Engine, EngineKind
-    from bucketing.kinds import KINDS, Kind
     from bucketing.kinds.task import Rows, Task
     from bucketing.model.head import EngineError
+    from bucketing.model_kinds import MODEL_KINDS, Kind
+    from bucketing.model_kinds import MODEL_KINDS as KINDS
     from bucketing.protocols import WIRES, Reply
     from bucketing.protocols.base import (
         BadRequest,
@@ -51,8 +54,9 @@ _WHERE = {
     "ENGINE_KINDS": "engines",
     "Engine": "engines",
     "EngineKind": "engines",
-    "KINDS": "kinds",
-    "Kind": "kinds",
+    "KINDS": "model_kinds:MODEL_KINDS",  # the former name of MODEL_KINDS, kept for callers
+    "MODEL_KINDS": "model_kinds",
+    "Kind": "model_kinds",
     "Rows": "kinds.task",
     "Task": "kinds.task",
     "EngineError": "model.head",
@@ -86,6 +90,7 @@ __all__ = [
     "HandlerConfig",
     "KINDS",
     "Kind",
+    "MODEL_KINDS",
     "Meta",
     "Model",
     "NotFound",

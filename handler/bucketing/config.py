@@ -11,22 +11,54 @@ import dataclasses
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
 from bucketing import sizes
-from bucketing.kinds import KINDS
+from bucketing.model_kinds import MODEL_KINDS, KindName
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-TASKS = tuple(KINDS)  # the model kinds, one declaration each in kinds.py
-STRATEGIES = ("bucketed", "dynamic", "static")
+TASKS: tuple[KindName, ...] = tuple(k.name for k in MODEL_KINDS.values())  # one declaration each in model_kinds.py
+StrategyName = Literal["bucketed", "dynamic", "static"]  # `handler.strategy`
+ScheduleName = Literal["batch", "continuous"]  # `handler.schedule`
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A planning strategy (`handler.strategy`), declared once: the planner, the start-up checks and the bench read
+    what it does here, never its name."""
+
+    name: StrategyName
+    budgeted: bool = False  # sorted sub-batches under max_batch_tokens, by the cost model (calibrated at start)
+    pads_to_max_length: bool = False  # every pass padded to max_length (else to its longest row, rounded up)
+
+    @property
+    def pads_to_longest(self) -> bool:
+        """Each pass padded to its longest row: a pass of one text is then the same under every such strategy."""
+        return not self.pads_to_max_length
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A schedule (`handler.schedule`), declared once: the worker, the build and the bench read what it does here."""
+
+    name: ScheduleName
+    pools: bool = False  # texts pool across TorchServe calls (its continuousBatching aggregator, one worker a model)
+
+
+STRATEGY_RULES: dict[str, Strategy] = {  # by name (a str key: the build and the bench look names up)
+    s.name: s
+    for s in (Strategy("bucketed", budgeted=True), Strategy("dynamic"), Strategy("static", pads_to_max_length=True))
+}
+STRATEGIES: tuple[StrategyName, ...] = get_args(StrategyName)
+SCHEDULE_RULES: dict[str, Schedule] = {s.name: s for s in (Schedule("batch"), Schedule("continuous", pools=True))}
+SCHEDULES: tuple[ScheduleName, ...] = get_args(ScheduleName)
 # A text over max_length, by `on_overflow`: (whether it is cut, whether it is split into windows); neither: a 413.
 OVERFLOW_RULES = {"truncate": (True, False), "reject": (False, False), "chunk": (False, True)}
 OVERFLOW = tuple(OVERFLOW_RULES)
 ENGINES = ("torch", "onnxruntime", "openvino")
 DTYPES = ("float32", "float16", "bfloat16")
-SCHEDULES = ("batch", "continuous")
 NORMALIZE = ("auto", "true", "false")  # YAML's true/false are read as "true"/"false"
 
 # The largest position count of BERT-family encoders; the model's own limit is checked at load.
@@ -71,7 +103,7 @@ class CostConfig:
 
 @dataclass(frozen=True)
 class HandlerConfig:
-    task: str = option(
+    task: KindName = option(
         "embedding",
         "`embedding` (the model's sentence-transformers chain; mean pooling for a plain "
         "folder), `classification` (id2label scores: softmax; sigmoid for one label or multi-label), `sparse` (a "
@@ -79,13 +111,13 @@ class HandlerConfig:
         "`multivector` (a MultiVectorEncoder folder: one vector per kept token)",
         choices=TASKS,
     )
-    strategy: str = option(
+    strategy: StrategyName = option(
         "bucketed",
         "`bucketed` (sorted sub-batches under a token budget), `dynamic` (one pass "
         "padded to the longest text) or `static` (padded to max_length)",
         choices=STRATEGIES,
     )
-    schedule: str = option(
+    schedule: ScheduleName = option(
         "batch",
         "`batch` (every request of TorchServe's batch answered in the call) or `continuous` (with the "
         "model-config's `continuousBatching: true`: texts pool across calls; each call runs about `slice_ms` "
@@ -254,8 +286,18 @@ class HandlerConfig:
         config._check_budget()
         return config
 
+    @property
+    def planning(self) -> Strategy:
+        """Its strategy's declaration (what the planner and the checks read)."""
+        return STRATEGY_RULES[self.strategy]
+
+    @property
+    def scheduling(self) -> Schedule:
+        """Its schedule's declaration (what the worker reads)."""
+        return SCHEDULE_RULES[self.schedule]
+
     def _check_budget(self) -> None:
-        if self.truncate_dim and self.task != "embedding":
+        if self.truncate_dim and not MODEL_KINDS[self.task].dense_vector:
             raise ConfigError(
                 f"handler.truncate_dim: got {self.truncate_dim} for task {self.task}; allowed: 0 (truncate_dim cuts "
                 "a dense embedding, task embedding)"

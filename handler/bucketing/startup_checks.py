@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from bucketing import protocols
 from bucketing.config import ConfigError, HandlerConfig
-from bucketing.kinds import KINDS
 from bucketing.kinds.task import Task
 from bucketing.model.chain import Chain, sentence_transformers_limit
 from bucketing.model.tokenizer import Tokenizer
+from bucketing.model_kinds import MODEL_KINDS
 from bucketing.planning.planner import round_up
 from bucketing.protocols.base import Limits
 
@@ -49,7 +49,7 @@ def check_fits(config: HandlerConfig, task: Task, tokenizer: Tokenizer, limits: 
             f"({model_limit}, its tokenizer's model_max_length), where sentence-transformers cuts its texts"
         )
     padded = round_up(config.max_length, config.pad_to_multiple_of)
-    if config.strategy != "static" and padded > task.max_positions:
+    if not config.planning.pads_to_max_length and padded > task.max_positions:
         raise ConfigError(
             f"handler.pad_to_multiple_of: got {config.pad_to_multiple_of} with handler.max_length "
             f"{config.max_length}: a text of {config.max_length} tokens would be padded to {padded}, past the "
@@ -69,7 +69,7 @@ def check_fits(config: HandlerConfig, task: Task, tokenizer: Tokenizer, limits: 
 def check_answer_size(config: HandlerConfig, task: Task, limits: Limits) -> None:
     """The largest answer (one text, or a full request) must fit handler.max_response_bytes."""
     largest = protocols.largest_answer(limits, task.labels)
-    kind = KINDS[task.name]
+    kind = MODEL_KINDS[task.name]
     if largest > config.max_response_bytes and kind.answer_bound == "one_text":
         raise ConfigError(
             f"handler.max_response_bytes: got {config.max_response_bytes}; allowed: at least {largest}, the "

@@ -8,17 +8,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from bucketing.config import HandlerConfig
-from bucketing.kinds import KINDS
-from bucketing.kinds.task import Rows, Task, reach
+from bucketing.kinds.task import Rows, Task, load_kind, reach
 from bucketing.metrics import BatchStats
 from bucketing.model.head import EngineError
 from bucketing.model.tokenizer import Tokenizer
-from bucketing.pipeline import Pipeline, make_planner, response_timeout_s
+from bucketing.model_kinds import MODEL_KINDS
 from bucketing.planning.calibrate import fit_cost, measure
-from bucketing.planning.continuous import Pool, check_model_config
 from bucketing.planning.planner import CostModel
 from bucketing.protocols import Reply
 from bucketing.protocols.base import Meta
+from bucketing.serving.continuous import Pool, check_model_config
+from bucketing.serving.deadline import response_timeout_s
+from bucketing.serving.passes import make_planner
+from bucketing.serving.pipeline import Pipeline
 
 
 @dataclass(frozen=True)
@@ -44,11 +46,11 @@ def load(config: HandlerConfig, model_dir: str, gpu_id: int | None = None) -> Mo
 
 def load_task(config: HandlerConfig, model_dir: str, gpu_id: int | None = None) -> Task:
     """The configured task (its kind's) on the configured engine, on the worker's GPU when it has one."""
-    kind = KINDS[config.task]
+    kind = MODEL_KINDS[config.task]
     refusal = kind.refused(config.engine, config.dtype, "handler.dtype")
     if refusal is not None:
         raise EngineError(refusal)
-    return kind.implementation().load(config, model_dir, gpu_id)
+    return load_kind(kind, config, model_dir, gpu_id)
 
 
 def cost_model(config: HandlerConfig, model: Model) -> CostModel:
@@ -56,7 +58,7 @@ def cost_model(config: HandlerConfig, model: Model) -> CostModel:
     on this engine (the configured one where the fit fails)."""
     c = config.cost
     configured = CostModel(c.forward_overhead_us, c.per_token_us, c.per_token_sq_us)
-    if not c.calibrate or config.strategy != "bucketed":
+    if not c.calibrate or not config.planning.budgeted:
         return configured
     return calibrated(model, config.max_length, configured)
 
@@ -127,7 +129,7 @@ def open(  # `bucketing.worker.open`; shadows the builtin in this module only
     timeout = response_timeout_s(model_yaml_config)
     pipeline = Pipeline(config, model.tokenizer, model.task, make_planner(config, cost), timeout)
     pool = None
-    if config.schedule == "continuous":
+    if config.scheduling.pools:
         check_model_config(model_yaml_config)
         pool = Pool(pipeline, cost)
     return Worker(config, model, cost, pipeline, pool)

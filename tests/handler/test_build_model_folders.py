@@ -469,12 +469,12 @@ def test_the_ranges_cli_says_in_one_line_that_its_texts_are_not_utf8(st_folder, 
 def test_bulk_archives_carry_a_response_timeout_sized_for_bulk_requests(st_folder, tmp_path, capsys):
     import yaml
 
-    from model_store import archives
+    from model_store import bulk
 
     assert stage_only(st_folder, tmp_path, "--bulk", "--no-calibration-texts") == 0
     ((path, config),) = [(p, yaml.safe_load(p.read_text())) for p in (tmp_path / "stage").glob("*.yaml")]
     assert path.name == "minilm-t2-bucketed.yaml" and config["handler"]["torch_threads"] == 2
-    assert config["responseTimeout"] == archives.bulk_response_timeout_s() == 330
+    assert config["responseTimeout"] == bulk.bulk_response_timeout_s() == 330
     assert stage_only(st_folder, tmp_path / "own", "--response-timeout", "600", "--no-calibration-texts") == 0
     ((config,),) = [[yaml.safe_load(p.read_text()) for p in (tmp_path / "own" / "stage").glob("*.yaml")]]
     assert config["responseTimeout"] == 600 and "torch_threads" not in config["handler"]
@@ -494,7 +494,7 @@ def test_an_archive_carrying_another_model_config_is_stale(tmp_path):
 
     import yaml
 
-    from model_store import archives
+    from model_store import archives, contents
 
     mar = tmp_path / "minilm-t2-bucketed.mar"
     config = archives.model_config("bucketed", 2)
@@ -503,6 +503,6 @@ def test_an_archive_carrying_another_model_config_is_stale(tmp_path):
         archive.writestr("cfg.yaml", yaml.safe_dump(config))
     later = time.time() + 3600  # newer than every source
     os.utime(mar, (later, later))
-    assert archives.archived_config(mar) == config and not archives.stale(mar, config=config)
+    assert contents.archived_config(mar) == config and not archives.stale(mar, config=config)
     assert archives.stale(mar, config={**config, "responseTimeout": 330})
     assert not archives.stale(mar)  # without a config to hold it against: the sources' times alone

@@ -8,12 +8,12 @@ from typing import Any
 
 import numpy as np
 
-from bucketing import pipeline
+from bucketing.serving import deadline, passes, pipeline
 from tests.handler.test_handler import alone, make_handler, mixed_texts, serve
 
 
 class Clock:
-    """`time` for the pipeline module: `perf_counter` reads a counter that each forward pass advances."""
+    """`time` for the serving loop and its passes: `perf_counter` reads a counter that each forward pass advances."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -37,10 +37,10 @@ class SlowTask:
 
 
 def test_response_timeout_comes_from_the_model_config_else_torchserves_default():
-    assert pipeline.response_timeout_s({"responseTimeout": 600, "handler": {}}) == 600.0
-    assert pipeline.response_timeout_s({"handler": {}}) == pipeline.RESPONSE_TIMEOUT_S == 120
-    assert pipeline.response_timeout_s(None) == 120.0
-    assert pipeline.response_timeout_s({"responseTimeout": "soon"}) == 120.0
+    assert deadline.response_timeout_s({"responseTimeout": 600, "handler": {}}) == 600.0
+    assert deadline.response_timeout_s({"handler": {}}) == deadline.RESPONSE_TIMEOUT_S == 120
+    assert deadline.response_timeout_s(None) == 120.0
+    assert deadline.response_timeout_s({"responseTimeout": "soon"}) == 120.0
 
 
 def test_requests_left_unrun_at_the_deadline_get_503_and_the_rest_are_answered(tiny_embedder_dir, monkeypatch):
@@ -48,7 +48,8 @@ def test_requests_left_unrun_at_the_deadline_get_503_and_the_rest_are_answered(t
     texts = mixed_texts(24, seed=3)
     reference = {t: np.array(alone(handler, context, t)["embedding"]) for t in texts}
     clock = Clock()
-    monkeypatch.setattr(pipeline, "time", clock)
+    monkeypatch.setattr(pipeline, "time", clock)  # the call's start
+    monkeypatch.setattr(passes, "time", clock)  # each pass's start, against the deadline
     work = handler.pipeline
     monkeypatch.setattr(work, "task", SlowTask(work.task, clock, seconds=10.0))
     monkeypatch.setattr(work, "response_timeout", 40.0)  # deadline 30 s of the fake clock: passes at 0, 10, 20, 30

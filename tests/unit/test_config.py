@@ -127,3 +127,19 @@ def test_archive_template_states_no_handler_default():
     defaults = HandlerConfig()
     restated = sorted(k for k, v in handler.items() if k != "strategy" and getattr(defaults, k) == v)
     assert restated == [], f"config/minilm.yaml restates handler defaults: {restated}"
+
+
+def test_each_strategy_schedule_and_task_name_is_declared_once():
+    from typing import get_args
+
+    from bucketing.config import SCHEDULE_RULES, SCHEDULES, STRATEGIES, STRATEGY_RULES, TASKS
+    from bucketing.model_kinds import KindName
+
+    assert STRATEGIES == tuple(STRATEGY_RULES) == ("bucketed", "dynamic", "static")
+    assert SCHEDULES == tuple(SCHEDULE_RULES) == ("batch", "continuous")
+    assert TASKS == get_args(KindName)
+    assert [n for n, s in STRATEGY_RULES.items() if s.budgeted] == ["bucketed"]
+    assert [n for n, s in STRATEGY_RULES.items() if s.pads_to_max_length] == ["static"]
+    assert [n for n, s in SCHEDULE_RULES.items() if s.pools] == ["continuous"]
+    assert HandlerConfig.from_mapping({"strategy": "static", "schedule": "continuous"}).planning.pads_to_max_length
+    assert HandlerConfig().scheduling == SCHEDULE_RULES["batch"] and HandlerConfig().planning.budgeted

@@ -13,7 +13,7 @@ import pytest
 
 from bucketing import protocols
 from bucketing.answers import Answer, Options, activate
-from bucketing.kinds import KINDS, answer_fields
+from bucketing.model_kinds import MODEL_KINDS, answer_fields
 from bucketing.protocols import native, openai
 from bucketing.protocols.base import (
     ERRORS,
@@ -53,7 +53,7 @@ def test_a_wire_format_is_declared_once_and_answers_errors_in_its_own_shape():
     plain = Wire("plain", {}, None, "served", error_body=lambda e: {"message": e.message})
     reply = plain.error_reply(NotFound("NotFound", "nope"))  # no own_error: the error as raised
     assert (reply.status, reply.error, json.loads(reply.body)) == (404, "NotFound", {"message": "nope"})
-    assert not plain.claims_body({"inputs": "a"}) and plain.refusal(KINDS["multivector"]) is None
+    assert not plain.claims_body({"inputs": "a"}) and plain.refusal(MODEL_KINDS["multivector"]) is None
 
 
 def test_an_answer_over_the_response_cap_is_a_413():

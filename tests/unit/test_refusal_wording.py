@@ -8,7 +8,7 @@ import re
 import pytest
 
 from bucketing import protocols
-from bucketing.kinds import KINDS
+from bucketing.model_kinds import MODEL_KINDS
 from bucketing.protocols.base import Limits, RequestError
 from tests.unit.wire import incoming
 
@@ -40,13 +40,13 @@ def refusals(kind: str) -> set[str]:
             if isinstance(outcome, RequestError):
                 lines.add(outcome.message)
     for setting, dtype in (("--dtype", "float16"), ("handler.dtype", "bfloat16")):
-        line = KINDS[kind].refused("openvino", dtype, setting)
+        line = MODEL_KINDS[kind].refused("openvino", dtype, setting)
         if line:
             lines.add(line)
     return lines
 
 
-@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("kind", sorted(MODEL_KINDS))
 def test_every_refusal_names_the_kind_as_declared(kind):
     lines = refusals(kind)
     saying_what = [line for line in lines if re.search(r"this (model )?is ", line)]
@@ -60,4 +60,4 @@ def test_every_refusal_names_the_kind_as_declared(kind):
 
 
 def test_each_kind_is_named_from_its_title():
-    assert {name: kind.a_model for name, kind in KINDS.items()} == NAMED
+    assert {name: kind.a_model for name, kind in MODEL_KINDS.items()} == NAMED

@@ -10,8 +10,8 @@ import numpy as np
 
 from bucketing.kinds.task import Rows, TaskHooks, reach
 from bucketing.model.tokenizer import Encoded
-from bucketing.pipeline import Item, compute
 from bucketing.planning.planner import plan_static
+from bucketing.serving.passes import Item, compute
 
 
 class Static(TaskHooks):

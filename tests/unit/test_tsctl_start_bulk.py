@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from model_store import archives
+from model_store import archives, bulk
 from tsctl import __main__ as cli
 from tsctl.client import Endpoints, ServerError
 
@@ -56,7 +56,7 @@ def archive(path: Path, response_timeout: int | None) -> Path:
 
 
 def test_bulk_registers_the_two_thread_archive_on_one_worker_beside_the_strategys(tmp_path, capsys):
-    timeout = archives.bulk_response_timeout_s()
+    timeout = bulk.bulk_response_timeout_s()
     archive(tmp_path / "minilm-t2-bucketed.mar", timeout)
     server = FakeServer(tmp_path)
     assert cli.start(server, "bucketed", bulk=True) == 0  # type: ignore[arg-type]
@@ -83,12 +83,12 @@ def test_a_bulk_archive_with_torchserve_s_timeout_is_refused_in_one_line(tmp_pat
 def test_the_bulk_timeout_covers_the_request_max_request_size_is_sized_for():
     """2,048 texts at the template's max_length, at its cost model's per-token cost, within the share of
     responseTimeout a call starts passes in, twice over."""
-    from bucketing.pipeline import DEADLINE_SHARE
+    from bucketing.serving.deadline import DEADLINE_SHARE
     from bucketing.sizes import MAX_TEXTS
 
     config = archives.served()
     passes = MAX_TEXTS * config.max_length * config.cost.per_token_us / 1e6
-    assert archives.bulk_response_timeout_s() * DEADLINE_SHARE >= 2 * passes > 100
+    assert bulk.bulk_response_timeout_s() * DEADLINE_SHARE >= 2 * passes > 100
 
 
 def test_a_missing_bulk_archive_is_one_line_with_its_build_command_before_anything_starts(tmp_path):

@@ -20,8 +20,8 @@ from bucketing.config import HandlerConfig
 from bucketing.engines import precision
 from bucketing.engines.base import TOLERANCE, Engine, head_inputs, probe, probe_types
 from bucketing.engines.shadow import Shadow
-from bucketing.kinds import KINDS
 from bucketing.model.head import EngineError, Head, ModelInfo
+from bucketing.model_kinds import MODEL_KINDS
 
 logger = logging.getLogger(__name__)
 
@@ -202,7 +202,7 @@ def fidelity_gate(
     from bucketing.model.tokenizer import Tokenizer
 
     tokenizer = Tokenizer(model_dir, min(config.max_length, info.max_positions), bool(info.chain.do_lower_case))
-    classifier = KINDS[config.task].classifier
+    classifier = MODEL_KINDS[config.task].classifier
     probes = precision.probe_set(tokenizer, pairs=classifier)
     expected = precision.run_probes(reference, probes, tokenizer.pad_id)
     engine = make()

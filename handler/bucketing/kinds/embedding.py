@@ -12,11 +12,11 @@ import numpy as np
 
 from bucketing.answers import Answer
 from bucketing.engines import Engine, load_engine
-from bucketing.kinds import KINDS, refused_folder
 from bucketing.kinds.task import Rows, TaskHooks
 from bucketing.model.chain import Chain, ChainError, read_chain
 from bucketing.model.head import ModelInfo
 from bucketing.model.tokenizer import Encoded
+from bucketing.model_kinds import MODEL_KINDS, refused_folder
 from bucketing.quantize import RANGES_FILE, Ranges, load_ranges
 
 
@@ -91,7 +91,7 @@ class EmbeddingTask(TaskHooks):
     @staticmethod
     def read_settings(folder: Path) -> Chain:
         """The folder's module chain; ChainError for a folder of a kind with a head of its own."""
-        other = refused_folder(KINDS["embedding"], folder)
+        other = refused_folder(MODEL_KINDS["embedding"], folder)
         if other is not None:
             raise ChainError(f"{folder}: a {other.saved_as} folder; build it with --task {other.name}")
         return read_chain(folder)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
@@ -15,10 +15,13 @@ from bucketing.answers import Answer, Options
 from bucketing.model.chain import INPUT_TYPES, Chain
 from bucketing.model.tokenizer import Encoded
 
+if TYPE_CHECKING:
+    from bucketing.model_kinds import Kind
+
 
 @dataclass(frozen=True)
 class Rows:
-    """One padded sub-batch, as every task's forward takes it (built once per pass by `pipeline.compute`)."""
+    """One padded sub-batch, as every task's forward takes it (built once per pass by `serving.passes.compute`)."""
 
     ids: np.ndarray  # [rows, padded length] token ids
     mask: np.ndarray  # the attention mask (a multi-vector query's unattended expansion is 0 here)
@@ -136,7 +139,7 @@ class TaskHooks:
 
     @staticmethod
     def detects(folder: Path | str) -> bool:
-        """Whether a folder is of this kind by its own files (kinds.detect asks the kinds that detect)."""
+        """Whether a folder is of this kind by its own files (`model_kinds.detect` asks the kinds that detect)."""
         return False
 
     @staticmethod
@@ -169,6 +172,17 @@ class TaskHooks:
 
     def combine(self, vectors: Sequence[np.ndarray], weights: Sequence[int], input_type: str | None) -> np.ndarray:
         return chunks.pool(vectors, weights)
+
+
+class Loads(Protocol):
+    """A kind's task class as a worker opens it: its `load` (the task on the configured engine)."""
+
+    def load(self, config: Any, model_dir: str, gpu_id: Any = None) -> Task: ...
+
+
+def load_kind(kind: Kind, config: Any, model_dir: str, gpu_id: Any = None) -> Task:
+    """The kind's task on the configured engine: its task class's `load` (the class imported now)."""
+    return cast("Loads", kind.implementation()).load(config, model_dir, gpu_id)
 
 
 def reach(task: Task, max_length: int) -> int:

@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from bucketing.kinds import KINDS
 from bucketing.model.chain import Chain, ChainError, check_dense_weights, read_chain, read_prompts
 from bucketing.model.weights import check_weight_shapes
+from bucketing.model_kinds import MODEL_KINDS
 
 # Encoders whose position ids start after the padding index: max_position_embeddings - pad_token_id - 1 usable.
 OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert", "longformer", "mpnet")
@@ -172,9 +172,9 @@ def load_head(task: str, model_dir: str, attention: str | None = None) -> tuple[
     the attention implementation to load it with; None: transformers' default, SDPA)."""
     from transformers import AutoModel, AutoModelForSequenceClassification
 
-    from bucketing.kinds import refused_folder
+    from bucketing.model_kinds import refused_folder
 
-    kind = KINDS[task]
+    kind = MODEL_KINDS[task]
     if kind.own_head:
         own: tuple[Head, ModelInfo] = kind.implementation().load_head(model_dir, attention)
         return own
@@ -184,7 +184,7 @@ def load_head(task: str, model_dir: str, attention: str | None = None) -> tuple[
             f"{model_dir}: a {other.saved_as} folder ({other.note}); serve it with handler.task "
             f"{other.name} (`model_store.build --task {other.name}`, or let the build detect it)"
         )
-    classifier = KINDS[task].classifier
+    classifier = MODEL_KINDS[task].classifier
     auto = AutoModelForSequenceClassification if classifier else AutoModel
     extra = {"attn_implementation": attention} if attention else {}
     model = load_pretrained(auto, model_dir, **extra)

@@ -1,2 +1,2 @@
-"""Planning a delivered batch: the cost model and planner (which rows share a padded pass), the continuous
-scheduler's pick, calibration of the cost model at start, and continuous batching's pool across calls."""
+"""Planning a delivered batch, pure (no torch, nothing of the serving loop): the cost model and planner (which rows
+share a padded pass), the continuous scheduler's pick, and calibration of the cost model at start."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from bucketing.answers import Answer, Options
-from bucketing.kinds import KINDS, Kind, KindName
+from bucketing.model_kinds import MODEL_KINDS, Kind, KindName
 from bucketing.quantize import Ranges
 
 try:  # an answer's JSON: orjson where installed (requirements.txt pins it), else json at ~20x its cost per float
@@ -190,7 +190,7 @@ class Limits:
     @property
     def kind(self) -> Kind:
         """The loaded model's kind (what a wire format asks of it: `kinds.Kind`)."""
-        return KINDS[self.task]
+        return MODEL_KINDS[self.task]
 
     def read_dimensions(self, value: Any, name: str = "dimensions", mark: str = '"') -> int | None:
         """A request's `dimensions` (or its format's name for it): absent, None; else an integer from 1 to the

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bucketing.answers import Answer, Options
-from bucketing.kinds import ONE_PER_INPUT, KindName
+from bucketing.model_kinds import ONE_PER_INPUT, KindName
 from bucketing.protocols.base import Limits, RequestError, Wire, bad, check_count, is_int, json_type, quote
 from bucketing.protocols.inputs import texts
 from bucketing.protocols.options import check_cut_ranges, late_refused, ranges_missing, read_options

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bucketing.answers import Answer, Options
-from bucketing.kinds import ONE_PER_INPUT, KindName
+from bucketing.model_kinds import ONE_PER_INPUT, KindName
 from bucketing.protocols.base import Limits, Pair, RequestError, Wire, bad, check_count, is_int, json_type
 from bucketing.protocols.inputs import texts
 from bucketing.protocols.openai import MAX_MODEL_CHARS

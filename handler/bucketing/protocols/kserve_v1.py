@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bucketing.answers import Answer, Options
-from bucketing.kinds import ONE_PER_INPUT, KindName
+from bucketing.model_kinds import ONE_PER_INPUT, KindName
 from bucketing.protocols.base import Limits, Wire, bad, check_count, json_type
 from bucketing.protocols.base import error_body as error_body
 from bucketing.protocols.inputs import texts

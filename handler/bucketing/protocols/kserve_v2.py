@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from bucketing.answers import Answer, Options
-from bucketing.kinds import ONE_PER_INPUT, KindName, answer_fields
+from bucketing.model_kinds import ONE_PER_INPUT, KindName, answer_fields
 from bucketing.protocols.base import (
     Binary,
     Limits,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from bucketing.answers import Answer, Options
-from bucketing.kinds import KindName
+from bucketing.model_kinds import KindName
 from bucketing.protocols.base import Limits, Pair, Wire, bad, check_count, json_type, names
 from bucketing.protocols.base import error_body as error_body
 from bucketing.protocols.body import Text

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from bucketing.answers import Answer, Options
-from bucketing.kinds import ONE_PER_INPUT, KindName
+from bucketing.model_kinds import ONE_PER_INPUT, KindName
 from bucketing.protocols.base import (
     Input,
     Limits,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bucketing.answers import Answer, Options
-from bucketing.kinds import KindName
+from bucketing.model_kinds import KindName
 from bucketing.protocols import tei
 from bucketing.protocols.base import Input, Limits, Wire, check_count, is_int, json_type
 from bucketing.protocols.tei import error_body as error_body

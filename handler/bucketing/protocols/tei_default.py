@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from bucketing.kinds import ONE_PER_INPUT, KindName
+from bucketing.model_kinds import ONE_PER_INPUT, KindName
 from bucketing.protocols import tei, tei_embed, tei_predict, tei_rerank, tei_similarity
 from bucketing.protocols.base import Limits, Request, Wire
 from bucketing.protocols.tei import error_body as error_body

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from bucketing.answers import Answer
-from bucketing.kinds import ONE_PER_INPUT, KindName
+from bucketing.model_kinds import ONE_PER_INPUT, KindName
 from bucketing.protocols import tei
 from bucketing.protocols.base import Limits, Wire, check_count
 from bucketing.protocols.tei import error_body as error_body

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bucketing.answers import Answer, Options
-from bucketing.kinds import ONE_PER_INPUT, KindName
+from bucketing.model_kinds import ONE_PER_INPUT, KindName
 from bucketing.protocols.base import Limits, NotFound, Pair, RequestError, Wire, bad, check_count, json_type
 from bucketing.protocols.inputs import check_text, texts
 from bucketing.protocols.options import read_options

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from bucketing.answers import Answer, Options
-from bucketing.kinds import ONE_PER_INPUT, KindName
+from bucketing.model_kinds import ONE_PER_INPUT, KindName
 from bucketing.protocols import tei
 from bucketing.protocols.base import Limits, Wire, check_count, json_type
 from bucketing.protocols.options import read_options

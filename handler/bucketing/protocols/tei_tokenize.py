@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bucketing.answers import Answer, Options
-from bucketing.kinds import KindName
+from bucketing.model_kinds import KindName
 from bucketing.protocols import tei
 from bucketing.protocols.base import Input, Limits, ServerError, Wire, check_count, json_type
 from bucketing.protocols.options import read_options
