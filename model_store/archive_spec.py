@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bucketing.config import ENGINES, MAX_LENGTH_CAP
+from bucketing.config import MAX_LENGTH_CAP
 from bucketing.config import STRATEGIES as STRATEGIES  # re-exported: the bench builds these by default
+from bucketing.engine_registry import ENGINES
 from bucketing.kinds import KINDS
 from model_store import archives
 
@@ -178,7 +179,7 @@ def report_fidelity(configs: Mapping[str, dict[str, Any]], model_dir: Path) -> N
 
     import torch
 
-    from bucketing.engines import ENGINE_KINDS, precision
+    from bucketing.engines import precision
     from bucketing.engines.torch_engine import DTYPES as TORCH_DTYPES
     from bucketing.model.head import EngineError, load_head
 
@@ -188,7 +189,7 @@ def report_fidelity(configs: Mapping[str, dict[str, Any]], model_dir: Path) -> N
     try:
         head, info = load_head(handler.task, str(model_dir))
         with torch.inference_mode():
-            engine = ENGINE_KINDS[handler.engine].open(
+            engine = ENGINES[handler.engine].open(
                 head, info, measured, str(model_dir), "cpu", TORCH_DTYPES[handler.dtype]
             )
     except (EngineError, OSError, ValueError) as e:
@@ -209,6 +210,4 @@ def report_fidelity(configs: Mapping[str, dict[str, Any]], model_dir: Path) -> N
 
 def engine_dtypes(engine: str) -> tuple[str, ...]:
     """The dtypes an engine runs (`EngineKind.dtypes`)."""
-    from bucketing.engines import ENGINE_KINDS
-
-    return ENGINE_KINDS[engine].dtypes
+    return ENGINES[engine].dtypes

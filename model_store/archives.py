@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from bucketing.config import STRATEGIES, TASKS, HandlerConfig
+from bucketing.engine_registry import ENGINES
 from bucketing.kinds import DEFAULT, KINDS, detect
 from bucketing.quantize import RANGES_FILE
 
@@ -207,10 +208,8 @@ def read_model_chain(model_dir: Path, task: str = "embedding") -> Any:
 def engine_model_dir(model_dir: Path, engine: str, task: str, target: Path) -> Path:
     """The model folder an engine needs: as it is when the engine reads the model's files alone (torch); else its
     files (linked) with the engine's own written beside them (onnxruntime: the exported `model.onnx`)."""
-    from bucketing.engines import ENGINE_KINDS
-
-    kind = ENGINE_KINDS[engine]
-    if not kind.files:
+    kind = ENGINES[engine]
+    if not kind.exports_graph:
         return model_dir
     archived_files(model_dir)  # nothing from outside the folder, linked or copied
     target.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import yaml
 
-from bucketing.config import DTYPES, ENGINES, SCHEDULES, TASKS
+from bucketing.config import DTYPES, ENGINE_NAMES, SCHEDULES, TASKS
+from bucketing.engine_registry import either
 from model_store import archives
 from model_store.archive_spec import STRATEGIES as STRATEGIES  # re-exported: the bench builds these by default
 from model_store.archive_spec import ArchiveSpec as ArchiveSpec  # re-exported: the bench and tests import it here
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=archives.STORE, help="where the .mar files go")
     parser.add_argument("--model-dir", type=Path, default=None, help="model files (default: the installed package)")
     parser.add_argument("--threads", type=int, default=1, help="threads per worker (names minilm-tN-*)")
-    parser.add_argument("--engine", choices=ENGINES, help="torch, onnxruntime or openvino (default: the template's)")
+    parser.add_argument("--engine", choices=ENGINE_NAMES, help=f"{either(ENGINE_NAMES)} (default: the template's)")
     parser.add_argument("--schedule", choices=SCHEDULES, help="handler.schedule (default: the template's)")
     parser.add_argument("--name", default=archives.PREFIX, help="archive name prefix: NAME-<strategy>.mar")
     parser.add_argument(

@@ -4,7 +4,7 @@
 - `kinds/`: the model kinds' registry and one package or module per kind (embedding, classification, sparse,
   multivector), each owning its task, folder reader and engine hooks;
 - `engines/`: the engines' registry and one module per engine (torch, onnxruntime, openvino), with reduced-dtype
-  fidelity;
+  fidelity; `engine_registry`: that registry's declarations (`ENGINES`, and the dtypes'), pure, on the ground floor;
 - `model/`: the model as read from its folder (the sentence-transformers chain, the torch head, the tokenizer);
 - `planning/`: the cost model and planner, calibration, the continuous scheduler and its pool;
 - `protocols/`: the wire formats' registry and one module per format;
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from bucketing.answers import Answer, Options
     from bucketing.config import ConfigError, HandlerConfig
+    from bucketing.engine_registry import ENGINES
     from bucketing.engines import ENGINE_KINDS, Engine, EngineKind
     from bucketing.kinds import KINDS, Kind
     from bucketing.kinds.task import Rows, Task
@@ -48,6 +49,7 @@ _WHERE = {
     "Options": "answers",
     "ConfigError": "config",
     "HandlerConfig": "config",
+    "ENGINES": "engine_registry",
     "ENGINE_KINDS": "engines",
     "Engine": "engines",
     "EngineKind": "engines",
@@ -78,6 +80,7 @@ __all__ = [
     "Answer",
     "BadRequest",
     "ConfigError",
+    "ENGINES",
     "ENGINE_KINDS",
     "Engine",
     "EngineError",
