@@ -1,7 +1,8 @@
 """Sparse encoders on the graph engines (onnxruntime; openvino, the same graph compiled by OpenVINO): the graph
 exported at build (`load_head`: what `onnx_engine.export_onnx` exports for the sparse kind) and the engine that runs
 it at worker start (`open_engine`), checked against the torch engine (`engines.SparseEngine` / `engines.CsrEngine`)
-on padded inputs (OpenVINO has no float64: a summing SPLADE is refused on it, `SUMS_IN_FLOAT32`).
+on padded inputs (OpenVINO has no float64: a summing SPLADE is refused on it, its engine declaring
+`sums_in_float32`). Each graph engine runs the graph by its declaration's `sparse_graph` (`engine_registry`).
 
 SPLADE: the graph runs (input_ids, attention_mask) to the pooled vocabulary-size vectors, the masked-LM logits,
 the mask, relu, log1p and max or sum over the tokens inside it, so each run hands back rows x vocabulary floats,
@@ -33,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bucketing.engine_registry import ENGINES, either
 from bucketing.kinds.sparse.folder import SparseSpec, read_sparse
 from bucketing.model.chain import ChainError
 
@@ -167,8 +169,8 @@ class OrtHead:
 
 
 def open_graph(task: Any, config: Any, model_dir: str) -> Any:
-    """The exported graph on the configured graph engine (`GRAPHS`) in the task's engine's place, checked against it
-    on padded inputs for every route that runs the transformer (an EngineError in one line past
+    """The exported graph on the configured graph engine (its `sparse_graph`) in the task's engine's place, checked
+    against it on padded inputs for every route that runs the transformer (an EngineError in one line past
     engines.base.TOLERANCE, or on any failure)."""
     from bucketing.engines.base import TOLERANCE, probe
     from bucketing.engines.onnx_engine import exported_graph
@@ -184,7 +186,7 @@ def open_graph(task: Any, config: Any, model_dir: str) -> Any:
     if float32_sum:
         raise EngineError(f"handler.engine {config.engine}: {model_dir}: {float32_sum}")
     try:
-        graph = GRAPHS[config.engine](path, config.torch_threads, torch_engine.device)
+        graph = ENGINES[config.engine].graph(path, config.torch_threads, torch_engine.device)
         engine: Any
         if routes[0].is_csr:  # the one CSR route's dense chain on the graph, its autoencoder on torch
             engine = copy.copy(torch_engine)
@@ -217,37 +219,21 @@ def open_graph(task: Any, config: Any, model_dir: str) -> Any:
     return engine
 
 
-def ort_graph(path: Any, threads: int, device: str) -> Any:
-    from bucketing.engines.onnx_engine import OrtEngine
-
-    return OrtEngine(path, threads, device)
-
-
-def openvino_graph(path: Any, threads: int, device: str) -> Any:
-    from bucketing.engines.openvino_engine import OvEngine
-
-    return OvEngine(path, threads, "float32")  # sparse models are served in float32 only
-
-
 def summed_in_float32(spec: SparseSpec, engine: str) -> str | None:
-    """Why a SPLADE summing over its tokens is not served on `engine` (one of `SUMS_IN_FLOAT32`); None otherwise."""
-    if engine not in SUMS_IN_FLOAT32 or not any(pooling == "sum" for pooling, _ in pools(spec)):
+    """Why a SPLADE summing over its tokens is not served on `engine` (one whose declaration `sums_in_float32`:
+    OpenVINO's CPU plugin has no float64; measured 2.3e-5 off encode() (tests/handler/sparse/test_onnxruntime.py, large
+    sums), past engines.base.TOLERANCE); None otherwise."""
+    if not ENGINES[engine].sums_in_float32 or not any(pooling == "sum" for pooling, _ in pools(spec)):
         return None
+    exact = [e.name for e in ENGINES.values() if e.serves_sparse and not e.sums_in_float32]
     return (
-        f"a SPLADE summing over its tokens is served on engine torch or onnxruntime only ({engine} runs the graph's "
+        f"a SPLADE summing over its tokens is served on engine {either(exact)} only ({engine} runs the graph's "
         "float64 sum in float32, up to 2.3e-5 off encode())"
     )
 
 
-# Engines that run the graph's float64 sum (SPLADE's sum pooling) in float32: OpenVINO's CPU plugin has no float64;
-# measured 2.3e-5 off encode() (tests/handler/sparse/test_onnxruntime.py, large sums), past engines.base.TOLERANCE.
-SUMS_IN_FLOAT32 = ("openvino",)
-# The engines that run the exported graph, by handler.engine: (graph file, threads, device) -> the graph's runner.
-GRAPHS = {"onnxruntime": ort_graph, "openvino": openvino_graph}
-# How a sparse model's engine opens, by handler.engine: torch's is the task's own.
-OPEN = {"torch": lambda task, config, model_dir: task.engine, **{name: open_graph for name in GRAPHS}}
-
-
 def open_engine(task: Any, config: Any, model_dir: str) -> Any:
-    """The sparse task's engine on the configured engine."""
-    return OPEN[config.engine](task, config, model_dir)
+    """The sparse task's engine on the configured engine: the task's own torch engine, or the exported graph."""
+    if not ENGINES[config.engine].exports_graph:
+        return task.engine
+    return open_graph(task, config, model_dir)
