@@ -11,7 +11,7 @@ from typing import Any
 
 from bucketing.config import MAX_LENGTH_CAP
 from bucketing.config import STRATEGIES as STRATEGIES  # re-exported: the bench builds these by default
-from bucketing.engine_registry import ENGINES
+from bucketing.engine_registry import DEFAULT_ENGINE, DTYPE_KINDS, ENGINES, EXACT_DTYPE, is_reduced
 from bucketing.kinds import KINDS
 from model_store import archives
 
@@ -127,9 +127,11 @@ class ArchiveSpec:
             raise BuildError(f"--strategies: unknown {', '.join(unknown)}; allowed: {', '.join(STRATEGIES)}")
         task = self.task or (archives.detect_task(self.folder) if self.model_dir is not None else "embedding")
         kind = KINDS[task]
-        reduced = self.dtype not in (None, "float32")
-        engine = self.engine or (kind.engines[0] if kind.engines else "torch" if reduced else archives.default_engine())
-        refusal = kind.refused(engine, self.dtype or "float32", "--dtype")
+        reduced = is_reduced(self.dtype)
+        engine = self.engine or (
+            kind.engines[0] if kind.engines else DEFAULT_ENGINE if reduced else archives.default_engine()
+        )
+        refusal = kind.refused(engine, self.dtype or EXACT_DTYPE, "--dtype")
         if refusal is not None:
             raise BuildError(refusal)
         if reduced and self.engine is not None and self.dtype not in engine_dtypes(self.engine):
@@ -173,7 +175,7 @@ def report_fidelity(configs: Mapping[str, dict[str, Any]], model_dir: Path) -> N
     from bucketing.config import HandlerConfig
 
     handler = HandlerConfig.from_mapping(next(iter(configs.values()))["handler"])
-    if handler.dtype == "float32":
+    if not is_reduced(handler.dtype):
         return
     import dataclasses
 
@@ -198,7 +200,7 @@ def report_fidelity(configs: Mapping[str, dict[str, Any]], model_dir: Path) -> N
     if fidelity is None:
         raise BuildError(f"--dtype {handler.dtype}: fidelity not measured")
     native = precision.native_bf16(precision.cpu_info())
-    if handler.dtype != "bfloat16":  # float16: no CPU worker serves it
+    if DTYPE_KINDS[handler.dtype].cpu_flags is None:  # float16: no CPU worker serves it
         where = f"on this CPU; {handler.dtype} is served on a CUDA GPU only"
     else:
         where = f"this CPU multiplies bfloat16 natively ({native})" if native else "this CPU emulates bfloat16"

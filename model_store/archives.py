@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from bucketing.config import STRATEGIES, TASKS, HandlerConfig
-from bucketing.engine_registry import ENGINES
+from bucketing.engine_registry import DEFAULT_ENGINE, ENGINES, EXACT_DTYPE, is_reduced
 from bucketing.kinds import DEFAULT, KINDS, detect
 from bucketing.quantize import RANGES_FILE
 
@@ -124,7 +124,7 @@ def check_model_dir(
     if task not in TASKS:
         raise ModelFolderError(f"--task {task!r}; allowed: {', '.join(TASKS)}")
     kind = KINDS[task]
-    refusal = kind.refused("torch", dtype or "float32", "--dtype")
+    refusal = kind.refused(DEFAULT_ENGINE, dtype or EXACT_DTYPE, "--dtype")
     if refusal is not None:
         raise ModelFolderError(refusal)
     from bucketing.model.chain import ChainError
@@ -158,7 +158,7 @@ def check_model_dir(
         raise ModelFolderError(str(e)) from None
     from bucketing.model.head import REDUCED_SAVED, reduced_weights, saved_dtype
 
-    if (dtype or "float32") == "float32" and saved_dtype(config) in REDUCED_SAVED:
+    if not is_reduced(dtype) and saved_dtype(config) in REDUCED_SAVED:
         raise ModelFolderError(reduced_weights(model_dir, saved_dtype(config)))
     if classifier:
         from bucketing.model.head import EngineError, activation, class_labels

@@ -55,7 +55,7 @@ EXACT_DTYPE: DType = next(d.name for d in DTYPE_KINDS.values() if not d.reduced)
 CPU_DTYPES: tuple[DType, ...] = tuple(d.name for d in DTYPE_KINDS.values() if d.cpu_flags is not None)
 
 
-def reduced(dtype: str | None) -> bool:
+def is_reduced(dtype: str | None) -> bool:
     """Whether `dtype` (None: the default, float32) is a reduced one."""
     return dtype is not None and DTYPE_KINDS[dtype].reduced
 
