@@ -16,6 +16,7 @@ import dataclasses
 import numpy as np
 
 from bucketing.config import HandlerConfig
+from bucketing.engine_registry import DTYPE_KINDS
 from bucketing.engines import Engine, precision
 from bucketing.engines.torch_engine import DTYPES, TorchEngine, open_reduced
 from bucketing.model.head import ModelInfo, load_head
@@ -36,7 +37,8 @@ def engine(folder: str, dtype: str, config: HandlerConfig) -> tuple[Engine, Mode
     head, info = load_head("embedding", folder)
     if dtype == "float32":
         return TorchEngine(head, "cpu", DTYPES[dtype], False, info.vocab_size), info
-    return open_reduced(head, info, dataclasses.replace(config, dtype=dtype), folder, "cpu", DTYPES[dtype]), info
+    reduced = dataclasses.replace(config, dtype=DTYPE_KINDS[dtype].name)
+    return open_reduced(head, info, reduced, folder, "cpu", DTYPES[dtype]), info
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,7 +33,8 @@ def calibrated_costs(
 
     from bucketing import worker
     from bucketing.config import ConfigError, HandlerConfig
-    from bucketing.engines import ENGINE_KINDS
+    from bucketing.engine_registry import DTYPE_KINDS
+    from bucketing.engines import ENGINES
     from bucketing.kinds.task import Rows
     from bucketing.model.head import EngineError
     from bucketing.planning.calibrate import fit_cost, measure
@@ -46,11 +47,11 @@ def calibrated_costs(
     with tempfile.TemporaryDirectory() as tmp:
         folders: dict[tuple[str, ...], Path] = {}  # by the files an engine reads: one export for the graph engines
         for engine, dtype in pairs:
-            files = ENGINE_KINDS[engine].files
+            files = ENGINES[engine].files
             try:
                 if files not in folders:
                     folders[files] = engine_model_dir(Path(model_dir), engine, "embedding", Path(tmp) / engine)
-                config = HandlerConfig(engine=engine, torch_threads=1, dtype=dtype)
+                config = HandlerConfig(engine=ENGINES[engine].name, torch_threads=1, dtype=DTYPE_KINDS[dtype].name)
                 model = worker.load(config, str(folders[files]))
             except (ConfigError, EngineError, ModelFolderError, ImportError) as e:
                 out[(engine, dtype)] = " ".join(str(e).split())[:300]

@@ -22,8 +22,8 @@ import torch
 
 from bench import models
 from bench.tokenize_cost import best_of
-from bucketing.config import ENGINES, ConfigError, HandlerConfig
-from bucketing.engines import ENGINE_KINDS, Engine, load_engine, precision
+from bucketing.config import ENGINE_NAMES, ConfigError, HandlerConfig
+from bucketing.engines import ENGINES, Engine, load_engine, precision
 from bucketing.model.head import EngineError
 from bucketing.model.tokenizer import Tokenizer, collate
 from model_store.archives import SERVED, engine_model_dir, minilm_dir
@@ -68,12 +68,12 @@ def open_engines(
     refused: list[tuple[str, str, str]] = []
     graph_dir: Path | None = None
     for engine in engines:
-        needs_graph = bool(ENGINE_KINDS[engine].files)
+        needs_graph = bool(ENGINES[engine].files)
         if needs_graph and graph_dir is None:
             graph_dir = engine_model_dir(source, engine, "embedding", tmp / "graph")
         folder = str(graph_dir if needs_graph else source)
-        for dtype in (d for d in ENGINE_KINDS[engine].dtypes if d in precision.CPU_DTYPES):
-            config = HandlerConfig(engine=engine, dtype=dtype, torch_threads=threads)
+        for dtype in (d for d in ENGINES[engine].dtypes if d in precision.CPU_DTYPES):
+            config = HandlerConfig(engine=ENGINES[engine].name, dtype=dtype, torch_threads=threads)
             try:
                 with torch.inference_mode():
                     opened.append(Opened(engine, dtype, load_engine(config, folder)[0], folder))
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=10, help="timed runs a round, per engine")
     parser.add_argument("--rounds", type=int, default=5, help="rounds over the engines in turn; the best kept")
-    parser.add_argument("--engines", default=",".join(ENGINES), help=f"comma list of {','.join(ENGINES)}")
+    parser.add_argument("--engines", default=",".join(ENGINE_NAMES), help=f"comma list of {','.join(ENGINE_NAMES)}")
     parser.add_argument(
         "--model", default=None, help="a bench model (bert-base-random: BERT-base's geometry) instead of MiniLM"
     )

@@ -70,11 +70,13 @@ def _worker(
 
     from bucketing import worker
     from bucketing.config import HandlerConfig
+    from bucketing.engine_registry import ENGINES
     from bucketing.kinds.task import Rows
     from bucketing.model.tokenizer import collate
 
     torch.set_num_threads(threads)
-    task = worker.load(HandlerConfig(engine=engine, torch_threads=threads), model_dir).task  # as the handler runs it
+    config = HandlerConfig(engine=ENGINES[engine].name, torch_threads=threads)
+    task = worker.load(config, model_dir).task  # as the handler runs it
     for chunk in rows[:2]:
         task.forward(Rows(*collate(chunk, len(chunk[0]), 0)))
     barrier.wait(timeout=START_TIMEOUT_S)  # a sibling that died breaks the barrier instead of hanging this one
@@ -114,8 +116,9 @@ def _rate(
 ) -> ExactLengthRate:
     from bucketing import worker
     from bucketing.config import HandlerConfig
+    from bucketing.engine_registry import ENGINES
 
-    config = HandlerConfig(engine=engine, max_length=max_length)
+    config = HandlerConfig(engine=ENGINES[engine].name, max_length=max_length)
     encoded = worker.load(config, model_dir).tokenizer.encode(texts)  # as the handler reads them
     lengths = [len(e.ids) for e in encoded]
     chunks = chunks_by_length(lengths, max_batch_tokens)

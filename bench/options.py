@@ -16,7 +16,7 @@ from dataclasses import Field, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from bucketing.config import ENGINES
+from bucketing.config import ENGINE_NAMES
 from model_store.archives import ROOT
 
 from . import capacity, peers, traffic
@@ -89,7 +89,7 @@ class Options:
     concurrency: int | None = flag(None, "closed-loop clients")
     workers: int | None = flag(None)
     threads: int | None = flag(None, "threads per worker")
-    engines: str | None = flag(None, f"comma list of {','.join(ENGINES)} (a configuration axis)")
+    engines: str | None = flag(None, f"comma list of {','.join(ENGINE_NAMES)} (a configuration axis)")
     schedules: str | None = flag(None, "comma list of batch,continuous (handler.schedule; a configuration axis)")
     dtypes: str | None = flag(
         None,

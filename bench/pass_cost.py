@@ -38,7 +38,7 @@ import torch
 from bench.engine_cost import Opened, cpu_name, open_engines
 from bench.tokenize_cost import best_of
 from bench.workloads import make_workload
-from bucketing.config import ENGINES
+from bucketing.config import ENGINE_NAMES
 from bucketing.engines import Engine, precision
 from bucketing.model.tokenizer import Tokenizer, collate
 from bucketing.planning.calibrate import SHAPES, fit_cost
@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=20, help="timed runs a round, per engine")
     parser.add_argument("--rounds", type=int, default=5, help="rounds over the engines in turn; the best kept")
-    parser.add_argument("--engines", default=",".join(ENGINES), help=f"comma list of {','.join(ENGINES)}")
+    parser.add_argument("--engines", default=",".join(ENGINE_NAMES), help=f"comma list of {','.join(ENGINE_NAMES)}")
     parser.add_argument("--clock", choices=tuple(CLOCKS), default="cpu")
     parser.add_argument("--cuts", action="store_true", help="only each cut's before and after, measured in turn")
     args = parser.parse_args(argv)

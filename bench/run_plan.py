@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from bucketing.config import ENGINES, SCHEDULE_RULES, SCHEDULES, STRATEGIES
+from bucketing.config import ENGINE_NAMES, SCHEDULE_RULES, SCHEDULES, STRATEGIES
 from bucketing.engines.precision import CPU_DTYPES
 
 from . import models, traffic
@@ -21,7 +21,7 @@ from .workloads import BENCH_WORKLOADS
 SUITES = Path(__file__).resolve().parent / "suites.yaml"
 CONFIG_FIELDS = {f.name for f in fields(Configuration)}
 # Flags that make a configuration axis over a suite or a matrix: every configuration once per value.
-AXES = {"engines": ("engine", ENGINES), "schedules": ("schedule", SCHEDULES), "dtypes": ("dtype", CPU_DTYPES)}
+AXES = {"engines": ("engine", ENGINE_NAMES), "schedules": ("schedule", SCHEDULES), "dtypes": ("dtype", CPU_DTYPES)}
 
 
 @dataclass(frozen=True)
@@ -97,9 +97,9 @@ def served(config: Configuration) -> Configuration:
 def engine_runs_dtype(config: Configuration) -> bool:
     """Whether the configuration's engine (where it names one) runs its dtype (where it names one), as the engines
     registry says: an axis crossing engines with dtypes leaves out the pairs no engine runs (onnxruntime bfloat16)."""
-    from bucketing.engines import ENGINE_KINDS
+    from bucketing.engines import ENGINES
 
-    return config.engine is None or config.dtype is None or config.dtype in ENGINE_KINDS[config.engine].dtypes
+    return config.engine is None or config.dtype is None or config.dtype in ENGINES[config.engine].dtypes
 
 
 def one_worker_if_continuous(config: Configuration) -> Configuration:

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bucketing.config import ENGINES, MAX_LENGTH_CAP
+from bucketing.config import MAX_LENGTH_CAP
 from bucketing.config import STRATEGIES as STRATEGIES  # re-exported: the bench builds these by default
+from bucketing.engine_registry import DEFAULT_ENGINE, DTYPE_KINDS, ENGINES, EXACT_DTYPE, is_reduced
 from bucketing.model_kinds import MODEL_KINDS
 from bucketing.quantize import RANGES_FILE
 from model_store import archives
@@ -129,9 +130,11 @@ class ArchiveSpec:
             raise BuildError(f"--strategies: unknown {', '.join(unknown)}; allowed: {', '.join(STRATEGIES)}")
         task = self.task or (archives.detect_task(self.folder) if self.model_dir is not None else "embedding")
         kind = MODEL_KINDS[task]
-        reduced = self.dtype not in (None, "float32")
-        engine = self.engine or (kind.engines[0] if kind.engines else "torch" if reduced else archives.default_engine())
-        refusal = kind.refused(engine, self.dtype or "float32", "--dtype")
+        reduced = is_reduced(self.dtype)
+        engine = self.engine or (
+            kind.engines[0] if kind.engines else DEFAULT_ENGINE if reduced else archives.default_engine()
+        )
+        refusal = kind.refused(engine, self.dtype or EXACT_DTYPE, "--dtype")
         if refusal is not None:
             raise BuildError(refusal)
         if reduced and self.engine is not None and self.dtype not in engine_dtypes(self.engine):
@@ -178,13 +181,13 @@ def report_fidelity(configs: Mapping[str, dict[str, Any]], model_dir: Path) -> N
     from bucketing.config import HandlerConfig
 
     handler = HandlerConfig.from_mapping(next(iter(configs.values()))["handler"])
-    if handler.dtype == "float32":
+    if not is_reduced(handler.dtype):
         return
     import dataclasses
 
     import torch
 
-    from bucketing.engines import ENGINE_KINDS, precision
+    from bucketing.engines import precision
     from bucketing.engines.torch_engine import DTYPES as TORCH_DTYPES
     from bucketing.model.head import EngineError, load_head
 
@@ -194,7 +197,7 @@ def report_fidelity(configs: Mapping[str, dict[str, Any]], model_dir: Path) -> N
     try:
         head, info = load_head(handler.task, str(model_dir))
         with torch.inference_mode():
-            engine = ENGINE_KINDS[handler.engine].open(
+            engine = ENGINES[handler.engine].open(
                 head, info, measured, str(model_dir), "cpu", TORCH_DTYPES[handler.dtype]
             )
     except (EngineError, OSError, ValueError) as e:
@@ -203,7 +206,7 @@ def report_fidelity(configs: Mapping[str, dict[str, Any]], model_dir: Path) -> N
     if fidelity is None:
         raise BuildError(f"--dtype {handler.dtype}: fidelity not measured")
     native = precision.native_bf16(precision.cpu_info())
-    if handler.dtype != "bfloat16":  # float16: no CPU worker serves it
+    if DTYPE_KINDS[handler.dtype].cpu_flags is None:  # float16: no CPU worker serves it
         where = f"on this CPU; {handler.dtype} is served on a CUDA GPU only"
     else:
         where = f"this CPU multiplies bfloat16 natively ({native})" if native else "this CPU emulates bfloat16"
@@ -215,6 +218,4 @@ def report_fidelity(configs: Mapping[str, dict[str, Any]], model_dir: Path) -> N
 
 def engine_dtypes(engine: str) -> tuple[str, ...]:
     """The dtypes an engine runs (`EngineKind.dtypes`)."""
-    from bucketing.engines import ENGINE_KINDS
-
-    return ENGINE_KINDS[engine].dtypes
+    return ENGINES[engine].dtypes

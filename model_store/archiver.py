@@ -40,11 +40,11 @@ def stage(staging: Path, model_dir: Path, engine: str, task: str, calibration: C
         stage_ranges(staging / "model", task, calibration)
     else:
         check_own_ranges(staging / "model")
-    from bucketing.engines import ENGINE_KINDS
+    from bucketing.engine_registry import ENGINES
     from bucketing.model.head import EngineError
 
     try:
-        ENGINE_KINDS[engine].prepare_into(task, str(model_dir), staging / "model")
+        ENGINES[engine].prepare_into(task, str(model_dir), staging / "model")
     except EngineError as e:
         raise BuildError(str(e)) from None
     return staging
@@ -149,9 +149,9 @@ def print_commands(
     """Stage the files and model-configs into `stage_dir` and print the archiver command of each archive."""
     staging = stage(stage_dir / "extra", model_dir, engine, task, calibration)
     report_fidelity(configs, staging / "model")  # the staged folder: the engine's files (its graph) beside the model's
-    from bucketing.engines import ENGINE_KINDS
+    from bucketing.engine_registry import ENGINES
 
-    written = ENGINE_KINDS[engine].files
+    written = ENGINES[engine].files
     note = f"; {', '.join(written)} written for the {engine} engine" if written else ""
     model_files = sorted(p.name for p in (staging / "model").iterdir() if p.name not in written)
     _, package = archives.handler_sources()

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from bucketing.config import SCHEDULE_RULES, STRATEGIES, TASKS, HandlerConfig
+from bucketing.engine_registry import DEFAULT_ENGINE, ENGINES, EXACT_DTYPE, is_reduced
 from bucketing.model_kinds import DEFAULT, MODEL_KINDS, detect
 from bucketing.quantize import RANGES_FILE
 from model_store.contents import archived_config
@@ -125,7 +126,7 @@ def check_model_dir(
     if task not in TASKS:
         raise ModelFolderError(f"--task {task!r}; allowed: {', '.join(TASKS)}")
     kind = MODEL_KINDS[task]
-    refusal = kind.refused("torch", dtype or "float32", "--dtype")
+    refusal = kind.refused(DEFAULT_ENGINE, dtype or EXACT_DTYPE, "--dtype")
     if refusal is not None:
         raise ModelFolderError(refusal)
     from bucketing.model.chain import ChainError
@@ -159,7 +160,7 @@ def check_model_dir(
         raise ModelFolderError(str(e)) from None
     from bucketing.model.head import REDUCED_SAVED, reduced_weights, saved_dtype
 
-    if (dtype or "float32") == "float32" and saved_dtype(config) in REDUCED_SAVED:
+    if not is_reduced(dtype) and saved_dtype(config) in REDUCED_SAVED:
         raise ModelFolderError(reduced_weights(model_dir, saved_dtype(config)))
     if classifier:
         from bucketing.model.head import EngineError, activation, class_labels
@@ -209,10 +210,8 @@ def read_model_chain(model_dir: Path, task: str = "embedding") -> Any:
 def engine_model_dir(model_dir: Path, engine: str, task: str, target: Path) -> Path:
     """The model folder an engine needs: as it is when the engine reads the model's files alone (torch); else its
     files (linked) with the engine's own written beside them (onnxruntime: the exported `model.onnx`)."""
-    from bucketing.engines import ENGINE_KINDS
-
-    kind = ENGINE_KINDS[engine]
-    if not kind.files:
+    kind = ENGINES[engine]
+    if not kind.exports_graph:
         return model_dir
     archived_files(model_dir)  # nothing from outside the folder, linked or copied
     target.mkdir(parents=True, exist_ok=True)

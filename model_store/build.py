@@ -23,7 +23,8 @@ from pathlib import Path
 
 import yaml
 
-from bucketing.config import DTYPES, ENGINES, SCHEDULES, TASKS
+from bucketing.config import DTYPES, ENGINE_NAMES, SCHEDULES, TASKS
+from bucketing.engine_registry import either
 from model_store import archives, bulk
 from model_store.archive_spec import STRATEGIES as STRATEGIES  # re-exported: the bench builds these by default
 from model_store.archive_spec import ArchiveSpec as ArchiveSpec  # re-exported: the bench and tests import it here
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         help=f"the bulk registration's archives (`tsctl start --bulk`): --threads {bulk.BULK_THREADS} and a "
         "responseTimeout sized for a bulk request (model_store.bulk)",
     )
-    parser.add_argument("--engine", choices=ENGINES, help="torch, onnxruntime or openvino (default: the template's)")
+    parser.add_argument("--engine", choices=ENGINE_NAMES, help=f"{either(ENGINE_NAMES)} (default: the template's)")
     parser.add_argument("--schedule", choices=SCHEDULES, help="handler.schedule (default: the template's)")
     parser.add_argument("--name", default=archives.PREFIX, help="archive name prefix: NAME-<strategy>.mar")
     parser.add_argument(

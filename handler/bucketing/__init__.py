@@ -5,7 +5,7 @@
 - `kinds/`: one package or module per model kind (embedding, classification, sparse, multivector), each owning its
   task, folder reader and engine hooks;
 - `engines/`: the engines' registry and one module per engine (torch, onnxruntime, openvino), with reduced-dtype
-  fidelity;
+  fidelity; `engine_registry`: that registry's declarations (`ENGINES`, and the dtypes'), pure, on the ground floor;
 - `model/`: the model as read from its folder (the sentence-transformers chain, the torch head, the tokenizer);
 - `planning/`: the cost model and planner, calibration, the continuous scheduler's pick (pure);
 - `protocols/`: the wire formats' registry and one module per format;
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from bucketing.answers import Answer, Options
     from bucketing.config import ConfigError, HandlerConfig
+    from bucketing.engine_registry import ENGINES
     from bucketing.engines import ENGINE_KINDS, Engine, EngineKind
     from bucketing.kinds.task import Rows, Task
     from bucketing.model.head import EngineError
@@ -51,6 +52,7 @@ _WHERE = {
     "Options": "answers",
     "ConfigError": "config",
     "HandlerConfig": "config",
+    "ENGINES": "engine_registry",
     "ENGINE_KINDS": "engines",
     "Engine": "engines",
     "EngineKind": "engines",
@@ -82,6 +84,7 @@ __all__ = [
     "Answer",
     "BadRequest",
     "ConfigError",
+    "ENGINES",
     "ENGINE_KINDS",
     "Engine",
     "EngineError",

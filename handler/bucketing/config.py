@@ -14,6 +14,9 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
 from bucketing import sizes
+from bucketing.engine_registry import DEFAULT_ENGINE, EXACT_DTYPE, DType, EngineName
+from bucketing.engine_registry import DTYPES as DTYPES  # the dtypes and engines, one declaration each
+from bucketing.engine_registry import ENGINE_NAMES as ENGINE_NAMES
 from bucketing.model_kinds import MODEL_KINDS, KindName
 
 if TYPE_CHECKING:
@@ -57,8 +60,6 @@ SCHEDULES: tuple[ScheduleName, ...] = get_args(ScheduleName)
 # A text over max_length, by `on_overflow`: (whether it is cut, whether it is split into windows); neither: a 413.
 OVERFLOW_RULES = {"truncate": (True, False), "reject": (False, False), "chunk": (False, True)}
 OVERFLOW = tuple(OVERFLOW_RULES)
-ENGINES = ("torch", "onnxruntime", "openvino")
-DTYPES = ("float32", "float16", "bfloat16")
 NORMALIZE = ("auto", "true", "false")  # YAML's true/false are read as "true"/"false"
 
 # The largest position count of BERT-family encoders; the model's own limit is checked at load.
@@ -198,15 +199,15 @@ class HandlerConfig:
     pad_to_multiple_of: int = option(
         1, "round each pass's padded length up to this (checked against the model's positions)", low=1, high=512
     )
-    engine: str = option(
-        "torch",
+    engine: EngineName = option(
+        DEFAULT_ENGINE,
         "`torch` (eager, or TorchScript below), `onnxruntime` (the graph exported into "
         "the archive, checked against torch at start-up) or `openvino` (the same graph compiled by OpenVINO for the "
         "CPU, its inference precision always given by `dtype`)",
-        choices=ENGINES,
+        choices=ENGINE_NAMES,
     )
-    dtype: str = option(
-        "float32",
+    dtype: DType = option(
+        EXACT_DTYPE,
         "`float32` (exact); with engine torch or openvino, `bfloat16` on a CPU that multiplies it natively (amx_bf16 "
         "or avx512_bf16; refused elsewhere), with torch on a CUDA GPU too, `float16` on a CUDA GPU: its fidelity to "
         "float32 is measured at start (ready line, `bucket_fidelity_cosine_min`)",

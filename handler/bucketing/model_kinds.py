@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
+from bucketing.engine_registry import SPARSE_ENGINES, either
+
 if TYPE_CHECKING:
     from types import ModuleType
 
@@ -124,9 +126,9 @@ MODEL_KINDS: dict[str, Kind] = {  # by name (a str key: config and requests look
             saved_as="SparseEncoder",
             note="one sparse vector per text",
             own_head=True,
-            engines=("torch", "onnxruntime", "openvino"),
+            engines=SPARSE_ENGINES,  # the torch model, or an engine's exported graph (`EngineKind.sparse_graph`)
             dtypes=("float32",),
-            refusal="{setting} {dtype}: {model} is served in float32 only (engine torch, onnxruntime or openvino)",
+            refusal="{setting} {dtype}: {model} is served in float32 only (engine " + either(SPARSE_ENGINES) + ")",
             answer_bound="checked",
             options=("max_active_dims",),
             normalized=False,

@@ -241,14 +241,15 @@ def test_engines_cross_dtypes_as_the_registry_says_they_run():
 
 
 def test_the_registry_says_which_dtypes_each_engine_runs_on_this_cpu():
-    from bucketing.engines import ENGINE_KINDS, cpu_dtypes
+    from bucketing.engine_registry import ENGINES
+    from bucketing.engines import cpu_dtypes
 
     native, emulated = "flags\t\t: fpu avx512f avx512_bf16\n", "flags\t\t: fpu avx2\n"
-    for name, kind in ENGINE_KINDS.items():
+    for name, kind in ENGINES.items():
         assert cpu_dtypes(name, emulated) == ("float32",)
         assert cpu_dtypes(name, native) == tuple(d for d in kind.dtypes if d in ("float32", "bfloat16"))
     assert "bfloat16" not in cpu_dtypes("onnxruntime", native)
-    assert {"torch", "openvino"} <= {e for e in ENGINE_KINDS if "bfloat16" in cpu_dtypes(e, native)}
+    assert {"torch", "openvino"} <= {e for e in ENGINES if "bfloat16" in cpu_dtypes(e, native)}
 
 
 def test_tune_engines_are_the_registry_unless_named():

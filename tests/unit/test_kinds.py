@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bucketing import protocols
-from bucketing.config import DTYPES, ENGINES, TASKS
+from bucketing.config import DTYPES, ENGINE_NAMES, TASKS
 from bucketing.model_kinds import ANSWER_BOUNDS, DEFAULT, MODEL_KINDS
 
 
@@ -22,7 +22,7 @@ def test_each_kind_resolves_to_its_task_class(name):
     assert task.name == name  # type: ignore[attr-defined]
     assert callable(getattr(task, "load", None)) and callable(task.read_settings) and callable(task.detects)
     assert kind.answer_bound in ANSWER_BOUNDS
-    assert (kind.engines or ENGINES)[0] in ENGINES and set(kind.dtypes or DTYPES) <= set(DTYPES)
+    assert (kind.engines or ENGINE_NAMES)[0] in ENGINE_NAMES and set(kind.dtypes or DTYPES) <= set(DTYPES)
     assert not kind.own_head or callable(task.load_head)
 
 

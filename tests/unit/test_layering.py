@@ -79,6 +79,7 @@ FLOORS: dict[str, tuple[Floor, ...]] = {
                 "bucketing.metrics",
                 "bucketing.answers",
                 "bucketing.model.chain",  # the sentence-transformers chain read from a folder's files (pure)
+                "bucketing.engine_registry",
                 "bucketing.model_kinds",
                 "bucketing.config",
             ),

@@ -6,72 +6,48 @@ ONNX Runtime, `openvino_engine` the same graph compiled by OpenVINO for the CPU 
 multiplies it natively).
 
 A worker runs on `cuda:<gpu_id>` when TorchServe gave it a GPU (`gpu_id` in its system properties) and CUDA is
-there, else on the CPU. `ENGINE_KINDS` below is the registry: adding an engine is its module and one line there
-(and its name in `config.ENGINES`).
+there, else on the CPU. The registry is `bucketing.engine_registry.ENGINES` (pure: `config` reads its names): adding an
+engine is its module here and one line there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from bucketing.config import ENGINES, ConfigError, HandlerConfig
+from bucketing.config import ConfigError, HandlerConfig
+from bucketing.engine_registry import DEFAULT_ENGINE, DTYPE_KINDS, ENGINES, EngineKind
 from bucketing.engines import precision
 from bucketing.engines.base import Engine, select_device
-from bucketing.engines.onnx_engine import ONNX_FILE, export_onnx, open_onnxruntime
-from bucketing.engines.openvino_engine import export_openvino, open_openvino
-from bucketing.engines.torch_engine import DTYPES, open_torch
-from bucketing.model.head import EngineError, Head, ModelInfo, load_head, reduced_weights
+from bucketing.engines.torch_engine import DTYPES
+from bucketing.model.head import EngineError, ModelInfo, load_head, reduced_weights
 
-__all__ = ["ENGINE_KINDS", "Engine", "EngineKind", "check_dtype", "cpu_dtypes", "load_engine", "select_device"]
+ENGINE_KINDS = ENGINES  # the registry's former name
+
+__all__ = [
+    "ENGINES",
+    "ENGINE_KINDS",
+    "Engine",
+    "EngineKind",
+    "check_dtype",
+    "cpu_dtypes",
+    "load_engine",
+    "select_device",
+]
 
 
 def check_dtype(config: HandlerConfig, device: str) -> torch.dtype:
-    kind = ENGINE_KINDS[config.engine]
+    kind = ENGINES[config.engine]
     if config.dtype not in kind.dtypes:
         raise ConfigError(
             f"handler.dtype: got {config.dtype!r} with handler.engine {config.engine}; allowed: "
             f"{', '.join(kind.dtypes)} (the {config.engine} engine runs {' or '.join(kind.dtypes)} only; use engine: "
-            f"torch for {config.dtype})"
+            f"{DEFAULT_ENGINE} for {config.dtype})"
         )
     if device == "cpu" or kind.cpu_only:
         precision.check_cpu_dtype(config.dtype, precision.cpu_info())
     return DTYPES[config.dtype]
-
-
-@dataclass(frozen=True)
-class EngineKind:
-    """An engine as the handler and the archive builder see it: how it opens, and what its archive carries."""
-
-    name: str
-    open: Callable[[Head, ModelInfo, HandlerConfig, str, str, Any], Engine]  # head, info, config, folder, device, dtype
-    files: tuple[str, ...] = ()  # what it reads beside the model's files; `prepare` writes them at build time
-    prepare: Callable[[str, str, Path], Path] | None = None  # (task, model folder, target file)
-    dtypes: tuple[str, ...] = tuple(DTYPES)  # the dtypes it runs (`handler.dtype`); its `open` takes each
-    cpu_only: bool = False  # runs on the CPU on a GPU worker too (its dtypes checked as a CPU worker's)
-
-    def prepare_into(self, task: str, model_dir: str, folder: Path) -> None:
-        """Write the files this engine needs into the archive's model folder."""
-        if self.prepare is not None:
-            for name in self.files:
-                self.prepare(task, model_dir, folder / name)
-
-
-# The engines, by `handler.engine` name: adding one is its module (its class and `open`), and a line here (and in
-# ENGINES).
-ENGINE_KINDS = {
-    kind.name: kind
-    for kind in (
-        EngineKind("torch", open_torch),
-        EngineKind("onnxruntime", open_onnxruntime, (ONNX_FILE,), export_onnx, dtypes=("float32",)),
-        EngineKind("openvino", open_openvino, (ONNX_FILE,), export_openvino, precision.CPU_DTYPES, cpu_only=True),
-    )
-}
-assert tuple(ENGINE_KINDS) == ENGINES, "bucketing.config.ENGINES and engines.ENGINE_KINDS must name the same engines"
 
 
 def cpu_dtypes(engine: str, cpuinfo: str) -> tuple[str, ...]:
@@ -79,7 +55,7 @@ def cpu_dtypes(engine: str, cpuinfo: str) -> tuple[str, ...]:
     CPU runs natively (float32 always; bfloat16 on amx_bf16 or avx512_bf16). Its start-up may still refuse one
     (openvino's bfloat16 where OpenVINO would not run the matrix products in bf16)."""
     out = []
-    for dtype in ENGINE_KINDS[engine].dtypes:
+    for dtype in ENGINES[engine].dtypes:
         try:
             precision.check_cpu_dtype(dtype, cpuinfo)
         except ConfigError:
@@ -93,8 +69,9 @@ def load_engine(config: HandlerConfig, model_dir: str, gpu_id: Any = None) -> tu
     device = select_device(gpu_id, torch.cuda.is_available())
     dtype = check_dtype(config, device)
     head, info = load_head(config.task, model_dir)
-    if dtype == torch.float32:
+    if not DTYPE_KINDS[config.dtype].reduced:
         saved = next((p.dtype for p in head.model.parameters() if p.is_floating_point()), torch.float32)
         if saved != torch.float32:
             raise EngineError(reduced_weights(model_dir, str(saved).removeprefix("torch.")))
-    return ENGINE_KINDS[config.engine].open(head, info, config, model_dir, device, dtype), info
+    engine: Engine = ENGINES[config.engine].open(head, info, config, model_dir, device, dtype)
+    return engine, info

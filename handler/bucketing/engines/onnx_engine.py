@@ -15,13 +15,13 @@ import numpy as np
 import torch
 
 from bucketing.config import HandlerConfig
+from bucketing.engine_registry import ONNX_FILE as ONNX_FILE  # the file the build exports
 from bucketing.engines.base import TOLERANCE, Engine, graph_feed, head_inputs, probe, probe_diff, probe_types
 from bucketing.engines.torch_engine import TorchEngine
 from bucketing.model.head import EngineError, Head, ModelInfo, WithStates, load_head
 
 logger = logging.getLogger(__name__)
 
-ONNX_FILE = "model.onnx"
 STATES = "token_embeddings"  # an embedding graph's second output: the encoder's token embeddings
 # The attention the ONNX graph is exported from: eager has no IsNaN/Where mask subgraph, and measured 1.05x the
 # SDPA export's req/s through TorchServe (README; `python -m bench.attention_export`).
@@ -214,3 +214,8 @@ def open_onnxruntime(
         )
     logger.info("onnxruntime engine checked against torch: max abs diff %.1e", diff)
     return engine
+
+
+def sparse_graph(path: Path, threads: int, device: str) -> OrtEngine:
+    """The sparse kind's exported graph on ONNX Runtime (`kinds.sparse.onnx`)."""
+    return OrtEngine(path, threads, device)

@@ -163,3 +163,9 @@ def open_openvino(
         )
     logger.info("openvino engine checked against torch: max abs diff %.1e", diff)
     return engine
+
+
+def sparse_graph(path: Path, threads: int, device: str) -> OvEngine:
+    """The sparse kind's exported graph compiled by OpenVINO (`kinds.sparse.onnx`), in float32: sparse models are
+    served in float32 only."""
+    return OvEngine(path, threads, "float32")

@@ -18,14 +18,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bucketing.config import ConfigError
+
+# what a CPU worker may run (bfloat16 where NATIVE_BF16), as the dtypes declare it
+from bucketing.engine_registry import CPU_DTYPES as CPU_DTYPES
+from bucketing.engine_registry import DTYPE_KINDS
+from bucketing.engine_registry import NATIVE_BF16 as NATIVE_BF16
 from bucketing.model.tokenizer import Encoded, collate
 
 if TYPE_CHECKING:
     from bucketing.model.tokenizer import Tokenizer
 
-CPU_DTYPES = ("float32", "bfloat16")  # what a CPU worker may run (bfloat16 where NATIVE_BF16)
-# /proc/cpuinfo flags of a CPU that multiplies bfloat16 in hardware (Intel AMX tiles; AVX512-BF16 dot products).
-NATIVE_BF16 = ("amx_bf16", "avx512_bf16")
 CPUINFO = Path("/proc/cpuinfo")
 
 # The probe set a reduced-precision worker is measured on at start (and the build, on the same set): prose, and each
@@ -106,13 +108,16 @@ def native_bf16(cpuinfo: str) -> str | None:
 def check_cpu_dtype(dtype: str, cpuinfo: str) -> None:
     """A ConfigError (one line) for a dtype the CPU would not run natively: float16 always, bfloat16 without
     `NATIVE_BF16`; float32 always passes."""
-    if dtype == "float32":
+    kind = DTYPE_KINDS.get(dtype)
+    flags = None if kind is None else kind.cpu_flags
+    if flags == ():  # any CPU runs it
         return
-    if dtype == "bfloat16":
-        if native_bf16(cpuinfo) is None:
+    if flags:
+        if cpu_flags(cpuinfo).isdisjoint(flags):
             raise ConfigError(
-                "handler.dtype: got 'bfloat16' on a CPU without native bfloat16 (neither amx_bf16 nor avx512_bf16 in "
-                "/proc/cpuinfo): it would emulate it, slower than float32; allowed here: float32"
+                f"handler.dtype: got {dtype!r} on a CPU without native {dtype} (neither "
+                f"{' nor '.join(flags)} in /proc/cpuinfo): it would emulate it, slower than float32; allowed "
+                "here: float32"
             )
         return
     raise ConfigError(

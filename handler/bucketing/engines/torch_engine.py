@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from bucketing.config import HandlerConfig
+from bucketing.engine_registry import DTYPE_KINDS
 from bucketing.engines import precision
 from bucketing.engines.base import TOLERANCE, Engine, head_inputs, probe, probe_types
 from bucketing.engines.shadow import Shadow
@@ -25,7 +26,7 @@ from bucketing.model_kinds import MODEL_KINDS
 
 logger = logging.getLogger(__name__)
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_KINDS}  # handler.dtype -> torch's
 
 
 class TorchEngine:

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from bucketing.engine_registry import DTYPE_KINDS, EXACT_DTYPE
 from bucketing.model.chain import Chain, ChainError, check_dense_weights, read_chain, read_prompts
 from bucketing.model.weights import check_weight_shapes
 from bucketing.model_kinds import MODEL_KINDS
@@ -269,12 +270,12 @@ def usable_positions(config: Any) -> int:
     return positions
 
 
-REDUCED_SAVED = ("float16", "bfloat16")
+REDUCED_SAVED = tuple(d.name for d in DTYPE_KINDS.values() if d.reduced)  # float16, bfloat16
 
 
 def saved_dtype(config: Any) -> str:
     """The dtype a model's weights were saved in, as its config.json says (float32 when it says none)."""
-    saved = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float32"
+    saved = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or EXACT_DTYPE
     return str(saved).removeprefix("torch.")
 
 

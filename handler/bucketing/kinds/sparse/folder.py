@@ -19,63 +19,23 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import numpy as np
-
+from bucketing.kinds.sparse.routes import ROUTE_KINDS, Route
 from bucketing.model.chain import (
     INPUT_TYPES,
     Chain,
     ChainError,
-    chain_of,
     json_mapping,
     module_path,
     read_prompts,
-    safetensors_shapes,
     transformer_settings,
 )
 
-MLM_MODULES = ("MLMTransformer", "Transformer")  # a Transformer serves here only with transformer_task fill-mask
+__all__ = ["Route", "SparseSpec", "is_sparse", "read_sparse", "sparse_folders", "tokenizer_file"]
+
 SPARSE_MODULES = ("MLMTransformer", "SpladePooling", "SparseStaticEmbedding", "SparseAutoEncoder")
-SPLADE_POOLING = ("max", "sum")
-SPLADE_ACTIVATIONS = ("relu", "log1p_relu")
 MODALITY = "text"  # what sentence-transformers infers for a batch of strings, for a Router's route mappings
-
-
-RouteKind = Literal["splade", "static", "csr"]  # SPLADE over an MLM, a static weight per token, CSR over a chain
-
-
-@dataclass(frozen=True)
-class Route:
-    """One way to a sparse vector: SPLADE over an MLM transformer's logits, or a static weight per token id."""
-
-    kind: RouteKind
-    folder: str  # the MLM transformer's, the SparseStaticEmbedding's or (csr) the Transformer's folder (relative)
-    pooling: str = "max"  # splade: max or sum over the tokens
-    activation: str = "relu"  # splade: relu (log1p(relu(x))) or log1p_relu (log1p(log1p(relu(x))))
-    pooling_folder: str = ""  # splade: the SpladePooling module's folder; csr: the SparseAutoEncoder's
-    dense: Chain | None = None  # csr: the dense chain before the SparseAutoEncoder (pooling, Dense, Normalize)
-    k: int = 0  # csr: the SparseAutoEncoder's k (its top-k, and encode()'s max_active_dims unless saved)
-    hidden_dim: int = 0  # csr: its latents (the answer's dimensions)
-    layer_norm: bool = False  # csr: its `normalize` (a layer norm of the input before the encoder)
-    modules: tuple[str, ...] = ()  # every module folder the route reads (relative), for the archive to carry
-
-    @property
-    def is_splade(self) -> bool:
-        return self.kind == "splade"
-
-    @property
-    def is_csr(self) -> bool:
-        return self.kind == "csr"
-
-    @property
-    def is_static(self) -> bool:
-        return self.kind == "static"
-
-    @property
-    def runs_transformer(self) -> bool:
-        """Whether its rows run a transformer (SPLADE's MLM, CSR's dense chain); a static route's do not."""
-        return not self.is_static
 
 
 @dataclass(frozen=True)
@@ -97,7 +57,9 @@ class SparseSpec:
     def loaded_as(self) -> str:
         """The transformers class its transformer is loaded as: CSR's dense chain reads the hidden states
         (`AutoModel`), SPLADE the masked-LM logits (`AutoModelForMaskedLM`)."""
-        return "AutoModel" if any(r.is_csr for r in self.routes.values()) else "AutoModelForMaskedLM"
+        return next(
+            (r.route_kind.loaded_as for r in self.routes.values() if r.runs_transformer), "AutoModelForMaskedLM"
+        )
 
     def route(self, input_type: str | None) -> str:
         """The route `encode(task=input_type)` takes, as sentence-transformers' Router resolves it for text."""
@@ -121,31 +83,18 @@ class SparseSpec:
         if self.max_active_dims is not None:
             return self.max_active_dims
         route = self.routes[self.route(input_type)]
-        return route.k if route.is_csr else None
+        return route.route_kind.top_k(route)
 
     def describe(self) -> dict[str, Any]:
         """What was read, as plain data (the archive's model-config and the ready line)."""
         return {
-            "routes": {name: _describe(r) + f" ({r.folder or '.'})" for name, r in self.routes.items()},
+            "routes": {name: r.route_kind.describe(r) + f" ({r.folder or '.'})" for name, r in self.routes.items()},
             "default_route": self.default_route,
             "max_active_dims": self.max_active_dims,
             "prompts": dict(self.chain.prompts),
             "default_prompt_name": self.chain.default_prompt_name,
             "max_seq_length": self.chain.max_seq_length,
         }
-
-
-def _describe(route: Route) -> str:
-    if route.is_splade:
-        return f"splade {route.pooling} {route.activation}"
-    if route.is_csr and route.dense is not None:
-        d = route.dense.describe()
-        return (
-            f"csr: pooling {'+'.join(d['pooling'])}, dense {d['dense']}, normalize {d['normalize']}, "
-            f"SparseAutoEncoder top-{route.k} of {route.hidden_dim} (layer norm {route.layer_norm}, "
-            f"{route.pooling_folder})"
-        )
-    return "static"
 
 
 def kind(module: Mapping[str, Any]) -> str:
@@ -198,21 +147,24 @@ def read_sparse(model_dir: Path | str) -> SparseSpec:
             None,
             {},
         )
-    csr = [r for r in routes.values() if r.is_csr]
-    if csr and max_active is None and kinds != ["Router"]:
-        max_active = csr[0].k  # as SparseEncoder sets it from its SparseAutoEncoder (not from one in a Router)
+    # as SparseEncoder sets it from its SparseAutoEncoder (not from one in a Router)
+    if max_active is None and kinds != ["Router"]:
+        max_active = next((k for r in routes.values() if (k := r.route_kind.top_k(r)) is not None), None)
     mlm = {r.folder for r in routes.values() if r.runs_transformer}
     if len(mlm) != 1:
         raise ChainError(
             f"{folder}: a sparse model with {len(mlm)} transformers (MLM or CSR's) is not served (served: exactly "
             "one, which routes of a Router may share); this model cannot be served exactly"
         )
-    if csr and any(r.is_splade for r in routes.values()):
+    running = [k for k in ROUTE_KINDS.values() if any(r.route_kind is k for r in routes.values() if r.runs_transformer)]
+    if len(running) > 1:
         raise ChainError(
-            f"{folder}: a Router with both SPLADE and CSR routes is not served (its one transformer runs as a masked "
-            "LM or as an encoder, not both); this model cannot be served exactly"
+            f"{folder}: a Router with both {' and '.join(k.title for k in running)} routes is not served (its one "
+            f"transformer runs as {' or as '.join(k.runs_as for k in running)}, not both); this model cannot be "
+            "served exactly"
         )
-    sizes = {n: r.hidden_dim if r.is_csr else _static_size(folder, r) for n, r in routes.items()} if csr else {}
+    sized = any(r.route_kind.own_size for r in routes.values())
+    sizes = {n: r.route_kind.size(folder, r) for n, r in routes.items()} if sized else {}
     if len(set(sizes.values())) > 1:  # (a SPLADE route's vocabulary is checked against the MLM's at load)
         raise ChainError(
             f"{folder}: its routes answer vectors of different sizes ("
@@ -222,8 +174,8 @@ def read_sparse(model_dir: Path | str) -> SparseSpec:
     max_seq_length, lower = transformer_settings(folder / next(iter(mlm)))
     chain = Chain(
         "sentence-transformers",
-        ("csr",) if csr else ("splade",),
-        all(r.dense.include_prompt for r in csr if r.dense is not None),  # False: prompt tokens skipped where asked
+        (running[0].name,),
+        all(r.dense.include_prompt for r in routes.values() if r.dense is not None),  # False: prompt tokens skipped
         (),
         False,
         prompts.prompts,
@@ -258,69 +210,13 @@ def _route(folder: Path, modules: Sequence[tuple[str, str]]) -> Route:
 
 def _route_kind(folder: Path, modules: Sequence[tuple[str, str]]) -> Route:
     names = [k for k, _ in modules]
-    if "SparseAutoEncoder" in names:
-        return _csr(folder, modules)
-    if names == ["SparseStaticEmbedding"]:
-        path = modules[0][1]
-        if not (folder / path / "model.safetensors").is_file():
-            raise ChainError(f"module SparseStaticEmbedding in {folder / path}: no model.safetensors; not served")
-        return Route("static", path)
-    if len(names) == 2 and names[0] in MLM_MODULES and names[1] == "SpladePooling":
-        mlm, pooling = folder / modules[0][1], folder / modules[1][1]
-        if names[0] == "Transformer":
-            task = (
-                json_mapping(mlm / "sentence_bert_config.json").get("transformer_task")
-                if (mlm / "sentence_bert_config.json").is_file()
-                else None
-            )
-            if task != "fill-mask":
-                raise ChainError(
-                    f"module Transformer in {mlm}: transformer_task {task!r} before SpladePooling; served: fill-mask"
-                )
-        cfg = json_mapping(pooling / "config.json")
-        strategy, activation = cfg.get("pooling_strategy", "max"), cfg.get("activation_function", "relu")
-        if strategy not in SPLADE_POOLING or activation not in SPLADE_ACTIVATIONS:
-            raise ChainError(
-                f"module SpladePooling in {pooling}: pooling_strategy {strategy!r} / activation_function "
-                f"{activation!r} not served (served: {', '.join(SPLADE_POOLING)} / {', '.join(SPLADE_ACTIVATIONS)})"
-            )
-        return Route("splade", modules[0][1], str(strategy), str(activation), modules[1][1])
+    kind = next((k for k in ROUTE_KINDS.values() if k.reads(names)), None)
+    if kind is not None:
+        return kind.read(folder, modules)
+    served = ", ".join(k.chain for k in ROUTE_KINDS.values() if k.chain)
     raise ChainError(
-        f"{folder}: sparse module chain {', '.join(names)} is not served (served: MLMTransformer + SpladePooling, "
-        "SparseStaticEmbedding, or a Router of those); this model cannot be served exactly"
-    )
-
-
-def _csr(folder: Path, modules: Sequence[tuple[str, str]]) -> Route:
-    """CSR: a dense chain (Transformer, Pooling, Dense..., Normalize) then one SparseAutoEncoder, last."""
-    names = [k for k, _ in modules]
-    where = folder / modules[-1][1]
-    if names.count("SparseAutoEncoder") != 1 or names[-1] != "SparseAutoEncoder" or len(names) < 3:
-        raise ChainError(
-            f"{folder}: sparse module chain {', '.join(names)} is not served (served for CSR: Transformer, Pooling, "
-            "Dense..., Normalize, then one SparseAutoEncoder); this model cannot be served exactly"
-        )
-    prompts = read_prompts(folder)
-    dense = chain_of(
-        folder, [{"type": k, "path": p} for k, p in modules[:-1]], prompts.prompts, prompts.default_prompt_name
-    )
-    cfg = json_mapping(where / "config.json")
-    k, hidden, input_dim = cfg.get("k", 8), cfg.get("hidden_dim", 512), cfg.get("input_dim")
-    for name, value in (("k", k), ("hidden_dim", hidden), ("input_dim", input_dim)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ChainError(f"module SparseAutoEncoder in {where}: {name} must be a positive integer")
-    if k > hidden:
-        raise ChainError(f"module SparseAutoEncoder in {where}: k {k} over hidden_dim {hidden}")
-    if not (where / "model.safetensors").is_file():
-        raise ChainError(f"module SparseAutoEncoder in {where}: no model.safetensors; not served")
-    return Route(
-        "csr",
-        modules[0][1],
-        pooling_folder=modules[-1][1],
-        dense=dense,
-        k=k,
-        hidden_dim=hidden,
-        layer_norm=bool(cfg.get("normalize", False)),
+        f"{folder}: sparse module chain {', '.join(names)} is not served (served: {served}, or a Router of those); "
+        "this model cannot be served exactly"
     )
 
 
@@ -356,15 +252,6 @@ def _router(folder: Path, path: Path) -> tuple[dict[str, Route], str | None, dic
     return routes, default, mappings
 
 
-def _static_size(folder: Path, route: Route) -> int:
-    """A static route's weights (its output size) as its safetensors header says, without reading them; 0 for a
-    route of another kind."""
-    if not route.is_static:
-        return 0
-    shape = safetensors_shapes(folder / route.folder / "model.safetensors").get("weight", [])  # ChainError: 1 line
-    return int(shape[0]) if len(shape) == 1 else 0
-
-
 def sparse_folders(model_dir: Path | str) -> list[str]:
     """The folders (relative) a sparse Router's routes read, for the archive to carry (none for another model)."""
     folder = Path(model_dir)
@@ -372,16 +259,6 @@ def sparse_folders(model_dir: Path | str) -> list[str]:
         return []
     spec = read_sparse(folder)
     return sorted({f for r in spec.routes.values() for f in (r.folder, r.pooling_folder, *r.modules) if f})
-
-
-def static_weights(model_dir: str, route: Route) -> np.ndarray:
-    """A SparseStaticEmbedding's weight per vocabulary id, float32."""
-    from safetensors.numpy import load_file
-
-    weights = load_file(str(Path(model_dir) / route.folder / "model.safetensors"))
-    if set(weights) != {"weight"} or weights["weight"].ndim != 1:
-        raise ChainError(f"module SparseStaticEmbedding in {Path(model_dir) / route.folder}: expected one 1-D weight")
-    return weights["weight"].astype(np.float32)
 
 
 def tokenizer_file(model_dir: str, folder: str) -> bytes:

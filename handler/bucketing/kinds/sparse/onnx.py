@@ -1,7 +1,8 @@
 """Sparse encoders on the graph engines (onnxruntime; openvino, the same graph compiled by OpenVINO): the graph
 exported at build (`load_head`: what `onnx_engine.export_onnx` exports for the sparse kind) and the engine that runs
 it at worker start (`open_engine`), checked against the torch engine (`engines.SparseEngine` / `engines.CsrEngine`)
-on padded inputs (OpenVINO has no float64: a summing SPLADE is refused on it, `SUMS_IN_FLOAT32`).
+on padded inputs (OpenVINO has no float64: a summing SPLADE is refused on it, its engine declaring
+`sums_in_float32`). Each graph engine runs the graph by its declaration's `sparse_graph` (`engine_registry`).
 
 SPLADE: the graph runs (input_ids, attention_mask) to the pooled vocabulary-size vectors, the masked-LM logits,
 the mask, relu, log1p and max or sum over the tokens inside it, so each run hands back rows x vocabulary floats,
@@ -26,20 +27,21 @@ SparseAutoEncoder after it runs in torch float32 as on the torch engine (`CsrEng
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from bucketing.engine_registry import ENGINES
 from bucketing.kinds.sparse.folder import SparseSpec, read_sparse
+from bucketing.kinds.sparse.routes import ROUTE_KINDS
 from bucketing.model.chain import ChainError
 
 
 def pools(spec: SparseSpec) -> tuple[tuple[str, str], ...]:
     """The (pooling, activation) pairs of the folder's SPLADE routes, in the graph's output order."""
-    return tuple(sorted({(r.pooling, r.activation) for r in spec.routes.values() if r.is_splade}))
+    return tuple(sorted({p for r in spec.routes.values() if (p := r.route_kind.pool(r)) is not None}))
 
 
 def log1p(x: torch.Tensor) -> torch.Tensor:
@@ -84,11 +86,10 @@ class SpladeHead(torch.nn.Module):
 
 
 def load_head(model_dir: str, attention: str | None = None) -> tuple[Any, Any]:
-    """What the sparse kind exports: SPLADE's `SpladeHead`, or CSR's dense chain (`head.Head`); and the facts
-    `onnx_engine.export_onnx` reads (its vocabulary, its positions)."""
-    from transformers import AutoModel, AutoModelForMaskedLM
-
-    from bucketing.model.head import EngineError, Head, ModelInfo, dense_layers, load_pretrained, usable_positions
+    """What the sparse kind exports, as the kind of its routes that run the transformer says (SPLADE's
+    `SpladeHead`, or CSR's dense chain, `head.Head`); and the facts `onnx_engine.export_onnx` reads (its
+    vocabulary, its positions)."""
+    from bucketing.model.head import EngineError, ModelInfo, usable_positions
 
     try:
         spec = read_sparse(model_dir)
@@ -96,34 +97,20 @@ def load_head(model_dir: str, attention: str | None = None) -> tuple[Any, Any]:
         raise EngineError(f"{model_dir}: {e}") from None
     folder = str(Path(model_dir) / (spec.mlm or ""))
     extra = {"attn_implementation": attention} if attention else {}
-    csr = next((r for r in spec.routes.values() if r.is_csr), None)
-    several = several_csr(spec)
-    if several:
-        raise EngineError(f"{model_dir}: {several}")
-    head: torch.nn.Module
-    if csr is not None and csr.dense is not None:
-        model = load_pretrained(AutoModel, folder, **extra)
-        head = Head(model, pooled=True, chain=csr.dense, dense=dense_layers(model_dir, csr.dense))
-        width = csr.dense.dimensions(int(model.config.hidden_size))
-    else:
-        model = load_pretrained(AutoModelForMaskedLM, folder, **extra)
-        head = SpladeHead(model, pools(spec))
-        width = int(model.config.vocab_size)
+    refusal = graph_refusal(spec)
+    if refusal:
+        raise EngineError(f"{model_dir}: {refusal}")
+    route = next(r for r in spec.routes.values() if r.runs_transformer)
+    head, width, model = route.route_kind.export_head(spec, model_dir, folder, extra)
     cfg = model.config
     info = ModelInfo(usable_positions(cfg), width, (), int(cfg.vocab_size), chain=spec.chain)
     return head.eval(), info
 
 
-def several_csr(spec: SparseSpec) -> str | None:
-    """Why this folder is not served on onnxruntime: a Router of several CSR routes (one dense chain each, one graph
-    exported); None when it is."""
-    csr = [name for name, r in spec.routes.items() if r.is_csr]
-    if len(csr) < 2:
-        return None
-    return (
-        f"a Router of {len(csr)} CSR routes ({', '.join(csr)}) is served on engine torch only (the onnxruntime graph "
-        "holds one dense chain); build it with --engine torch"
-    )
+def graph_refusal(spec: SparseSpec) -> str | None:
+    """Why this folder is not served on a graph engine (a Router of several CSR routes: one dense chain each, one
+    graph exported), as its route kinds say; None when it is."""
+    return next((r for k in ROUTE_KINDS.values() if (r := k.graph_refusal(spec)) is not None), None)
 
 
 class OrtSpladeEngine:
@@ -167,15 +154,15 @@ class OrtHead:
 
 
 def open_graph(task: Any, config: Any, model_dir: str) -> Any:
-    """The exported graph on the configured graph engine (`GRAPHS`) in the task's engine's place, checked against it
-    on padded inputs for every route that runs the transformer (an EngineError in one line past
+    """The exported graph on the configured graph engine (its `sparse_graph`) in the task's engine's place, checked
+    against it on padded inputs for every route that runs the transformer (an EngineError in one line past
     engines.base.TOLERANCE, or on any failure)."""
     from bucketing.engines.base import TOLERANCE, probe
     from bucketing.engines.onnx_engine import exported_graph
     from bucketing.model.head import EngineError
 
     torch_engine = task.engine
-    several = several_csr(task.spec)
+    several = graph_refusal(task.spec)
     if several:
         raise EngineError(f"handler.engine {config.engine}: {model_dir}: {several}")
     path = exported_graph(model_dir, config.engine)
@@ -184,25 +171,14 @@ def open_graph(task: Any, config: Any, model_dir: str) -> Any:
     if float32_sum:
         raise EngineError(f"handler.engine {config.engine}: {model_dir}: {float32_sum}")
     try:
-        graph = GRAPHS[config.engine](path, config.torch_threads, torch_engine.device)
-        engine: Any
-        if routes[0].is_csr:  # the one CSR route's dense chain on the graph, its autoencoder on torch
-            engine = copy.copy(torch_engine)
-            engine.parts = {k: (OrtHead(graph), *v[1:]) for k, v in torch_engine.parts.items()}
-            model = next(iter(torch_engine.parts.values()))[0].model
-        else:
-            engine = OrtSpladeEngine(graph, pools(task.spec), torch_engine.group_tokens)
-            summed = any(pooling == "sum" for pooling, _ in engine.pools)
-            task.ready_note += f"; {config.engine}: the graph also holds activations the size of a group's logits" + (
-                ", and a float64 copy of them for the sum (twice that size)" if summed else ""
-            )
-            model = torch_engine.model
+        graph = ENGINES[config.engine].graph(path, config.torch_threads, torch_engine.device)
+        engine, model = routes[0].route_kind.graph_engine(task, graph, config.engine)
         engine.name = config.engine
         ids, mask, pool_mask = probe(int(model.config.vocab_size))  # pool_mask: a prompt left out of pooling
         diff = max(
             float(np.abs(engine(ids, mask, r, *extra) - torch_engine(ids, mask, r, *extra)).max())
             for r in routes
-            for extra in (((), (pool_mask,)) if r.is_csr else ((),))
+            for extra in r.route_kind.probe_extras(pool_mask)
         )
     except Exception as e:
         raise EngineError(
@@ -217,37 +193,14 @@ def open_graph(task: Any, config: Any, model_dir: str) -> Any:
     return engine
 
 
-def ort_graph(path: Any, threads: int, device: str) -> Any:
-    from bucketing.engines.onnx_engine import OrtEngine
-
-    return OrtEngine(path, threads, device)
-
-
-def openvino_graph(path: Any, threads: int, device: str) -> Any:
-    from bucketing.engines.openvino_engine import OvEngine
-
-    return OvEngine(path, threads, "float32")  # sparse models are served in float32 only
-
-
 def summed_in_float32(spec: SparseSpec, engine: str) -> str | None:
-    """Why a SPLADE summing over its tokens is not served on `engine` (one of `SUMS_IN_FLOAT32`); None otherwise."""
-    if engine not in SUMS_IN_FLOAT32 or not any(pooling == "sum" for pooling, _ in pools(spec)):
-        return None
-    return (
-        f"a SPLADE summing over its tokens is served on engine torch or onnxruntime only ({engine} runs the graph's "
-        "float64 sum in float32, up to 2.3e-5 off encode())"
-    )
-
-
-# Engines that run the graph's float64 sum (SPLADE's sum pooling) in float32: OpenVINO's CPU plugin has no float64;
-# measured 2.3e-5 off encode() (tests/handler/sparse/test_onnxruntime.py, large sums), past engines.base.TOLERANCE.
-SUMS_IN_FLOAT32 = ("openvino",)
-# The engines that run the exported graph, by handler.engine: (graph file, threads, device) -> the graph's runner.
-GRAPHS = {"onnxruntime": ort_graph, "openvino": openvino_graph}
-# How a sparse model's engine opens, by handler.engine: torch's is the task's own.
-OPEN = {"torch": lambda task, config, model_dir: task.engine, **{name: open_graph for name in GRAPHS}}
+    """Why this folder is not served on `engine`, as its route kinds say (a SPLADE summing over its tokens on an
+    engine that sums in float32: `Splade.engine_refusal`); None otherwise."""
+    return next((r for k in ROUTE_KINDS.values() if (r := k.engine_refusal(spec, engine)) is not None), None)
 
 
 def open_engine(task: Any, config: Any, model_dir: str) -> Any:
-    """The sparse task's engine on the configured engine."""
-    return OPEN[config.engine](task, config, model_dir)
+    """The sparse task's engine on the configured engine: the task's own torch engine, or the exported graph."""
+    if not ENGINES[config.engine].exports_graph:
+        return task.engine
+    return open_graph(task, config, model_dir)

@@ -17,14 +17,7 @@ from typing import Any
 import numpy as np
 
 from bucketing.kinds.sparse.engines import CsrEngine, SparseEngine, bytes_per_pass
-from bucketing.kinds.sparse.folder import (
-    Route,
-    SparseSpec,
-    is_sparse,
-    read_sparse,
-    static_weights,
-    tokenizer_file,
-)
+from bucketing.kinds.sparse.folder import SparseSpec, is_sparse, read_sparse, tokenizer_file
 from bucketing.kinds.task import Rows, TaskHooks
 from bucketing.model.chain import Chain, ChainError
 from bucketing.model.tokenizer import recut
@@ -97,7 +90,9 @@ class SparseTask(TaskHooks):
         self.weights = dict(weights)
         self.tokenizer_dir = str(Path(model_dir) / (spec.mlm or ""))
         # Each static route's own cut (its tokens, without special tokens): its tokenizer's model_max_length
-        self.static_cuts = {n: static_cut(model_dir, r) for n, r in spec.routes.items() if r.is_static}
+        self.static_cuts = {
+            n: r.route_kind.own_cut(model_dir, r) for n, r in spec.routes.items() if r.route_kind.tokenizer_cut
+        }
         if isinstance(engine, CsrEngine):
             self.ready_note = (
                 f", sparse model {spec.describe()}, CSR: no vocabulary logits; a pass holds rows x {vocab_size} "
@@ -121,27 +116,13 @@ class SparseTask(TaskHooks):
 
     def forward(self, rows: Rows) -> np.ndarray:
         """The sparse vectors (dense, vocabulary-size, float32) of a padded sub-batch, each row by its route."""
-        ids, mask = rows.ids, rows.mask
+        ids = rows.ids
         names = [self.spec.route(t) for t in (rows.input_types or (None,) * ids.shape[0])]
         out = np.zeros((ids.shape[0], self.dimensions), dtype=np.float32)
         for name in dict.fromkeys(names):
             picked = [r for r, n in enumerate(names) if n == name]
             route = self.spec.routes[name]
-            if route.runs_transformer:  # beside another route's rows: padded only to its own longest
-                width = ids.shape[1] if len(picked) == len(names) else int(mask[picked].sum(axis=1).max())
-                mine = rows.take(picked, width)
-                skips = route.dense is not None and not route.dense.include_prompt  # its Pooling leaves prompts out
-                extra = {"pool_mask": mine.pool_mask()} if skips else {}
-                out[picked] = self.engine(mine.ids, mine.mask, route, **extra)
-                continue
-            # static: each row's own tokens (between its special tokens) get their id's weight, once per id
-            (before, after), weight = self.specials, self.weights[name]
-            ends = mask[picked].sum(axis=1, keepdims=True) - after
-            columns = np.arange(ids.shape[1])
-            row, column = np.nonzero((columns >= before) & (columns < ends))
-            which = np.asarray(picked)[row]
-            tokens = ids[which, column]
-            out[which, tokens] = weight[tokens]
+            route.route_kind.forward(self, name, route, rows, picked, out)
         return out
 
     def _static(self, input_type: str | None) -> tuple[str, int | None] | None:
@@ -196,7 +177,7 @@ class SparseTask(TaskHooks):
     @property
     def chunk_refusal(self) -> str | None:  # type: ignore[override]
         """Chunked: served where every route is SPLADE (its windows' vectors pool as its tokens do: max or sum)."""
-        other = next((n for n, r in self.spec.routes.items() if not r.is_splade), None)
+        other = next((n for n, r in self.spec.routes.items() if not r.route_kind.chunks), None)
         if other is None:
             return None
         return (
@@ -221,76 +202,18 @@ class SparseTask(TaskHooks):
 
 
 def load_sparse_task(config: Any, model_dir: str, gpu_id: Any = None) -> SparseTask:
-    """The sparse model on torch (float32: its kind refuses others), checked; EngineError in one line for what is
-    not served."""
-    import torch
-    from transformers import AutoModelForMaskedLM
-
-    from bucketing.engines import select_device
-    from bucketing.model.head import EngineError, load_pretrained, reduced_weights, usable_positions
+    """The sparse model on torch (float32: its kind refuses others), checked, as the kind of its routes that run the
+    transformer loads it; EngineError in one line for what is not served."""
+    from bucketing.model.head import EngineError
 
     try:
         spec = read_sparse(model_dir)
     except ChainError as e:
         raise EngineError(f"{model_dir}: {e}") from None
     folder = str(Path(model_dir) / (spec.mlm or ""))
-    csr = next((r for r in spec.routes.values() if r.is_csr), None)
-    if csr is not None:
-        return load_csr_task(spec, csr, model_dir, folder, gpu_id)
-    model = load_pretrained(AutoModelForMaskedLM, folder)
-    saved = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
-    if saved != torch.float32:
-        raise EngineError(reduced_weights(model_dir, str(saved).removeprefix("torch.")))
-    vocab = int(model.config.vocab_size)
-    weights = static_routes(spec, model_dir, vocab)
-    device = select_device(gpu_id, torch.cuda.is_available())
-    engine = SparseEngine(model, device, config.max_batch_tokens)
-    return SparseTask(spec, engine, vocab, usable_positions(model.config), specials(folder), weights, model_dir)
-
-
-def load_csr_task(spec: SparseSpec, route: Route, model_dir: str, folder: str, gpu_id: Any) -> SparseTask:
-    """CSR on torch float32: the dense chain's Head, then the SparseAutoEncoder's weights, checked."""
-    import torch
-    from safetensors.torch import load_file
-    from transformers import AutoModel
-
-    from bucketing.engines import select_device
-    from bucketing.model.head import EngineError, Head, dense_layers, load_pretrained, reduced_weights, usable_positions
-
-    model = load_pretrained(AutoModel, folder)
-    saved = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
-    if saved != torch.float32:
-        raise EngineError(reduced_weights(model_dir, str(saved).removeprefix("torch.")))
-    device = select_device(gpu_id, torch.cuda.is_available())
-    engine: CsrEngine | None = None
-    for csr in {r.modules: r for r in spec.routes.values() if r.is_csr}.values():  # a chain per route's modules
-        assert csr.dense is not None
-        head = Head(model, pooled=True, chain=csr.dense, dense=dense_layers(model_dir, csr.dense))
-        where = Path(model_dir) / csr.pooling_folder
-        state = load_file(str(where / "model.safetensors"))
-        encoder = state.get("encoder.weight", state.get("decoder.linear.weight"))
-        width = csr.dense.dimensions(int(model.config.hidden_size))
-        shapes = {
-            "pre_bias": [width],
-            "encoder": [csr.hidden_dim, width],
-            "latent_bias": [csr.hidden_dim],
-        }
-        held = {"pre_bias": state.get("pre_bias"), "encoder": encoder, "latent_bias": state.get("latent_bias")}
-        found = {name: (list(t.shape) if t is not None else None) for name, t in held.items()}
-        if found != shapes or any(t is not None and t.dtype != torch.float32 for t in held.values()):
-            raise EngineError(
-                f"{model_dir}: module SparseAutoEncoder in {where}: expected float32 {shapes} for its config, "
-                f"holds {found}"
-            )
-        if engine is None:
-            engine = CsrEngine(head, held, csr, device)
-        else:
-            engine.add(head, held, csr)
-    assert engine is not None
-    weights = static_routes(spec, model_dir, route.hidden_dim)
-    return SparseTask(
-        spec, engine, route.hidden_dim, usable_positions(model.config), specials(folder), weights, model_dir
-    )
+    route = next(r for r in spec.routes.values() if r.runs_transformer)
+    task: SparseTask = route.route_kind.load(spec, route, config, model_dir, folder, gpu_id)
+    return task
 
 
 def static_routes(spec: SparseSpec, model_dir: str, size: int) -> dict[str, np.ndarray]:
@@ -302,23 +225,9 @@ def static_routes(spec: SparseSpec, model_dir: str, size: int) -> dict[str, np.n
     try:
         mlm_tokenizer = tokenizer_file(model_dir, spec.mlm or "")
         for name, route in spec.routes.items():
-            if route.is_csr and route.hidden_dim != size:
-                raise ChainError(
-                    f"its routes answer vectors of different sizes (route {name!r}: {route.hidden_dim}, another: "
-                    f"{size}); served: one size for every route"
-                )
-            if route.is_static:
-                if tokenizer_file(model_dir, route.folder) != mlm_tokenizer:
-                    raise ChainError(
-                        f"route {name!r} ({route.folder}) has a tokenizer other than the transformer's; served: "
-                        "one tokenizer for every route"
-                    )
-                weights[name] = static_weights(model_dir, route)
-                if weights[name].shape[0] != size:
-                    raise ChainError(
-                        f"route {name!r}: {weights[name].shape[0]} weights for another route's output size of {size}; "
-                        "served: one size for every route"
-                    )
+            own = route.route_kind.weights(model_dir, name, route, size, mlm_tokenizer)
+            if own is not None:
+                weights[name] = own
     except ChainError as e:
         raise EngineError(f"{model_dir}: {e}") from None
     if weights and spec.chain.do_lower_case:
@@ -330,16 +239,6 @@ def static_routes(spec: SparseSpec, model_dir: str, size: int) -> dict[str, np.n
 
 
 STATIC_REACH = 8192  # the most tokens of its own a static route's text is read to (every text is tokenized that far)
-LARGE_INTEGER = 10**20  # transformers truncates at a tokenizer's model_max_length only up to this (its LARGE_INTEGER)
-
-
-def static_cut(model_dir: str, route: Route) -> int | None:
-    """Where SparseStaticEmbedding cuts a text (its own tokens, no special tokens): `tokenizer(..., truncation=True)`
-    cuts at the route's tokenizer's model_max_length, or nowhere when that is unset (over LARGE_INTEGER)."""
-    from transformers import AutoTokenizer
-
-    limit = int(AutoTokenizer.from_pretrained(str(Path(model_dir) / route.folder)).model_max_length)
-    return limit if limit <= LARGE_INTEGER else None
 
 
 def specials(folder: str) -> tuple[int, int]:

@@ -1,0 +1,14 @@
+"""The sparse kind's route kinds, one module each (`base.RouteKind`: how its modules are read, what it answers on
+torch and on the graph engines, what it refuses): adding one is its module and one line below (and its name in
+`base.RouteKindName`)."""
+
+from __future__ import annotations
+
+from bucketing.kinds.sparse.routes.base import Route, RouteKind, RouteKindName
+from bucketing.kinds.sparse.routes.csr import CSR
+from bucketing.kinds.sparse.routes.splade import SPLADE
+from bucketing.kinds.sparse.routes.static import STATIC
+
+__all__ = ["ROUTE_KINDS", "Route", "RouteKind", "RouteKindName"]
+
+ROUTE_KINDS: dict[str, RouteKind] = {k.name: k for k in (SPLADE, STATIC, CSR)}  # by name, in the order lines say them
