@@ -1,43 +1,25 @@
 """Seeded, offline text workloads with realistic token-length distributions (pure: no model, no I/O).
 
 Texts are made of common English words that are single WordPiece tokens in BERT's uncased vocabulary, with
-sentence punctuation, so a text of `n` target tokens tokenizes to about `n` tokens ([CLS] and [SEP] included).
+sentence punctuation, so a text of `n` target tokens tokenizes to about `n` tokens ([CLS] and [SEP] included): the
+generator is the archive builder's (`model_store.calibration_texts`, whose default calibration texts are this
+module's long-tail texts, seed 0).
 """
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from model_store.archives import SERVED
+from model_store.calibration_texts import WORDS, generate, longtail_sampler, text_of
 
-WORDS = tuple(
-    """
-    the of and to in is was for on that with as by at from his her they this which are be have had not were
-    but one all their an has been more also when who will there can its after first new other some time into
-    two only would her most them may city over such three year years made many these during team between
-    about world under state while then where him both later before system work well school season through
-    family number used known life since film part high national based called music during own each four
-    five game group people history against early several second local however public war area including
-    government final country major old series team album river million small same another among order left
-    member young house club water power station church league village population form place home name land
-    police party center service council company court university student market model server request answer
-    short long text query passage batch worker queue length token memory speed cost network data
-    report result value table figure plan price light night morning evening road street bridge garden field
-    forest mountain island lake sea coast valley north south east west winter summer spring autumn river
-    doctor teacher writer player leader officer artist farmer driver worker engineer scientist manager
-    building library museum hospital theater market office airport harbor castle tower temple palace
-    simple quick large strong clear open free full real true good great best better little big small
-    """.split()
-)
+__all__ = ["WORDS", "text_of"]  # the generator's, read here (and by the tests) as the workloads' own
 
 SHORT = (6, 14)
 SENTENCE_MEAN, SENTENCE_SD, SENTENCE_RANGE = 25.0, 6.0, (12, 45)
 PASSAGE = (80, 200)
-LONGTAIL_MEDIAN, LONGTAIL_SIGMA = 28.0, 1.44  # measured traffic: median 28, p90 about 177 tokens
-MIN_TOKENS = 4
 
 WORKLOADS = ("short", "sentences", "passages", "mixed", "longtail")  # texts, one a request (`make_workload`)
 RERANK = "rerank"  # a request: one short query and `docs_per_request` long-tail documents (text pairs)
@@ -66,23 +48,6 @@ class Workload:
         return self.name if self.short_frac is None else f"{self.name}(short_frac={self.short_frac:g})"
 
 
-def text_of(tokens: int, rng: random.Random) -> str:
-    """A text of sentences that tokenizes to `tokens` tokens, [CLS] and [SEP] included."""
-    budget = max(1, tokens - 2)
-    sentences: list[str] = []
-    while budget > 0:
-        # a sentence of k words and a period costs k + 1 tokens
-        k = min(budget - 1, rng.randint(6, 18)) if budget > 1 else 0
-        words = [rng.choice(WORDS) for _ in range(max(k, 1))]
-        if k == 0:
-            sentences.append(words[0])
-            break
-        words[0] = words[0].capitalize()
-        sentences.append(" ".join(words) + ".")
-        budget -= k + 1
-    return " ".join(sentences)
-
-
 def _sampler(name: str, max_length: int, short_frac: float) -> Callable[[random.Random], int]:
     def short(rng: random.Random) -> int:
         return rng.randint(*SHORT)
@@ -96,12 +61,13 @@ def _sampler(name: str, max_length: int, short_frac: float) -> Callable[[random.
     def mixed(rng: random.Random) -> int:
         return short(rng) if rng.random() < short_frac else passage(rng)
 
-    def longtail(rng: random.Random) -> int:
-        return int(
-            min(max(round(rng.lognormvariate(math.log(LONGTAIL_MEDIAN), LONGTAIL_SIGMA)), MIN_TOKENS), max_length)
-        )
-
-    samplers = {"short": short, "sentences": sentence, "passages": passage, "mixed": mixed, "longtail": longtail}
+    samplers = {
+        "short": short,
+        "sentences": sentence,
+        "passages": passage,
+        "mixed": mixed,
+        "longtail": longtail_sampler(max_length),
+    }
     if name not in samplers:
         raise ValueError(f"unknown workload {name!r}; allowed: {', '.join(WORKLOADS)}")
     return samplers[name]
@@ -113,11 +79,9 @@ def make_workload(
     """`n` texts of workload `name`, the same for the same arguments."""
     if not 0.0 <= short_frac <= 1.0:
         raise ValueError(f"short_frac: got {short_frac}; allowed: 0 to 1")
-    rng = random.Random(f"{name}:{seed}:{short_frac}")
     sample = _sampler(name, max_length, short_frac)
-    targets = [min(sample(rng), max_length) for _ in range(n)]
-    texts = tuple(text_of(t, rng) for t in targets)
-    return Workload(name, texts, tuple(targets), seed, short_frac if name == "mixed" else None)
+    texts, targets = generate(name, n, seed, short_frac, sample, max_length)
+    return Workload(name, texts, targets, seed, short_frac if name == "mixed" else None)
 
 
 def rerank_requests(
