@@ -17,19 +17,20 @@ import sys
 import time
 from collections.abc import Sequence
 
-from bench import capacity, models, report, traffic
-from bench.capacity import STEP_REQUESTS, CapacitySettings
-from bench.jobs import Resolver
+from bench.harness import capacity, report
+from bench.harness.capacity import STEP_REQUESTS, CapacitySettings
+from bench.harness.jobs import Resolver
+from bench.harness.measure import Measurer, send_http
+from bench.harness.options import Options, plan_from_args
+from bench.harness.options import parse as parse_options
+from bench.harness.results import ReportInputs, ResultsWriter, run_header, run_offline
+from bench.harness.run_plan import RunPlan, suites
+from bench.harness.stats import Summary
+from bench.harness.targets import TorchServeSite, build_archives
+from bench.inputs import models, traffic
+from bench.inputs.workloads import LONG, NOT_EMBEDDINGS, Workload
 from bench.kinds import KINDS, RunContext
-from bench.measure import Measurer, send_http
-from bench.options import Options, plan_from_args
-from bench.options import parse as parse_options
 from bench.peers import PEERS, peer_configs
-from bench.results import ReportInputs, ResultsWriter, run_header, run_offline
-from bench.run_plan import RunPlan, suites
-from bench.stats import Summary
-from bench.targets import TorchServeSite, build_archives
-from bench.workloads import LONG, NOT_EMBEDDINGS, Workload
 from bucketing.engines import precision
 from bucketing.kinds import KINDS as MODEL_KINDS
 from model_store import archives
@@ -92,7 +93,8 @@ def check_args(options: Options, plan: RunPlan) -> CapacitySettings | None:
     if reduced and not options.inference_url and precision.native_bf16(precision.cpu_info()) is None:
         raise SystemExit(
             f"--dtypes {','.join(reduced)}: this CPU has no native bfloat16 (neither amx_bf16 nor avx512_bf16 in "
-            "/proc/cpuinfo): its workers would refuse to start; `python -m bench.bf16` measures the fidelity here"
+            "/proc/cpuinfo): its workers would refuse to start; `python -m bench.probes.bf16` measures the fidelity "
+            "here"
         )
     check_peer(options, plan)
     p99_ms, steps, step_s = options.p99_ms, options.capacity_steps, options.step_s

@@ -4,8 +4,8 @@ KINDS; a suite names its kind with `kind:` in suites.yaml (`matrix` when it name
 
 from __future__ import annotations
 
-from . import bulk, long, matrix, tune
-from .context import RunContext, RunKind
+from bench.kinds import bulk, long, matrix, tune
+from bench.kinds.context import RunContext, RunKind
 
 KINDS: dict[str, RunKind] = {
     matrix.NAME: matrix,  # every configuration of the plan (and a peer on the same loads)

@@ -24,16 +24,16 @@ import threading
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 
-from .. import report, stats
-from ..configuration import Configuration
-from ..job import Job
-from ..load import LoadResult
-from ..measure import WARMUP_S, Load
-from ..options import Options, flag
-from ..run_plan import RunPlan
-from ..targets import Target
-from ..workloads import NOT_EMBEDDINGS
-from .context import RunContext
+from bench.harness import report, stats
+from bench.harness.load import LoadResult
+from bench.harness.measure import WARMUP_S, Load
+from bench.harness.options import Options, flag
+from bench.harness.run_plan import RunPlan
+from bench.harness.targets import Target
+from bench.inputs.configuration import Configuration
+from bench.inputs.job import Job
+from bench.inputs.workloads import NOT_EMBEDDINGS
+from bench.kinds.context import RunContext
 
 NAME = "bulk"
 SAME = "same"  # a bulk layout: the configuration's own registration

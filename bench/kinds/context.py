@@ -8,15 +8,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..capacity import CapacitySettings
-from ..configuration import Configuration
-from ..job import Bodies, Job
-from ..measure import Send
-from ..options import Options
-from ..results import ReportInputs
-from ..run_plan import RunPlan
-from ..stats import Summary
-from ..targets import Target, TorchServeSite
+from bench.harness.capacity import CapacitySettings
+from bench.harness.measure import Send
+from bench.harness.options import Options
+from bench.harness.results import ReportInputs
+from bench.harness.run_plan import RunPlan
+from bench.harness.stats import Summary
+from bench.harness.targets import Target, TorchServeSite
+from bench.inputs.configuration import Configuration
+from bench.inputs.job import Bodies, Job
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance

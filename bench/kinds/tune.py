@@ -14,20 +14,20 @@ from dataclasses import dataclass, replace
 
 import yaml
 
+from bench.harness import report, stats
+from bench.harness.measure import WARMUP_S
+from bench.harness.options import Options, flag
+from bench.harness.run_plan import RunPlan
+from bench.harness.targets import TorchServeModel, TorchServeSite
+from bench.inputs import models
+from bench.inputs.configuration import Configuration
+from bench.inputs.workloads import NOT_EMBEDDINGS
+from bench.kinds import tune_search as tune
+from bench.kinds.context import RunContext
 from model_store import archives
 from model_store import build as archive_build
 from model_store.archives import ROOT
 from tsctl import ServerError
-
-from .. import models, report, stats
-from .. import tune_search as tune
-from ..configuration import Configuration
-from ..measure import WARMUP_S
-from ..options import Options, flag
-from ..run_plan import RunPlan
-from ..targets import TorchServeModel, TorchServeSite
-from ..workloads import NOT_EMBEDDINGS
-from .context import RunContext
 
 NAME = "tune"
 TITLE = "Tuning"
@@ -104,7 +104,7 @@ def run_tune(ctx: RunContext) -> tune.TuneResult:
     """Calibrate each (engine, dtype), rank candidates offline with their own cost model, measure what fits the
     budget (delays around the best), recommend, re-measure. --min-cosine (`TuneFlags`): the fidelity floor that lets
     bfloat16 compete (where the CPU multiplies it natively, on the engines that run it)."""
-    from bench.calibration import calibrated_costs
+    from bench.kinds.tune_calibration import calibrated_costs
     from bucketing.engines import ENGINE_KINDS, cpu_dtypes, precision
     from bucketing.planning.planner import CostModel
 

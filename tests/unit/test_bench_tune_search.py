@@ -1,4 +1,4 @@
-"""bench.tune_search: candidates ranked and pruned offline, the measuring order under a budget (`explore` on a fake
+"""bench.kinds.tune_search: candidates ranked and pruned offline, the measuring order under a budget (`explore` on a fake
 measure), the winner's YAML and its report section."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from bench import capacity, report, stats
-from bench import tune_search as tune
-from bench.configuration import Configuration
+from bench.harness import capacity, report, stats
+from bench.inputs.configuration import Configuration
+from bench.kinds import tune_search as tune
 from bucketing.config import HandlerConfig
 from bucketing.planning.planner import CostModel
 from tests.unit.summaries import GOLDEN
@@ -252,8 +252,8 @@ def test_the_registry_says_which_dtypes_each_engine_runs_on_this_cpu():
 
 
 def test_tune_engines_are_the_registry_unless_named():
+    from bench.harness.options import Options
     from bench.kinds.tune import tune_engines
-    from bench.options import Options
 
     registry = ("torch", "onnxruntime", "openvino")
     assert tune_engines(Options(), registry) == registry

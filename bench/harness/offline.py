@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from bench.inputs.workloads import make_workload
 from bucketing.planning.planner import CostModel, plan_bucketed
 from model_store.archives import SERVED
-
-from .workloads import make_workload
 
 Shapes = list[tuple[int, int]]  # (rows, padded length) of each forward pass
 Policy = Callable[[Sequence[int]], Shapes]

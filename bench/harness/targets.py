@@ -11,17 +11,19 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol, Self
 
+from bench.harness import stats
+from bench.harness.worker_memory import workers_peak_rss_mb
+from bench.inputs import models
+from bench.inputs.configuration import Configuration
+from bench.inputs.job import Job
+from bench.inputs.references import cosine
+from bench.inputs.workloads import RERANK
 from bucketing.config import STRATEGIES
 from bucketing.protocols import cohere_rerank
 from model_store import archives
 from model_store import build as archive_build
 from tsctl import Client, Endpoints, TorchServe, group_cpu_seconds, read_properties
 from tsctl.process import DEFAULT_PROPERTIES
-
-from . import models, peers, stats
-from .configuration import Configuration
-from .job import Job
-from .workloads import RERANK
 
 
 class Target(Protocol):
@@ -162,8 +164,6 @@ class TorchServeSite:
 
     def workers_peak_rss_mb(self) -> float | None:
         """The largest peak RSS of the workers alive on our server (the one model registered); None: not ours."""
-        from .memory import workers_peak_rss_mb
-
         pid = self.server.pid() if self.server else None
         return workers_peak_rss_mb(os.getpgid(pid)) if pid else None
 
@@ -224,4 +224,4 @@ class TorchServeModel:
         if reply.status != 200:
             raise SystemExit(f"{job.config.name}: the fidelity check got HTTP {reply.status}: {reply.body[:200]!r}")
         answers = [a["embedding"] for a in json.loads(reply.body)]
-        return min(peers.cosine(a, b) for a, b in zip(answers, job.references, strict=True))
+        return min(cosine(a, b) for a, b in zip(answers, job.references, strict=True))

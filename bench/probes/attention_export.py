@@ -1,4 +1,4 @@
-"""The ONNX export's attention, SDPA against eager, through TorchServe: `python -m bench.attention_export`.
+"""The ONNX export's attention, SDPA against eager, through TorchServe: `python -m bench.probes.attention_export`.
 
 Builds MiniLM's bucketed onnxruntime archive twice into a folder under .tmp/, its graph exported from SDPA
 attention (transformers' default) and from eager attention (no IsNaN/Where mask subgraph; what ships,
@@ -16,13 +16,12 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from bench.harness import load
+from bench.inputs.workloads import make_workload
 from bucketing.engines import onnx_engine as engines
 from model_store import build
 from model_store.archives import ROOT
 from tsctl import Endpoints, TorchServe
-
-from . import load
-from .workloads import make_workload
 
 NAMES = ("minilm-sdpa", "minilm-eager")
 

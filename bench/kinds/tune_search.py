@@ -16,14 +16,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from bench.harness.offline import strategy_passes
+from bench.harness.stats import Summary, percentile
+from bench.inputs.configuration import Configuration
 from bucketing.config import STRATEGIES
 from bucketing.planning.planner import CostModel
 from model_store import archives
 from model_store.archives import SERVED
-
-from .configuration import Configuration
-from .offline import strategy_passes
-from .stats import Summary, percentile
 
 BATCH_SIZES = (1, 4, 8, 16, 32)
 DELAYS = (5, 10, 20, 50)

@@ -1,8 +1,8 @@
-"""Peak worker memory for the worst delivered batch, per strategy: `python -m bench.memory`.
+"""Peak worker memory for the worst delivered batch, per strategy: `python -m bench.probes.memory`.
 
 Each case runs in a fresh process (the handler behind `tsctl.inprocess.LocalContext`, as a worker runs it) and reports
-the growth of peak RSS over the loaded model: what one delivered batch costs in memory. `workers_peak_rss_mb` reads
-the peak RSS of a running TorchServe's workers (the compare bench's `Memory:` line).
+the growth of peak RSS over the loaded model: what one delivered batch costs in memory. (The peak RSS of a running
+TorchServe's workers, the compare bench's `Memory:` line, is `bench.harness.worker_memory`.)
 """
 
 from __future__ import annotations
@@ -12,38 +12,8 @@ import json
 import resource
 import subprocess
 import sys
-from pathlib import Path
 
 from model_store.archives import SERVED
-
-WORKER = b"model_service_worker"  # in the command line of each TorchServe Python worker
-
-
-def vm_hwm_kb(status: str) -> int | None:
-    """The peak resident set size (`VmHWM`, kB) in a /proc/PID/status text; None when absent."""
-    for line in status.splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    return None
-
-
-def workers_peak_rss_mb(pgid: int, proc: Path = Path("/proc")) -> float | None:
-    """The largest peak RSS (MB) of the TorchServe workers alive in process group `pgid`; None: no worker read."""
-    peaks = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[2]) != pgid:
-                continue
-            if WORKER not in (entry / "cmdline").read_bytes():
-                continue
-            peak = vm_hwm_kb((entry / "status").read_text())
-        except (OSError, IndexError, ValueError):
-            continue  # gone meanwhile
-        if peak is not None:
-            peaks.append(peak / 1024)
-    return max(peaks) if peaks else None
 
 
 def _case(
@@ -102,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             cmd = [
                 sys.executable,
                 "-m",
-                "bench.memory",
+                "bench.probes.memory",
                 "--case",
                 f"{strategy}:{tpr}",
                 "--batch-size",

@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from .stats import Summary  # noqa: E402
+from bench.harness.stats import Summary  # noqa: E402
 
 COLORS = {"bucketed": "#1b9e77", "dynamic": "#d95f02", "static": "#7570b3", "infinity": "#e7298a"}
 

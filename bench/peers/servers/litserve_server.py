@@ -1,5 +1,5 @@
 """The litserve peer (`python bench/compare.py --peer litserve`): what a Python user writes to serve a text encoder
-with LitServe instead of us. Its venv's python runs it (bench/peer-requirements/litserve-*.txt); the bench never
+with LitServe instead of us. Its venv's python runs it (bench/peers/requirements/litserve-*.txt); the bench never
 imports it, and it imports nothing of ours: litserve, sentence-transformers and torch only.
 
     python litserve_server.py --model-dir DIR --port 8000 --batch-size 16 --batch-timeout 0.01 \\

@@ -16,11 +16,9 @@ from dataclasses import Field, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from bucketing.config import ENGINES
-from model_store.archives import ROOT
-
-from . import capacity, peers, traffic
-from .run_plan import (
+from bench import peers
+from bench.harness import capacity
+from bench.harness.run_plan import (
     AXES,
     SUITES,
     RunPlan,
@@ -32,7 +30,10 @@ from .run_plan import (
     served,
     suites,
 )
-from .workloads import BENCH_WORKLOADS, DOCS_PER_REQUEST, LONG
+from bench.inputs import traffic
+from bench.inputs.workloads import BENCH_WORKLOADS, DOCS_PER_REQUEST, LONG
+from bucketing.config import ENGINES
+from model_store.archives import ROOT
 
 SUITE_OF = {LONG: "long"}  # a workload measured by a suite (and run kind) of its own when no --suite is named
 

@@ -1,7 +1,7 @@
 """Where a pass and a delivered batch spend their time, per engine and dtype, in process: our Python around the
 engine call, the engine call, and what the planner makes of the fitted cost.
 
-`python -m bench.pass_cost [--threads 1] [--repeat 20] [--rounds 5] [--engines torch,onnxruntime,openvino]
+`python -m bench.probes.pass_cost [--threads 1] [--repeat 20] [--rounds 5] [--engines torch,onnxruntime,openvino]
 [--clock cpu|wall]`: MiniLM (the shipped model, max_length 256) opened as a worker opens it (`load_engine`, start-up
 checks included) on each engine in float32, and in bfloat16 where the engine runs it on this CPU. Best of
 `--rounds` x `--repeat`, the engines in turn each round, on `--clock` (default `cpu`: the process's CPU time, which
@@ -11,7 +11,7 @@ another process taking the cores does not inflate; `wall` for latency on a quiet
   engine's native call stubbed out (what our wrapper spends: graph feed, tensor conversion, output copy), and
   `collate` (the padded ids and mask of the 1x8 pass); the cost model fitted (`calibrate.fit_cost`) to the
   worker's calibration shapes timed on this clock: its fixed cost a pass (`overhead`) against what 8 tokens cost at
-  its per-token rate, and the planner's passes a batch of 16 long-tail requests (`bench.workloads`, 64 batches);
+  its per-token rate, and the planner's passes a batch of 16 long-tail requests (`bench.inputs.workloads`, 64 batches);
 - per delivered batch: 16 short prose requests through the handler in process (`BucketingHandler.handle`): the
   handler call, the engine calls within it, and what is outside them: parsing, tokenizing, planning, collating and
   feeding the passes, and rendering and encoding the answers.
@@ -35,9 +35,9 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from bench.engine_cost import Opened, cpu_name, open_engines
-from bench.tokenize_cost import best_of
-from bench.workloads import make_workload
+from bench.inputs.workloads import make_workload
+from bench.probes.engine_cost import Opened, cpu_name, open_engines
+from bench.probes.tokenize_cost import best_of
 from bucketing.config import ENGINES
 from bucketing.engines import Engine, precision
 from bucketing.model.tokenizer import Tokenizer, collate

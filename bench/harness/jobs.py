@@ -10,12 +10,20 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.inputs import models, traffic
+from bench.inputs.configuration import Configuration
+from bench.inputs.job import Bodies, Job
+from bench.inputs.references import reference_embeddings
+from bench.inputs.workloads import (
+    DOCS_PER_REQUEST,
+    NOT_EMBEDDINGS,
+    RERANK,
+    TEXTS_OF,
+    Workload,
+    make_workload,
+    rerank_requests,
+)
 from model_store import archives
-
-from . import models, peers, traffic
-from .configuration import Configuration
-from .job import Bodies, Job
-from .workloads import DOCS_PER_REQUEST, NOT_EMBEDDINGS, RERANK, TEXTS_OF, Workload, make_workload, rerank_requests
 
 WORKLOAD_TEXTS = 2000  # texts drawn for a generated workload
 FIDELITY_TEXTS = 32  # texts of the run, spread over its lengths, each configuration's answers are checked on
@@ -90,12 +98,12 @@ class Resolver:
         """Our float32 batch-of-one answers to `picks` from the model in `folder` (torch engine, in process)."""
         key = (folder, picks)
         if key not in self._references:
-            self._references[key] = peers.reference_embeddings(picks, folder)
+            self._references[key] = reference_embeddings(picks, folder)
         return self._references[key]
 
     def roofline(self, config: Configuration, load: Bodies, folder: Path) -> float:
         """The GEMM roofline of this configuration's dtype, model, texts and cores (real tokens/s)."""
-        from bench.roofline import gemm_flops_per_core, roofline_tokens_per_s
+        from bench.harness.roofline import gemm_flops_per_core, roofline_tokens_per_s
 
         dtype = config.dtype or "float32"
         if dtype not in self._gemm_per_core:
@@ -111,7 +119,7 @@ class Resolver:
         engine = config.engine or archives.default_engine()
         key = (config.workload_label, config.workers, config.threads, engine, config.model)
         if key not in self._exact:
-            from bench.exact_length import exact_length_rate
+            from bench.harness.exact_length import exact_length_rate
 
             w = load.workload
             layout = f"{config.workers} processes x {config.threads} thread"

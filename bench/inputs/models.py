@@ -29,9 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.inputs.workloads import LONG, RERANK, SPARSE
 from model_store.archives import PREFIX, ROOT, copy_minilm_tokenizer, default_engine, max_length, minilm_dir
-
-from .workloads import LONG, RERANK, SPARSE
 
 if TYPE_CHECKING:  # imported where used (transformers loads torch; the tokenizer, numpy and tokenizers)
     from transformers import PreTrainedModel

@@ -1,7 +1,7 @@
 """What a long document costs under each way of answering it: truncate, chunk (windows pooled into one vector) and
 late chunking (one pass, one vector per sentence), in process, on the real MiniLM.
 
-`python -m bench.long_texts [--docs 8] [--min-tokens 1000] [--max-tokens 8000] [--engine onnxruntime]`: `--docs`
+`python -m bench.probes.long_texts [--docs 8] [--min-tokens 1000] [--max-tokens 8000] [--engine onnxruntime]`: `--docs`
 documents of sentences (`workloads.text_of`), token counts spread evenly from `--min-tokens` to `--max-tokens`,
 sent as one request per mode to a worker (`Pipeline.serve`, what a handler call runs; best of `--repeat`); prints a
 markdown table: documents/s, the tokens the model ran per document, passes, vectors answered, and the time against
@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from bench.workloads import text_of
+from bench.inputs.workloads import text_of
 
 MODES: dict[str, dict[str, Any]] = {
     "truncate": {"on_overflow": "truncate"},

@@ -1,4 +1,4 @@
-"""bfloat16 against float32 in process, on the bench's own texts: `python -m bench.bf16 [--model M] [--texts N]`.
+"""bfloat16 against float32 in process, on the bench's own texts: `python -m bench.probes.bf16 [--model M] [--texts N]`.
 
 Prints the GEMM rate of one thread per dtype (the roofline's), the fidelity the worker states at start (sample
 texts), the cosine of each of N long-tail texts (batch of one, spread over their lengths) against float32, and
@@ -15,6 +15,9 @@ import dataclasses
 
 import numpy as np
 
+from bench.harness.roofline import gemm_flops_per_core
+from bench.inputs import models
+from bench.inputs.workloads import make_workload
 from bucketing.config import HandlerConfig
 from bucketing.engines import Engine, precision
 from bucketing.engines.torch_engine import DTYPES, TorchEngine, open_reduced
@@ -23,10 +26,6 @@ from bucketing.model.tokenizer import Tokenizer, collate
 from bucketing.pipeline import make_planner
 from bucketing.planning.calibrate import fit_cost, measure
 from bucketing.planning.planner import CostModel
-
-from . import models
-from .roofline import gemm_flops_per_core
-from .workloads import make_workload
 
 BATCH = 16  # requests per delivered batch (the bench's bs16)
 

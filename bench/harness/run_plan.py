@@ -11,14 +11,13 @@ from typing import Any
 
 import yaml
 
+from bench.inputs import models, traffic
+from bench.inputs.configuration import Configuration
+from bench.inputs.workloads import BENCH_WORKLOADS
 from bucketing.config import ENGINES, SCHEDULES, STRATEGIES
 from bucketing.engines.precision import CPU_DTYPES
 
-from . import models, traffic
-from .configuration import Configuration
-from .workloads import BENCH_WORKLOADS
-
-SUITES = Path(__file__).resolve().parent / "suites.yaml"
+SUITES = Path(__file__).resolve().parents[1] / "suites.yaml"  # bench/suites.yaml
 CONFIG_FIELDS = {f.name for f in fields(Configuration)}
 # Flags that make a configuration axis over a suite or a matrix: every configuration once per value.
 AXES = {"engines": ("engine", ENGINES), "schedules": ("schedule", SCHEDULES), "dtypes": ("dtype", CPU_DTYPES)}

@@ -1,6 +1,6 @@
 """What answering costs a worker per text, by format: rendering and encoding one request's answers, and their bytes.
 
-`python -m bench.answer_cost [--texts 16] [--repeat 200]`: a request of `--texts` MiniLM-sized (384-float, unit
+`python -m bench.probes.answer_cost [--texts 16] [--repeat 200]`: a request of `--texts` MiniLM-sized (384-float, unit
 length) embeddings answered through the real wire formats (`protocols.Incoming.reply`, as a worker answers), best
 of `--repeat`, per text; beside each, the same rendered body through `json.dumps` (how every answer was encoded
 before `protocols.base.dumps`), with its parsed values checked equal. Prints a markdown table.

@@ -9,10 +9,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from . import capacity, load, stats
-from .capacity import START_SHARE, STEP_REQUESTS, CapacitySettings
-from .job import Job
-from .targets import Target
+from bench.harness import capacity, load, stats
+from bench.harness.capacity import START_SHARE, STEP_REQUESTS, CapacitySettings
+from bench.harness.targets import Target
+from bench.inputs.job import Job
 
 WARMUP_S = 3.0
 MAX_REQUESTS = 20000  # per load: bounded in count as well as time

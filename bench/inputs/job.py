@@ -6,10 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
-from .configuration import Configuration
-from .load import Sample
-from .workloads import Workload
+from bench.inputs.configuration import Configuration
+from bench.inputs.workloads import Workload
+
+
+class Sent(Protocol):
+    """What a load sent, as its samples say (`harness.load.Sample`): which body each request carried."""
+
+    @property
+    def body_index(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -26,7 +33,7 @@ class Bodies:
         """Every sequence the model runs: each text, or each (query, document) pair of a rerank body."""
         return [n for p in self.pair_tokens for n in p] if self.pair_tokens is not None else self.tokens
 
-    def sent(self, samples: Sequence[Sample]) -> list[int]:
+    def sent(self, samples: Sequence[Sent]) -> list[int]:
         """Token counts of what these samples sent: each text (each pair of a rerank request)."""
         if self.pair_tokens is not None:
             return [n for s in samples for n in self.pair_tokens[s.body_index]]

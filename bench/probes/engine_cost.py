@@ -1,6 +1,6 @@
 """What a forward pass costs on each engine, in process: the fixed cost of a pass and the rate on real prose.
 
-`python -m bench.engine_cost [--threads 1] [--repeat 10] [--rounds 5] [--engines torch,onnxruntime,openvino]
+`python -m bench.probes.engine_cost [--threads 1] [--repeat 10] [--rounds 5] [--engines torch,onnxruntime,openvino]
 [--model bert-base-random]`: MiniLM (the shipped model, max_length 256; or a bench model) opened as a worker
 opens it (`load_engine`, start-up checks included) on each engine in float32, and in bfloat16 where the engine runs
 it on this CPU (refused otherwise: the refusal line is printed); then, best of `--rounds` x `--repeat` (the engines
@@ -20,8 +20,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from bench import models
-from bench.tokenize_cost import best_of
+from bench.inputs import models
+from bench.probes.tokenize_cost import best_of
 from bucketing.config import ENGINES, ConfigError, HandlerConfig
 from bucketing.engines import ENGINE_KINDS, Engine, load_engine, precision
 from bucketing.model.head import EngineError

@@ -12,7 +12,7 @@ import json
 import random
 from pathlib import Path
 
-from .workloads import Workload
+from bench.inputs.workloads import Workload
 
 FORMATS = (".txt", ".jsonl", ".csv")
 PREFIX = "file:"  # a configuration's workload naming the --texts file

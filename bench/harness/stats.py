@@ -8,10 +8,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from bench.harness.capacity import Capacity
+from bench.inputs.configuration import Configuration
 from bucketing.metrics import METRICS, BatchStats
-
-from .capacity import Capacity
-from .configuration import Configuration
 
 # The handler's counters, as TorchServe exposes them: metric name -> BatchStats field.
 HANDLER_METRICS = {name: attr for name, (attr, _unit) in METRICS.items()}
@@ -71,7 +70,7 @@ class Summary:
     capacity: Capacity | None = None  # highest open-loop rate within the p99 target (--p99-ms)
     min_cosine: float | None = None  # its answers against our float32 batch-of-one reference (spot check)
     short_p50_ms: float = float("nan")  # p50 of the shortest quarter of requests (by tokens)
-    roofline_tokens_per_s: float | None = None  # the fp32 GEMM roofline of this model and layout (bench.roofline)
+    roofline_tokens_per_s: float | None = None  # the fp32 GEMM roofline of this model and layout (`roofline`)
     worker_peak_rss_mb: float | None = None  # the largest peak RSS of its workers, after its load (None: not read)
 
     @property

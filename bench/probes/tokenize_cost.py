@@ -1,6 +1,6 @@
 """What one long text costs the handler's tokenizer: 6 MB bodies of prose and of the shapes that once cost seconds.
 
-`python -m bench.tokenize_cost [--mb 6] [--repeat 5]`: each body through `Tokenizer.encode` as a worker runs it
+`python -m bench.probes.tokenize_cost [--mb 6] [--repeat 5]`: each body through `Tokenizer.encode` as a worker runs it
 (MiniLM, max_length 256), best of `--repeat`, and its cost as a multiple of English prose's; then a rerank body
 (a 5.6 KB query, 100 documents of 11 KB: 1.1 MB) through `Tokenizer.encode_pairs`, against its texts alone.
 """
@@ -35,7 +35,7 @@ def best_seconds(tokenizer: Tokenizer, text: str, repeat: int) -> float:
 
 
 def best_of(run: Callable[[], object], repeat: int, clock: Callable[[], float] = time.perf_counter) -> float:
-    """The least time of `repeat` runs on `clock` (wall time by default; bench.pass_cost passes the CPU clock)."""
+    """The least time of `repeat` runs on `clock` (wall time by default; `pass_cost` passes the CPU clock)."""
     times = []
     for _ in range(repeat):
         start = clock()

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from .configuration import Configuration
-from .stats import Comparison, Summary
+from bench.harness.stats import Comparison, Summary
+from bench.inputs.configuration import Configuration
 
 
 def num(value: float | None, fmt: str = ".1f") -> str:

@@ -17,12 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.harness import offline, plots, report, stats
+from bench.harness.capacity import CapacitySettings
+from bench.harness.run_plan import RunPlan
 from bucketing.planning.planner import CostModel
 from model_store.archives import SERVED
-
-from . import offline, plots, report, stats
-from .capacity import CapacitySettings
-from .run_plan import RunPlan
 
 LENGTH_EDGES = (0, 8, 16, 32, 64, 128, 192, SERVED.max_length)  # the report's token-length histogram
 DEFAULT_SWEEP: dict[str, list[Any]] = {"short_fracs": [0.1, 0.3, 0.5, 0.7, 0.9], "batch_sizes": [8, 16, 32]}
