@@ -31,8 +31,8 @@ from bench.harness.run_plan import (
     suites,
 )
 from bench.inputs import traffic
+from bench.inputs.engines import engine_names
 from bench.inputs.workloads import BENCH_WORKLOADS, DOCS_PER_REQUEST, LONG
-from bucketing.config import ENGINES
 from model_store.archives import ROOT
 
 SUITE_OF = {LONG: "long"}  # a workload measured by a suite (and run kind) of its own when no --suite is named
@@ -90,7 +90,7 @@ class Options:
     concurrency: int | None = flag(None, "closed-loop clients")
     workers: int | None = flag(None)
     threads: int | None = flag(None, "threads per worker")
-    engines: str | None = flag(None, f"comma list of {','.join(ENGINES)} (a configuration axis)")
+    engines: str | None = flag(None, f"comma list of {','.join(engine_names())} (a configuration axis)")
     schedules: str | None = flag(None, "comma list of batch,continuous (handler.schedule; a configuration axis)")
     dtypes: str | None = flag(
         None,

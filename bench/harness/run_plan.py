@@ -13,14 +13,15 @@ import yaml
 
 from bench.inputs import models, traffic
 from bench.inputs.configuration import Configuration
+from bench.inputs.engines import engine_kinds, engine_names
 from bench.inputs.workloads import BENCH_WORKLOADS
-from bucketing.config import ENGINES, SCHEDULES, STRATEGIES
+from bucketing.config import SCHEDULES, STRATEGIES
 from bucketing.engines.precision import CPU_DTYPES
 
 SUITES = Path(__file__).resolve().parents[1] / "suites.yaml"  # bench/suites.yaml
 CONFIG_FIELDS = {f.name for f in fields(Configuration)}
 # Flags that make a configuration axis over a suite or a matrix: every configuration once per value.
-AXES = {"engines": ("engine", ENGINES), "schedules": ("schedule", SCHEDULES), "dtypes": ("dtype", CPU_DTYPES)}
+AXES = {"engines": ("engine", engine_names()), "schedules": ("schedule", SCHEDULES), "dtypes": ("dtype", CPU_DTYPES)}
 
 
 @dataclass(frozen=True)
@@ -96,9 +97,7 @@ def served(config: Configuration) -> Configuration:
 def engine_runs_dtype(config: Configuration) -> bool:
     """Whether the configuration's engine (where it names one) runs its dtype (where it names one), as the engines
     registry says: an axis crossing engines with dtypes leaves out the pairs no engine runs (onnxruntime bfloat16)."""
-    from bucketing.engines import ENGINE_KINDS
-
-    return config.engine is None or config.dtype is None or config.dtype in ENGINE_KINDS[config.engine].dtypes
+    return config.engine is None or config.dtype is None or config.dtype in engine_kinds()[config.engine].dtypes
 
 
 def one_worker_if_continuous(config: Configuration) -> Configuration:

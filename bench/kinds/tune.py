@@ -106,8 +106,9 @@ def run_tune(ctx: RunContext) -> choice.TuneResult:
     """Calibrate each (engine, dtype), rank candidates offline with their own cost model, measure what fits the
     budget (delays around the best), recommend, re-measure. --min-cosine (`TuneFlags`): the fidelity floor that lets
     bfloat16 compete (where the CPU multiplies it natively, on the engines that run it)."""
+    from bench.inputs.engines import cpu_dtypes, engine_names
     from bench.kinds.tune_calibration import calibrated_costs
-    from bucketing.engines import ENGINE_KINDS, cpu_dtypes, precision
+    from bucketing.engines import precision
     from bucketing.planning.planner import CostModel
 
     plan, budget_min, t0, record = ctx.plan, ctx.options.budget_min, ctx.t0, ctx.record
@@ -118,7 +119,7 @@ def run_tune(ctx: RunContext) -> choice.TuneResult:
     cpu = precision.cpu_info()
     reduced, considered = choice.reduced_dtypes(min_cosine, precision.native_bf16(cpu))
     print(f"tune: {considered}")
-    engines = tune_engines(ctx.options, tuple(ENGINE_KINDS))
+    engines = tune_engines(ctx.options, engine_names())
     pairs = tune.engine_dtypes({e: cpu_dtypes(e, cpu) for e in engines}, reduced)
     shown = ", ".join(f"{e} {d}" for e, d in pairs)
     print(f"tune: calibrating the cost model of each engine and dtype ({shown}), one thread ...")

@@ -31,9 +31,9 @@ def calibrated_costs(
 
     import torch
 
+    from bench.inputs.engines import engine_kinds
     from bucketing import worker
     from bucketing.config import ConfigError, HandlerConfig
-    from bucketing.engines import ENGINE_KINDS
     from bucketing.kinds.task import Rows
     from bucketing.model.head import EngineError
     from bucketing.planning.calibrate import fit_cost, measure
@@ -46,7 +46,7 @@ def calibrated_costs(
     with tempfile.TemporaryDirectory() as tmp:
         folders: dict[tuple[str, ...], Path] = {}  # by the files an engine reads: one export for the graph engines
         for engine, dtype in pairs:
-            files = ENGINE_KINDS[engine].files
+            files = engine_kinds()[engine].files
             try:
                 if files not in folders:
                     folders[files] = engine_model_dir(Path(model_dir), engine, "embedding", Path(tmp) / engine)

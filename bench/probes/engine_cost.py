@@ -21,9 +21,10 @@ import numpy as np
 import torch
 
 from bench.inputs import models
+from bench.inputs.engines import engine_kinds, engine_names, reference
 from bench.probes.tokenize_cost import best_of
-from bucketing.config import ENGINES, ConfigError, HandlerConfig
-from bucketing.engines import ENGINE_KINDS, Engine, load_engine, precision
+from bucketing.config import ConfigError, HandlerConfig
+from bucketing.engines import Engine, load_engine, precision
 from bucketing.model.head import EngineError
 from bucketing.model.tokenizer import Tokenizer, collate
 from model_store.archives import SERVED, engine_model_dir, minilm_dir
@@ -66,13 +67,14 @@ def open_engines(
     `tmp`); and each refused (engine, dtype) with the first line of its refusal."""
     opened: list[Opened] = []
     refused: list[tuple[str, str, str]] = []
-    graph_dir: Path | None = None
+    folders: dict[tuple[str, ...], Path] = {}  # by the files an engine reads: one export for the graph engines
     for engine in engines:
-        needs_graph = bool(ENGINE_KINDS[engine].files)
-        if needs_graph and graph_dir is None:
-            graph_dir = engine_model_dir(source, engine, "embedding", tmp / "graph")
-        folder = str(graph_dir if needs_graph else source)
-        for dtype in (d for d in ENGINE_KINDS[engine].dtypes if d in precision.CPU_DTYPES):
+        kind = engine_kinds()[engine]
+        if kind.files and kind.files not in folders:
+            graph = tmp / ("graph" if not folders else f"graph-{len(folders)}")
+            folders[kind.files] = engine_model_dir(source, engine, "embedding", graph)
+        folder = str(folders[kind.files] if kind.files else source)
+        for dtype in (d for d in kind.dtypes if d in precision.CPU_DTYPES):
             config = HandlerConfig(engine=engine, dtype=dtype, torch_threads=threads)
             try:
                 with torch.inference_mode():
@@ -94,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=10, help="timed runs a round, per engine")
     parser.add_argument("--rounds", type=int, default=5, help="rounds over the engines in turn; the best kept")
-    parser.add_argument("--engines", default=",".join(ENGINES), help=f"comma list of {','.join(ENGINES)}")
+    parser.add_argument("--engines", default=",".join(engine_names()), help=f"comma list of {','.join(engine_names())}")
     parser.add_argument(
         "--model", default=None, help="a bench model (bert-base-random: BERT-base's geometry) instead of MiniLM"
     )
@@ -124,8 +126,8 @@ def main(argv: list[str] | None = None) -> int:
                 fixed, whole = timed(run, (ids8, mask8), batches, args.repeat)
                 best[i] = (min(best[i][0], fixed), min(best[i][1], whole))
     for (engine, dtype, run, _), (fixed, whole) in zip(opened, best):
-        check = run.fidelity.describe() if run.fidelity is not None else "within 1e-5 of torch float32"
-        if engine == "torch" and dtype == "float32":
+        check = run.fidelity.describe() if run.fidelity is not None else f"within 1e-5 of {' '.join(reference())}"
+        if (engine, dtype) == reference():
             check = "the reference"
         print(f"| {engine} | {dtype} | {fixed * 1e3:.2f} | {tokens / whole:,.0f} | {check} |")
     return 0
