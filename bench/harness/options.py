@@ -3,7 +3,7 @@
 One declaration per flag: a dataclass field carries its default, its type (the annotation: bool, str, int, float or
 Path, each `| None` or not), its choices and its help; the parser is built from the declarations and the parsed
 values read back into them, so a flag is declared nowhere else. The bench's own flags are the fields of `Options`;
-each run kind declares its own in its module (its `FLAGS` dataclass, `kinds.KINDS`), listed in --help where
+each run kind declares its own in its module (its `FLAGS` dataclass, `kinds.RUN_KINDS`), listed in --help where
 `Options.kinds` stands and read back with `options.of(ThatKindsFlags)`. `plan_from_args` turns the flags into the
 run plan.
 """
@@ -11,7 +11,7 @@ run plan.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import Field, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -32,10 +32,8 @@ from bench.harness.run_plan import (
 )
 from bench.inputs import traffic
 from bench.inputs.engines import engine_names
-from bench.inputs.workloads import BENCH_WORKLOADS, DOCS_PER_REQUEST, LONG
+from bench.inputs.workloads import BENCH_WORKLOADS, DOCS_PER_REQUEST
 from model_store.archives import ROOT
-
-SUITE_OF = {LONG: "long"}  # a workload measured by a suite (and run kind) of its own when no --suite is named
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -76,7 +74,7 @@ class Options:
     # Read by tune alone, but checked with the capacity settings whatever the kind (a matrix run with --p99-ms
     # refuses --budget-min 0): the bench's.
     budget_min: float = flag(15.0, "--suite tune: minutes for the whole suite")
-    # Each run kind's own flags (its FLAGS, in KINDS order), listed here in --help.
+    # Each run kind's own flags (its FLAGS, in RUN_KINDS order), listed here in --help.
     kinds: tuple[DataclassInstance, ...] = field(default=(), metadata={"kinds": True})
     peer: str | None = flag(None, "also measure this server on the same texts and load", choices=sorted(peers.PEERS))
     peer_dtypes: str | None = flag(
@@ -156,8 +154,9 @@ def _read(cls: type[_Flags], values: dict[str, Any]) -> _Flags:
     return cls(**{f.name: values[f.name] for f in fields(cls) if not f.metadata.get("kinds")})
 
 
-def plan_from_args(options: Options) -> RunPlan:
-    """The suite (default `default`), with flags overriding its defaults; matrix flags replace its configs."""
+def plan_from_args(options: Options, suite_of: Mapping[str, str] | None = None) -> RunPlan:
+    """The suite (default `default`, or the suite of the run kind that owns `--workload`: `suite_of`, workload to
+    suite, from the run kinds' WORKLOADS), with flags overriding its defaults; matrix flags replace its configs."""
     flags = {
         "strategy": csv_list(options.strategies, str),
         "batch_size": csv_list(options.batch_sizes, int),
@@ -180,7 +179,7 @@ def plan_from_args(options: Options) -> RunPlan:
         }.items()
         if v is not None
     }
-    own_suite = SUITE_OF.get(options.workload or "") if options.suite is None else None
+    own_suite = (suite_of or {}).get(options.workload or "") if options.suite is None else None
     base = load_suite(options.suite or own_suite or "default")
     if matrix:
         own_defaults = suites()[own_suite].get("defaults", {}) if own_suite else {}

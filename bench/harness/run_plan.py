@@ -26,7 +26,7 @@ AXES = {"engines": ("engine", engine_names()), "schedules": ("schedule", SCHEDUL
 
 @dataclass(frozen=True)
 class RunPlan:
-    """What a run does: its kind (`kinds.KINDS`) with the kind's options, configurations, and whether to add
+    """What a run does: its kind (`kinds.RUN_KINDS`) with the kind's options, configurations, and whether to add
     exact-length grouping and the offline sweep."""
 
     name: str

@@ -38,6 +38,7 @@ from bench.kinds.context import RunContext
 NAME = "bulk"
 SAME = "same"  # a bulk layout: the configuration's own registration
 TITLE = "Bulk requests"
+WORKLOADS: tuple[str, ...] = ()  # it measures the bench's workloads, none of its own
 BULK_TIMEOUT_S = 600.0  # a bulk request's load: one request, bounded in time as well
 START_S = 0.3  # the small load starts this long after the bulk request is sent
 DURING_SHARE = 0.8  # the small load during the bulk request lasts this share of the bulk request's time alone

@@ -61,10 +61,12 @@ class RunContext:
 
 
 class RunKind(Protocol):
-    """A kind of run (`matrix`, `tune`): a module with these names, and a line in `kinds.KINDS`."""
+    """A kind of run (`matrix`, `tune`): a module with these names, and a line in `kinds.RUN_KINDS`."""
 
-    NAME: str
+    NAME: str  # also its suite's name in suites.yaml
     TITLE: str  # the report's title
+    # The workloads it alone measures: `--workload W` with no --suite runs its suite, and another kind refuses W.
+    WORKLOADS: tuple[str, ...]
 
     @property
     def FLAGS(self) -> type[DataclassInstance] | None:  # a module constant: read-only here

@@ -48,6 +48,7 @@ from model_store import build as archive_build
 
 NAME = "long"
 TITLE = "Long documents: truncate, chunk and late chunking"
+WORKLOADS: tuple[str, ...] = (LONG,)  # `--workload long` runs this kind (its suite, `long`), and no other
 REQUEST_TIMEOUT_S = 300.0  # one warm-up request's limit (an 8k document takes seconds on 2 cores)
 
 # Each mode's request body beside its document, and the registration it goes to (`own`: the model's own limit).

@@ -13,6 +13,7 @@ from bench.kinds.context import RunContext
 
 NAME = "matrix"
 TITLE = "Batching comparison"
+WORKLOADS: tuple[str, ...] = ()  # it measures the bench's workloads, none of its own
 FLAGS = None  # the bench's flags are its own (--peer, --bound)
 
 

@@ -33,6 +33,7 @@ from tsctl import ServerError
 
 NAME = "tune"
 TITLE = "Tuning"
+WORKLOADS: tuple[str, ...] = ()  # it measures the bench's workloads, none of its own
 TUNED_NAME = "minilm-tuned"
 START_S = 25.0  # a configuration's registration and worker start, before its first measurement
 

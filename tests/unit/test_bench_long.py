@@ -13,7 +13,7 @@ from bench.harness.options import Options
 from bench.harness.run_plan import load_suite
 from bench.inputs import models
 from bench.inputs.workloads import BENCH_WORKLOADS, LONG, LONG_TOKENS, long_documents
-from bench.kinds import KINDS
+from bench.kinds import RUN_KINDS
 from bench.kinds import long as long_kind
 from bucketing.chunks import sentences
 
@@ -72,7 +72,7 @@ def test_an_archive_specs_settings_are_set_in_its_model_config():
 
 
 def test_workload_long_runs_the_long_suite_and_its_kind():
-    assert LONG in BENCH_WORKLOADS and "long" in KINDS
+    assert LONG in BENCH_WORKLOADS and "long" in RUN_KINDS
     plan = compare.plan_from_args(compare.parse_args(["--workload", "long"]))
     assert (plan.name, plan.kind) == ("long", "long")
     (config,) = plan.configs
@@ -251,7 +251,7 @@ def test_the_long_kind_registers_both_warms_each_mode_then_runs_the_modes_in_tur
         resolver=FakeResolver(),  # the long kind resolves no jobs
         target=lambda job: None,  # type: ignore[arg-type,return-value]
         measurer=Measurer(send, warmup_s=0.0),
-        inputs=ReportInputs(KINDS["long"].TITLE, {"command": "fake"}),
+        inputs=ReportInputs(RUN_KINDS["long"].TITLE, {"command": "fake"}),
         record=lambda summary: None,
         out=tmp_path,
         t0=0.0,
