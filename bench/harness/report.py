@@ -225,7 +225,7 @@ def render_markdown(
             "The same texts run in process, grouped by exact token length (zero padding), with the workers' threads; "
             "each configuration's `bound_fraction` is its real tokens/s over this. It is not a limit: exact-length "
             "groups are small and pay more per-pass overhead, and a configuration can run faster. The limit is the "
-            "fp32 GEMM roofline (`roofline_fraction`, bench/roofline.py).",
+            "fp32 GEMM roofline (`roofline_fraction`, bench/harness/roofline.py).",
             "",
             table(
                 ["workload", "model", "engine", "processes x threads", "real tokens/s", "texts", "forward passes"],
