@@ -4,10 +4,12 @@ Each configuration is registered through the management API, warmed up, loaded t
 measured (client latencies, the handler's Prometheus counters, server CPU) and unregistered. Results go to
 bench/results/<timestamp>/ after every configuration: results.csv, results.json, then report.md and SVG plots.
 
-This module is the command line (parse, check, run); the flags are parsed once into `options.Options` (a run kind's
-own beside the bench's), the run plan is `run_plan`, a run kind's loop, flags and report sections are in `kinds/`
-(`matrix`, `tune`), each configuration becomes a job in `jobs`, a job is measured by `measure` on a target of
-`targets` (a TorchServe model) or `peers`, and the results and report inputs are `results`.
+This module is the command line (parse, check, run), the top floor of the bench (bench/__init__.py): the only
+module that reads both the harness and the run kinds' registry (`kinds.RUN_KINDS`). The flags are parsed once into
+`harness.options.Options` (each run kind's own beside the bench's), the run plan is `harness.run_plan`, a run kind's
+loop, flags, checks, own workloads and report sections are its module in `kinds/` (`matrix`, `tune`, `bulk`,
+`long`), each configuration becomes a job in `harness.jobs`, a job is measured by `harness.measure` on a target of
+`harness.targets` (a TorchServe model) or of `peers/`, and the results and report inputs are `harness.results`.
 """
 
 from __future__ import annotations
@@ -17,19 +19,21 @@ import sys
 import time
 from collections.abc import Sequence
 
-from bench import capacity, models, report, traffic
-from bench.capacity import STEP_REQUESTS, CapacitySettings
-from bench.jobs import Resolver
-from bench.kinds import KINDS, RunContext
-from bench.measure import Measurer, send_http
-from bench.options import Options, plan_from_args
-from bench.options import parse as parse_options
+from bench.harness import capacity, report
+from bench.harness import options as harness_options
+from bench.harness.capacity import STEP_REQUESTS, CapacitySettings
+from bench.harness.jobs import Resolver
+from bench.harness.measure import Measurer, send_http
+from bench.harness.options import Options
+from bench.harness.options import parse as parse_options
+from bench.harness.results import ReportInputs, ResultsWriter, run_header, run_offline
+from bench.harness.run_plan import RunPlan, suites
+from bench.harness.stats import Summary
+from bench.harness.targets import TorchServeSite, build_archives
+from bench.inputs import models, traffic
+from bench.inputs.workloads import NOT_EMBEDDINGS, Workload
+from bench.kinds import RUN_KINDS, RunContext
 from bench.peers import PEERS, peer_configs
-from bench.results import ReportInputs, ResultsWriter, run_header, run_offline
-from bench.run_plan import RunPlan, suites
-from bench.stats import Summary
-from bench.targets import TorchServeSite, build_archives
-from bench.workloads import LONG, NOT_EMBEDDINGS, Workload
 from bucketing.engines import precision
 from bucketing.model_kinds import MODEL_KINDS
 from model_store import archives
@@ -50,8 +54,18 @@ __all__ = [
 
 def parse_args(argv: Sequence[str] | None) -> Options:
     """The flags, parsed once: the bench's and each run kind's own (`options`)."""
-    kind_flags = [kind.FLAGS for kind in KINDS.values() if kind.FLAGS is not None]
+    kind_flags = [kind.FLAGS for kind in RUN_KINDS.values() if kind.FLAGS is not None]
     return parse_options(argv, __doc__.splitlines()[0], kind_flags)
+
+
+def owners() -> dict[str, str]:
+    """Each workload a run kind alone measures (its WORKLOADS), with that kind's name (its suite's too)."""
+    return {workload: name for name, kind in RUN_KINDS.items() for workload in kind.WORKLOADS}
+
+
+def plan_from_args(options: Options) -> RunPlan:
+    """The run plan from the flags (`options.plan_from_args`), a workload a run kind owns running its suite."""
+    return harness_options.plan_from_args(options, owners())
 
 
 def user_texts(options: Options) -> Workload | None:
@@ -70,15 +84,19 @@ def check_args(options: Options, plan: RunPlan) -> CapacitySettings | None:
     """Flag combinations and ranges (one-line errors): the run kind's own first (its check, then each other kind's
     refusal of its own flags); the capacity settings when --p99-ms is given (the suite's kind options supply the
     step defaults)."""
-    if plan.kind not in KINDS:
-        raise SystemExit(f"kind: got {plan.kind!r}; allowed: {' | '.join(KINDS)}")
-    KINDS[plan.kind].check(options, plan)
-    for name, kind in KINDS.items():
+    if plan.kind not in RUN_KINDS:
+        raise SystemExit(f"kind: got {plan.kind!r}; allowed: {' | '.join(RUN_KINDS)}")
+    RUN_KINDS[plan.kind].check(options, plan)
+    for name, kind in RUN_KINDS.items():
         if name != plan.kind:
             kind.refuse(options)
+    owner = owners()
     for c in plan.configs:
-        if c.workload == LONG and plan.kind != LONG:
-            raise SystemExit(f"--workload long: measured by its own kind (--suite long); not with kind {plan.kind}")
+        if c.workload in owner and plan.kind != owner[c.workload]:
+            raise SystemExit(
+                f"--workload {c.workload}: measured by its own kind (--suite {owner[c.workload]}); not with kind "
+                f"{plan.kind}"
+            )
         if c.workload in NOT_EMBEDDINGS and (options.peer or plan.bound):
             raise SystemExit(
                 f"--workload {c.workload}: not with --peer, --suite tune or --bound (they measure embeddings)"
@@ -92,7 +110,8 @@ def check_args(options: Options, plan: RunPlan) -> CapacitySettings | None:
     if reduced and not options.inference_url and precision.native_bf16(precision.cpu_info()) is None:
         raise SystemExit(
             f"--dtypes {','.join(reduced)}: this CPU has no native bfloat16 (neither amx_bf16 nor avx512_bf16 in "
-            "/proc/cpuinfo): its workers would refuse to start; `python -m bench.bf16` measures the fidelity here"
+            "/proc/cpuinfo): its workers would refuse to start; `python -m bench.probes.bf16` measures the fidelity "
+            "here"
         )
     check_peer(options, plan)
     p99_ms, steps, step_s = options.p99_ms, options.capacity_steps, options.step_s
@@ -163,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(report.offline_table(sweep_rows))
         ReportInputs("Offline padding comparison", header, offline_rows=sweep_rows).write(out)
         return 0
-    inputs = ReportInputs(KINDS[plan.kind].TITLE, header, offline_rows=sweep_rows)
+    inputs = ReportInputs(RUN_KINDS[plan.kind].TITLE, header, offline_rows=sweep_rows)
     with exit_on_signals():  # SIGTERM/SIGHUP stop our servers like Ctrl-C does
         client, server = open_target(options, plan, stamp)
         site = TorchServeSite(client, server)
@@ -202,7 +221,7 @@ def measure_all(ctx: RunContext, server: TorchServe | None = None) -> int:
         if server:
             print(f"starting TorchServe on {server.endpoints.inference} (token auth on)")
             server.start()  # stops what it launched if interrupted
-        inputs.extra += KINDS[ctx.plan.kind].run(ctx)  # its report sections
+        inputs.extra += RUN_KINDS[ctx.plan.kind].run(ctx)  # its report sections
     except (KeyboardInterrupt, SystemExit) as e:
         interrupted = True
         why = f"{e.code}\n" if isinstance(e, SystemExit) and isinstance(e.code, str) else ""  # its one line

@@ -385,9 +385,8 @@ def check_hard_links(model_dir: Path, root: Path, files: list[tuple[str, Path]])
 def sources(template: Path = TEMPLATE) -> list[Path]:
     """Everything an archive is built from, but the model weights."""
     module, package = handler_sources()
-    builder = sorted(Path(__file__).parent.glob("*.py"))
-    calibration = ROOT / "bench" / "workloads.py"  # the default calibration texts (`ranges.default_texts`)
-    return [module, *sorted(package.rglob("*.py")), template, *builder, calibration]
+    builder = sorted(Path(__file__).parent.glob("*.py"))  # the default calibration texts among them
+    return [module, *sorted(package.rglob("*.py")), template, *builder]
 
 
 def stale(mar: Path, template: Path = TEMPLATE, config: dict[str, Any] | None = None) -> bool:

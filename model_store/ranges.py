@@ -20,18 +20,17 @@ from typing import Any
 import numpy as np
 
 from bucketing.quantize import RANGES_FILE, parse_ranges
+from model_store import calibration_texts
+from model_store.calibration_texts import DEFAULT_TEXTS as DEFAULT_TEXTS  # the build's default count
 
 MIN_TEXTS = 100  # sentence-transformers warns below this many calibration embeddings
-DEFAULT_TEXTS = 128  # the build's default calibration texts: this many of the bench's long-tail texts (seed 0)
 
 
 def default_texts() -> tuple[list[str], str]:
-    """The build's calibration texts when none are given: the bench's long-tail texts (`bench/workloads.py`, seed 0;
-    median 28 tokens, a tail to max_length), and how the build line names them."""
-    from bench.workloads import make_workload
-
-    texts = list(make_workload("longtail", DEFAULT_TEXTS, seed=0).texts)
-    return texts, "the bench's long-tail texts (bench/workloads.py, seed 0; --calibration-texts FILE for your own)"
+    """The build's calibration texts when none are given: the bench's long-tail texts
+    (`model_store/calibration_texts.py`, seed 0; median 28 tokens, a tail to max_length), and how the build line
+    names them."""
+    return calibration_texts.default_texts(), calibration_texts.DESCRIPTION
 
 
 def ranges_of(embeddings: Any) -> dict[str, Any]:

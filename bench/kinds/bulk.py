@@ -24,20 +24,21 @@ import threading
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 
-from .. import report, stats
-from ..configuration import Configuration
-from ..job import Job
-from ..load import LoadResult
-from ..measure import WARMUP_S, Load
-from ..options import Options, flag
-from ..run_plan import RunPlan
-from ..targets import Target
-from ..workloads import NOT_EMBEDDINGS
-from .context import RunContext
+from bench.harness import report, stats
+from bench.harness.load import LoadResult
+from bench.harness.measure import WARMUP_S, Load
+from bench.harness.options import Options, flag
+from bench.harness.run_plan import RunPlan
+from bench.harness.targets import Target
+from bench.inputs.configuration import Configuration
+from bench.inputs.job import Job
+from bench.inputs.workloads import NOT_EMBEDDINGS
+from bench.kinds.context import RunContext
 
 NAME = "bulk"
 SAME = "same"  # a bulk layout: the configuration's own registration
 TITLE = "Bulk requests"
+WORKLOADS: tuple[str, ...] = ()  # it measures the bench's workloads, none of its own
 BULK_TIMEOUT_S = 600.0  # a bulk request's load: one request, bounded in time as well
 START_S = 0.3  # the small load starts this long after the bulk request is sent
 DURING_SHARE = 0.8  # the small load during the bulk request lasts this share of the bulk request's time alone

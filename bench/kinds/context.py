@@ -8,15 +8,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..capacity import CapacitySettings
-from ..configuration import Configuration
-from ..job import Bodies, Job
-from ..measure import Send
-from ..options import Options
-from ..results import ReportInputs
-from ..run_plan import RunPlan
-from ..stats import Summary
-from ..targets import Target, TorchServeSite
+from bench.harness.capacity import CapacitySettings
+from bench.harness.measure import Send
+from bench.harness.options import Options
+from bench.harness.results import ReportInputs
+from bench.harness.run_plan import RunPlan
+from bench.harness.stats import Summary
+from bench.harness.targets import Target, TorchServeSite
+from bench.inputs.configuration import Configuration
+from bench.inputs.job import Bodies, Job
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -61,10 +61,12 @@ class RunContext:
 
 
 class RunKind(Protocol):
-    """A kind of run (`matrix`, `tune`): a module with these names, and a line in `kinds.KINDS`."""
+    """A kind of run (`matrix`, `tune`): a module with these names, and a line in `kinds.RUN_KINDS`."""
 
-    NAME: str
+    NAME: str  # also its suite's name in suites.yaml
     TITLE: str  # the report's title
+    # The workloads it alone measures: `--workload W` with no --suite runs its suite, and another kind refuses W.
+    WORKLOADS: tuple[str, ...]
 
     @property
     def FLAGS(self) -> type[DataclassInstance] | None:  # a module constant: read-only here

@@ -31,23 +31,24 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from bench.harness import report, stats
+from bench.harness.load import LoadResult
+from bench.harness.measure import Load
+from bench.harness.options import Options, flag
+from bench.harness.run_plan import RunPlan
+from bench.harness.targets import TorchServeModel, TorchServeSite, model_name
+from bench.inputs import models
+from bench.inputs.configuration import Configuration
+from bench.inputs.workloads import LONG, LONG_DOCS, LONG_TOKENS, Workload, long_documents
+from bench.kinds.context import RunContext
 from bucketing import chunks
 from bucketing.metrics import BatchStats
 from model_store import archives
 from model_store import build as archive_build
 
-from .. import models, report, stats
-from ..configuration import Configuration
-from ..load import LoadResult
-from ..measure import Load
-from ..options import Options, flag
-from ..run_plan import RunPlan
-from ..targets import TorchServeModel, TorchServeSite, model_name
-from ..workloads import LONG, LONG_DOCS, LONG_TOKENS, Workload, long_documents
-from .context import RunContext
-
 NAME = "long"
 TITLE = "Long documents: truncate, chunk and late chunking"
+WORKLOADS: tuple[str, ...] = (LONG,)  # `--workload long` runs this kind (its suite, `long`), and no other
 REQUEST_TIMEOUT_S = 300.0  # one warm-up request's limit (an 8k document takes seconds on 2 cores)
 
 # Each mode's request body beside its document, and the registration it goes to (`own`: the model's own limit).

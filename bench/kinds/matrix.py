@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import sys
 
-from .. import models, peers
-from ..options import Options
-from ..run_plan import RunPlan
-from .context import RunContext
+from bench import peers
+from bench.harness.options import Options
+from bench.harness.run_plan import RunPlan
+from bench.inputs import models
+from bench.kinds.context import RunContext
 
 NAME = "matrix"
 TITLE = "Batching comparison"
+WORKLOADS: tuple[str, ...] = ()  # it measures the bench's workloads, none of its own
 FLAGS = None  # the bench's flags are its own (--peer, --bound)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.stats import parse_prometheus
+from bench.harness.stats import parse_prometheus
 from model_store.archives import ROOT
 from tests.e2e.test_serving import texts_for_load
 

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import yaml
 
-from bench.stats import parse_prometheus
+from bench.harness.stats import parse_prometheus
 from model_store.archives import ROOT
 from tests.e2e.test_kserve import sdk_results
 from tests.e2e.test_serving import texts_for_load

@@ -12,7 +12,7 @@ import numpy as np
 import openai
 import pytest
 
-from bench.stats import parse_prometheus
+from bench.harness.stats import parse_prometheus
 from model_store.archives import ROOT, minilm_dir
 
 pytestmark = pytest.mark.e2e

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import os
 import sys
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from bench import models, peers
+from bench import peers
+from bench.inputs import models
+from bench.inputs.references import cosine
+from bench.peers import kind as peer_kind
 from tests.e2e.conftest import processes_under
 from tsctl.identity import group_alive
 
@@ -47,7 +51,7 @@ SETUP = peers.PeerSetup(16)
 
 
 def test_a_venv_that_cannot_be_installed_is_one_clear_line(tmp_path, monkeypatch):
-    monkeypatch.setattr(peers, "REQUIREMENTS", tmp_path)
+    monkeypatch.setattr(peer_kind, "REQUIREMENTS", tmp_path)
     (tmp_path / "bad.txt").write_text("this-package-does-not-exist-anywhere==0.0.1\n")
     spec = FakeKind("nope", ("bad.txt",))
     with pytest.raises(peers.PeerUnavailable, match=r"nope: installing bad.txt failed: ") as e:
@@ -82,7 +86,7 @@ def test_an_interrupt_while_the_peer_starts_ends_its_whole_group(tmp_path, monke
             raise interrupt()
         raise OSError("not yet")
 
-    monkeypatch.setattr(peers.urllib.request, "urlopen", health)
+    monkeypatch.setattr(urllib.request, "urlopen", health)
     with pytest.raises(interrupt):
         with server:
             pytest.fail("__enter__ must not return")
@@ -99,8 +103,8 @@ def test_a_peer_that_exits_at_start_says_why(tmp_path):
 
 
 def test_cosine():
-    assert peers.cosine([1.0, 0.0], [2.0, 0.0]) == pytest.approx(1.0)
-    assert peers.cosine([1.0, 0.0], [0.0, 3.0]) == pytest.approx(0.0)
+    assert cosine([1.0, 0.0], [2.0, 0.0]) == pytest.approx(1.0)
+    assert cosine([1.0, 0.0], [0.0, 3.0]) == pytest.approx(0.0)
 
 
 STAND_IN_LITSERVE = """

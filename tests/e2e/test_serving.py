@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from bench.stats import parse_prometheus
+from bench.harness.stats import parse_prometheus
 from tests.e2e.conftest import SHARED
 from tsctl import request
 

@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from bench import models
-from bench.workloads import long_documents
+from bench.inputs import models
+from bench.inputs.workloads import long_documents
 from bucketing.chunks import sentences
 from model_store.archives import check_model_dir, engine_model_dir
 from tests.handler.test_handler import make_handler, serve

@@ -10,8 +10,8 @@ import random
 
 import pytest
 
-from bench import models
-from bench.workloads import make_workload, text_of
+from bench.inputs import models
+from bench.inputs.workloads import make_workload, text_of
 from model_store.archives import max_length
 from tests.handler.test_handler import make_handler, serve
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench import stats
-from bench.configuration import Configuration
+from bench.harness import stats
+from bench.inputs.configuration import Configuration
 
 
 def summary(strategy, bs, rps_scale, p99, mode="closed", rate=None):

@@ -1,9 +1,9 @@
-"""bench.answer_cost: every format answers through the real wire formats with the values json.dumps would give,
+"""bench.probes.answer_cost: every format answers through the real wire formats with the values json.dumps would give,
 and a packed answer is many times smaller than float JSON (bytes are exact; speed is never asserted)."""
 
 from __future__ import annotations
 
-from bench import answer_cost
+from bench.probes import answer_cost
 
 
 def test_each_format_is_measured_and_binary_is_over_20x_smaller_than_float_json():

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from bench import compare
-from bench.configuration import Configuration
-from bench.kinds import KINDS, RunContext, bulk
-from bench.load import LoadResult, Sample
-from bench.measure import Load, Measurer
-from bench.options import Options
-from bench.results import ReportInputs
-from bench.run_plan import RunPlan, load_suite
+from bench.harness.load import LoadResult, Sample
+from bench.harness.measure import Load, Measurer
+from bench.harness.options import Options
+from bench.harness.results import ReportInputs
+from bench.harness.run_plan import RunPlan, load_suite
+from bench.inputs.configuration import Configuration
+from bench.kinds import RUN_KINDS, RunContext, bulk
 from tests.unit.test_bench_run_loop import Fake, FakeResolver, FakeTarget
 
 
@@ -50,7 +50,7 @@ def run_bulk(tmp_path: Path, options: Options) -> tuple[int, BulkFake]:
         resolver=FakeResolver(),
         target=lambda job: FakeTarget(fake, job),
         measurer=Measurer(fake.send, warmup_s=0.0),
-        inputs=ReportInputs(KINDS["bulk"].TITLE, {"command": "fake"}),
+        inputs=ReportInputs(RUN_KINDS["bulk"].TITLE, {"command": "fake"}),
         record=lambda summary: None,
         out=tmp_path,
         t0=0.0,

@@ -1,4 +1,4 @@
-"""bench.capacity: the search for the highest rate within a p99 target, on a fake measure."""
+"""bench.harness.capacity: the search for the highest rate within a p99 target, on a fake measure."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from bench import capacity
+from bench.harness import capacity
 
 
 def fake_server(knee: float, target: float = 100.0):

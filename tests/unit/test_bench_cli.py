@@ -1,4 +1,4 @@
-"""bench.compare and bench.run_plan: flags, suites and axes into configurations, one-line errors; and
+"""bench.compare and bench.harness.run_plan: flags, suites and axes into configurations, one-line errors; and
 model_store.build's checks of a model-config."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from bench.configuration import Configuration
+from bench.inputs.configuration import Configuration
 
 # --- --texts ---------------------------------------------------------------------------------------------------
 
@@ -93,8 +93,8 @@ def test_engines_are_an_axis_over_a_suite_or_a_matrix():
 
 
 def test_model_axis_names_and_suite():
-    from bench import models
     from bench.compare import parse_args, plan_from_args
+    from bench.inputs import models
 
     assert models.prefix(None, None) == "minilm" and models.prefix("/data/My_Encoder.v2", None) == "my-encoder-v2"
     assert models.prefix("bert-base-random", "torch") == "bert-base-random-torch"
@@ -121,8 +121,8 @@ def test_the_rerank_workload_refuses_what_measures_embeddings():
 
 
 def test_dtypes_are_an_axis_and_name_their_archives():
-    from bench import models
     from bench.compare import parse_args, plan_from_args
+    from bench.inputs import models
 
     matrix = plan_from_args(parse_args(["--strategies", "bucketed", "--dtypes", "float32,bfloat16"]))
     assert [c.name for c in matrix.configs] == ["bucketed bs16 float32", "bucketed bs16 bfloat16"]
@@ -157,14 +157,15 @@ def test_bfloat16_on_a_cpu_without_it_is_refused_before_any_server_starts(monkey
 
     args = parse_args(["--strategies", "bucketed", "--dtypes", "float32,bfloat16"])
     monkeypatch.setattr(bucketing.engines.precision, "cpu_info", lambda: "flags\t\t: fpu avx2\n")
-    with pytest.raises(SystemExit, match=r"^--dtypes bfloat16: this CPU has no native bfloat16 .*bench.bf16"):
+    with pytest.raises(SystemExit, match=r"^--dtypes bfloat16: this CPU has no native bfloat16 .*bench.probes.bf16"):
         check_args(args, plan_from_args(args))
     monkeypatch.setattr(bucketing.engines.precision, "cpu_info", lambda: "flags\t\t: fpu avx2 amx_bf16\n")
     assert check_args(args, plan_from_args(args)) is None
 
 
 def test_the_sparse_workload_picks_the_splade_model_on_torch():
-    from bench import compare, models
+    from bench import compare
+    from bench.inputs import models
 
     for argv in (["--workload", "sparse", "--strategies", "bucketed,dynamic"], ["--suite", "sparse"]):
         args = compare.parse_args(argv)

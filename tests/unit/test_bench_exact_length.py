@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from bench.exact_length import ExactLengthError, run_workers
+from bench.harness.exact_length import ExactLengthError, run_workers
 
 
 def timed(index: int, barrier, out) -> None:
@@ -77,7 +77,7 @@ def test_workers_that_hang_are_ended_at_the_timeout(started):
 # loaded (native libraries' threads and signal handlers from other tests) is not in it.
 INTERRUPTED = """
 import multiprocessing.context as mpc, sys
-from bench.exact_length import run_workers
+from bench.harness.exact_length import run_workers
 from tests.unit.test_bench_exact_length import hangs
 original = mpc.SpawnProcess.start
 def start(self):

@@ -8,12 +8,13 @@ import json
 
 import pytest
 
-from bench import compare, models
-from bench.kinds import KINDS
+from bench import compare
+from bench.harness.options import Options
+from bench.harness.run_plan import load_suite
+from bench.inputs import models
+from bench.inputs.workloads import BENCH_WORKLOADS, LONG, LONG_TOKENS, long_documents
+from bench.kinds import RUN_KINDS
 from bench.kinds import long as long_kind
-from bench.options import Options
-from bench.run_plan import load_suite
-from bench.workloads import BENCH_WORKLOADS, LONG, LONG_TOKENS, long_documents
 from bucketing.chunks import sentences
 
 
@@ -71,7 +72,7 @@ def test_an_archive_specs_settings_are_set_in_its_model_config():
 
 
 def test_workload_long_runs_the_long_suite_and_its_kind():
-    assert LONG in BENCH_WORKLOADS and "long" in KINDS
+    assert LONG in BENCH_WORKLOADS and "long" in RUN_KINDS
     plan = compare.plan_from_args(compare.parse_args(["--workload", "long"]))
     assert (plan.name, plan.kind) == ("long", "long")
     (config,) = plan.configs
@@ -204,13 +205,13 @@ class FakeClient:
 
 def test_the_long_kind_registers_both_warms_each_mode_then_runs_the_modes_in_turn(tmp_path, monkeypatch):
     import tsctl.client
-    from bench.configuration import Configuration
+    from bench.harness.load import LoadResult, Sample
+    from bench.harness.measure import Load, Measurer
+    from bench.harness.results import ReportInputs
+    from bench.harness.run_plan import RunPlan
+    from bench.harness.targets import TorchServeSite
+    from bench.inputs.configuration import Configuration
     from bench.kinds import RunContext
-    from bench.load import LoadResult, Sample
-    from bench.measure import Load, Measurer
-    from bench.results import ReportInputs
-    from bench.run_plan import RunPlan
-    from bench.targets import TorchServeSite
     from tests.unit.test_bench_run_loop import FakeResolver
     from tsctl.client import Reply
 
@@ -250,7 +251,7 @@ def test_the_long_kind_registers_both_warms_each_mode_then_runs_the_modes_in_tur
         resolver=FakeResolver(),  # the long kind resolves no jobs
         target=lambda job: None,  # type: ignore[arg-type,return-value]
         measurer=Measurer(send, warmup_s=0.0),
-        inputs=ReportInputs(KINDS["long"].TITLE, {"command": "fake"}),
+        inputs=ReportInputs(RUN_KINDS["long"].TITLE, {"command": "fake"}),
         record=lambda summary: None,
         out=tmp_path,
         t0=0.0,

@@ -1,8 +1,8 @@
-"""bench/long_texts: its documents (token counts spread evenly) and its table's cells."""
+"""bench.probes.long_texts: its documents (token counts spread evenly) and its table's cells."""
 
 from __future__ import annotations
 
-from bench.long_texts import Row, documents
+from bench.probes.long_texts import Row, documents
 
 
 def test_documents_are_spread_evenly_and_reproducible():

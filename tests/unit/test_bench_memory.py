@@ -1,8 +1,8 @@
-"""bench.memory: the peak RSS of a TorchServe's workers, read from /proc (a literal one here)."""
+"""bench.harness.worker_memory: the peak RSS of a TorchServe's workers, read from /proc (a literal one here)."""
 
 from __future__ import annotations
 
-from bench.memory import vm_hwm_kb, workers_peak_rss_mb
+from bench.harness.worker_memory import vm_hwm_kb, workers_peak_rss_mb
 
 
 def test_vm_hwm_is_read_from_a_status_text():

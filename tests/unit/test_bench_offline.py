@@ -1,10 +1,10 @@
-"""bench.offline: padded tokens per batching policy on literal batches and the sweep."""
+"""bench.harness.offline: padded tokens per batching policy on literal batches and the sweep."""
 
 from __future__ import annotations
 
 from typing import cast
 
-from bench import offline
+from bench.harness import offline
 from bucketing.planning.planner import CostModel
 
 

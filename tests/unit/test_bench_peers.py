@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from bench import peers, report, stats
-from bench.configuration import Configuration
+from bench import peers
+from bench.harness import report, stats
+from bench.inputs.configuration import Configuration
 
 BASE = Configuration("bucketed", 16, duration=8)
 NATIVE = "flags\t\t: fpu avx2 avx512f avx512_bf16\n"
@@ -238,7 +239,7 @@ def test_the_scripts_worker_encodes_in_the_dtype_asked(litserve_server):
     import numpy as np
     import torch
 
-    from bench import models
+    from bench.inputs import models
 
     folder = str(models.model_dir(None))
     threads = torch.get_num_threads()

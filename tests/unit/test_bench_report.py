@@ -1,10 +1,10 @@
-"""bench.report: blocks, comparisons and report.md against golden output."""
+"""bench.harness.report: blocks, comparisons and report.md against golden output."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from bench import report, stats
+from bench.harness import report, stats
 from tests.unit.summaries import GOLDEN, summary
 
 

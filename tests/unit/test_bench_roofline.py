@@ -1,10 +1,10 @@
-"""bench.roofline: FLOPs per real token of an encoder, from its config.json (a masked LM adds its head)."""
+"""bench.harness.roofline: FLOPs per real token of an encoder, from its config.json (a masked LM adds its head)."""
 
 from __future__ import annotations
 
 import json
 
-from bench.roofline import flops_per_token, roofline_tokens_per_s
+from bench.harness.roofline import flops_per_token, roofline_tokens_per_s
 
 
 def test_flops_per_token_counts_the_mlm_head_of_a_masked_lm(tmp_path):

@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 
 from bench import compare
-from bench.configuration import Configuration
-from bench.jobs import Bodies, Job
-from bench.kinds import KINDS, RunContext
-from bench.load import LoadResult, Sample
-from bench.measure import Load, Measurer
-from bench.results import ReportInputs
-from bench.run_plan import RunPlan
-from bench.workloads import Workload
+from bench.harness.jobs import Bodies, Job
+from bench.harness.load import LoadResult, Sample
+from bench.harness.measure import Load, Measurer
+from bench.harness.results import ReportInputs
+from bench.harness.run_plan import RunPlan
+from bench.inputs.configuration import Configuration
+from bench.inputs.workloads import Workload
+from bench.kinds import RUN_KINDS, RunContext
 
 TEXTS = ("short", "a somewhat longer text", "the longest text of this tiny workload by far")
 TOKENS = [3, 6, 11]
@@ -113,7 +113,7 @@ def run(tmp_path: Path, fake: Fake, configs: tuple[Configuration, ...]) -> tuple
         resolver=resolver,
         target=lambda job: FakeTarget(fake, job),
         measurer=Measurer(fake.send, warmup_s=0.0),
-        inputs=ReportInputs(KINDS[plan.kind].TITLE, {"command": "fake"}),
+        inputs=ReportInputs(RUN_KINDS[plan.kind].TITLE, {"command": "fake"}),
         record=lambda summary: None,
         out=tmp_path,
         t0=0.0,

@@ -1,4 +1,4 @@
-"""bench.stats: percentiles, handler-metric deltas, summaries, rows and comparisons."""
+"""bench.harness.stats: percentiles, handler-metric deltas, summaries, rows and comparisons."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from bench import stats
+from bench.harness import stats
 from tests.unit.summaries import summary
 
 
@@ -79,8 +79,8 @@ def test_comparisons_stay_within_one_model():
 
 
 def test_rows_carry_their_dtype_and_bfloat16_pairs_with_float32():
-    from bench import report
-    from bench.targets import engine_of
+    from bench.harness import report
+    from bench.harness.targets import engine_of
 
     f32, bf16 = summary("bucketed", 16, 2.0, 100), summary("bucketed", 16, 5.0, 60)
     f32 = replace(f32, config=replace(f32.config, dtype="float32"), min_cosine=1.0)

@@ -1,4 +1,4 @@
-"""bench.traffic: the user's texts files (.txt, .jsonl, .csv), sampling, one-line errors."""
+"""bench.inputs.traffic: the user's texts files (.txt, .jsonl, .csv), sampling, one-line errors."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bench import traffic
+from bench.inputs import traffic
 
 # --- --texts ---------------------------------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
-"""bench.tune_search: candidates ranked and pruned offline, the measuring order under a budget (`explore` on a fake
-measure), the winner's YAML and its report section."""
+"""bench.kinds.tune_search and tune_choice: candidates ranked and pruned offline, the measuring order under a budget
+(`explore` on a fake measure), the winner's YAML and its report section."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from bench import capacity, report, stats
-from bench import tune_search as tune
-from bench.configuration import Configuration
+from bench.harness import capacity, report, stats
+from bench.inputs.configuration import Configuration
+from bench.kinds import tune_choice as choice
+from bench.kinds import tune_search as tune
 from bucketing.config import HandlerConfig
 from bucketing.planning.planner import CostModel
 from tests.unit.summaries import GOLDEN
@@ -90,18 +91,18 @@ def test_model_config_yaml_is_what_the_handler_and_torchserve_read():
     from model_store import archives
 
     winner = Configuration("dynamic", 8, max_batch_delay=20, workers=1, threads=2)
-    cfg = tune.model_config(winner, archives.model_config(winner.strategy))
+    cfg = choice.model_config(winner, archives.model_config(winner.strategy))
     again = yaml.safe_load(yaml.safe_dump(cfg))
     assert (again["batchSize"], again["maxBatchDelay"], again["minWorkers"], again["maxWorkers"]) == (8, 20, 1, 1)
     handler = HandlerConfig.from_yaml(again)
     assert (handler.strategy, handler.torch_threads) == ("dynamic", 2)
     described = {"batchSize": 8, "maxBatchDelay": 20, "minWorkers": 1, "workers": [{}]}
-    assert tune.describe_mismatches(described, cfg) == []
-    assert tune.describe_mismatches({**described, "batchSize": 1}, cfg) == ["batchSize: YAML 8, served 1"]
+    assert choice.describe_mismatches(described, cfg) == []
+    assert choice.describe_mismatches({**described, "batchSize": 1}, cfg) == ["batchSize: YAML 8, served 1"]
 
 
 def test_tune_section_golden():
-    from bench.kinds.tune import tune_section  # tune's report section, in its run kind
+    from bench.kinds.tune_report import tune_section  # tune's report section, beside its run kind
 
     onnx = replace(BASE, engine="onnxruntime")
     a = summary_with_capacity(onnx, 50, 40)
@@ -113,12 +114,12 @@ def test_tune_section_golden():
         tune.Candidate(replace(onnx, strategy="static"), 40.0, 300.0, "estimated latency floor 300 ms > target 200 ms"),
     ]
     engine_costs = (
-        tune.EngineCost("onnxruntime", "float32", CostModel(2570.0, 225.0, 0.184), 5.85, 2.63, 138.0),
-        tune.EngineCost("openvino", "bfloat16", CostModel(1880.0, 111.0, 0.075), 5.2, 2.96, 260.0),
-        tune.EngineCost("openvino", "float32", CostModel(2110.0, 226.0, 0.105), 6.1, 2.52, 141.0),
-        tune.EngineCost("torch", "bfloat16", None, refused="handler.dtype bfloat16: refused here"),
+        choice.EngineCost("onnxruntime", "float32", CostModel(2570.0, 225.0, 0.184), 5.85, 2.63, 138.0),
+        choice.EngineCost("openvino", "bfloat16", CostModel(1880.0, 111.0, 0.075), 5.2, 2.96, 260.0),
+        choice.EngineCost("openvino", "float32", CostModel(2110.0, 226.0, 0.105), 6.1, 2.52, 141.0),
+        choice.EngineCost("torch", "bfloat16", None, refused="handler.dtype bfloat16: refused here"),
     )
-    result = tune.TuneResult(
+    result = choice.TuneResult(
         200.0,
         900.0,
         612.0,
@@ -197,13 +198,13 @@ def test_deploy_commands_register_what_the_build_writes():
 
 
 def test_bfloat16_is_considered_only_with_a_floor_on_a_cpu_that_multiplies_it():
-    assert tune.reduced_dtypes(None, "amx_bf16") == (
+    assert choice.reduced_dtypes(None, "amx_bf16") == (
         (),
         "float32 only: bfloat16 is considered only with a fidelity floor (--min-cosine)",
     )
-    dtypes, why = tune.reduced_dtypes(0.999, None)
+    dtypes, why = choice.reduced_dtypes(0.999, None)
     assert dtypes == () and "no native bfloat16 (it would emulate it, slower than float32)" in why
-    dtypes, why = tune.reduced_dtypes(0.999, "amx_bf16")
+    dtypes, why = choice.reduced_dtypes(0.999, "amx_bf16")
     assert (
         dtypes == ("bfloat16",) and why == "float32 and bfloat16 (amx_bf16); bfloat16 eligible at cosine min >= 0.999"
     )
@@ -253,8 +254,8 @@ def test_the_registry_says_which_dtypes_each_engine_runs_on_this_cpu():
 
 
 def test_tune_engines_are_the_registry_unless_named():
+    from bench.harness.options import Options
     from bench.kinds.tune import tune_engines
-    from bench.options import Options
 
     registry = ("torch", "onnxruntime", "openvino")
     assert tune_engines(Options(), registry) == registry
@@ -312,7 +313,7 @@ def test_a_lower_fixed_cost_in_tokens_makes_the_planner_choose_more_tighter_pass
         ("halved", "float32"): replace(graph, overhead_us=graph.overhead_us / 2, per_token_us=graph.per_token_us / 2),
         ("eager", "bfloat16"): "handler.dtype bfloat16 on engine eager: refused here",
     }
-    costs = tune.engine_costs(BASE, LENGTHS, calibrated)
+    costs = choice.engine_costs(BASE, LENGTHS, calibrated)
     assert [(e.engine, e.dtype) for e in costs] == list(calibrated)
     full, cheap, halved, refused = costs
     assert refused.cost is None and refused.refused.endswith("refused here") and refused.passes == 0
@@ -327,10 +328,10 @@ def test_the_winners_yaml_names_its_engine_and_dtype():
     from model_store import archives
 
     f32 = replace(BASE, engine="openvino")
-    handler = HandlerConfig.from_yaml(tune.model_config(f32, archives.model_config("bucketed"), 0.999))
+    handler = HandlerConfig.from_yaml(choice.model_config(f32, archives.model_config("bucketed"), 0.999))
     assert (handler.engine, handler.dtype, handler.min_cosine) == ("openvino", "float32", HandlerConfig.min_cosine)
     bf16 = replace(BASE, engine="openvino", dtype="bfloat16")
-    cfg = tune.model_config(bf16, archives.model_config("bucketed"), 0.999)
+    cfg = choice.model_config(bf16, archives.model_config("bucketed"), 0.999)
     assert (cfg["handler"]["engine"], cfg["handler"]["dtype"], cfg["handler"]["min_cosine"]) == (
         "openvino",
         "bfloat16",
@@ -344,14 +345,14 @@ def test_engine_choice_names_the_best_of_each_engine_and_dtype():
     ov_bf16 = replace(
         summary_with_capacity(replace(BASE, engine="openvino", dtype="bfloat16"), 90, 80), min_cosine=0.9996
     )
-    best = tune.best_per_engine([onnx, ov, ov_bf16])
+    best = choice.best_per_engine([onnx, ov, ov_bf16])
     assert list(best) == [("openvino", "bfloat16"), ("openvino", "float32"), ("onnxruntime", "float32")]
-    assert tune.engine_choice([onnx, ov, ov_bf16], 0.999) == (
+    assert choice.engine_choice([onnx, ov, ov_bf16], 0.999) == (
         "engine openvino, dtype bfloat16: the best capacity of each engine and dtype measured: openvino bfloat16 "
         "80.0 req/s, openvino float32 45.0 req/s, onnxruntime float32 40.0 req/s"
     )
-    assert tune.engine_choice([onnx, ov, ov_bf16], 0.9999).startswith("engine openvino, dtype float32: ")
-    assert "openvino bfloat16 80.0 req/s (below the floor)" in tune.engine_choice([onnx, ov, ov_bf16], 0.9999)
+    assert choice.engine_choice([onnx, ov, ov_bf16], 0.9999).startswith("engine openvino, dtype float32: ")
+    assert "openvino bfloat16 80.0 req/s (below the floor)" in choice.engine_choice([onnx, ov, ov_bf16], 0.9999)
 
 
 def test_a_bfloat16_winner_needs_its_cosine_to_reach_the_floor():
@@ -361,22 +362,22 @@ def test_a_bfloat16_winner_needs_its_cosine_to_reach_the_floor():
     assert tune.rank([f32, bf16], 0.999) == [bf16, f32]
     assert tune.rank([f32, bf16], 0.9999) == [f32]
     assert tune.rank([f32, replace(bf16, min_cosine=None)], 0.999) == [f32]  # unmeasured fidelity never wins
-    why = tune.dtype_choice([f32, bf16], 0.999, "considered")
+    why = choice.dtype_choice([f32, bf16], 0.999, "considered")
     assert why == (
         "dtype bfloat16: bfloat16's best capacity 80.0 req/s (cosine min 0.999600, floor 0.999) against float32's "
         "best capacity 40.0 req/s"
     )
-    assert tune.dtype_choice([f32, bf16], 0.9999, "considered").startswith(
+    assert choice.dtype_choice([f32, bf16], 0.9999, "considered").startswith(
         "dtype float32: bfloat16 measured at cosine min 0.999600, below the floor 0.9999"
     )
-    assert tune.dtype_choice([f32], None, "float32 only: why") == "dtype float32: float32 only: why"
+    assert choice.dtype_choice([f32], None, "float32 only: why") == "dtype float32: float32 only: why"
 
 
 def test_a_bfloat16_winner_deploys_with_its_floor():
     from model_store import archives
 
     winner = replace(BASE, dtype="bfloat16", engine="torch")
-    handler = HandlerConfig.from_yaml(tune.model_config(winner, archives.model_config("bucketed"), 0.999))
+    handler = HandlerConfig.from_yaml(choice.model_config(winner, archives.model_config("bucketed"), 0.999))
     assert (handler.dtype, handler.engine, handler.min_cosine) == ("bfloat16", "torch", 0.999)
-    plain = HandlerConfig.from_yaml(tune.model_config(BASE, archives.model_config("bucketed"), 0.999))
+    plain = HandlerConfig.from_yaml(choice.model_config(BASE, archives.model_config("bucketed"), 0.999))
     assert plain.dtype == "float32" and plain.min_cosine == HandlerConfig.min_cosine

@@ -1,4 +1,4 @@
-"""bench.workloads: generated texts per seed and distribution, and the rerank requests."""
+"""bench.inputs.workloads: generated texts per seed and distribution, and the rerank requests."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from bench.workloads import WORDS, WORKLOADS, make_workload, text_of
+from bench.inputs.workloads import WORDS, WORKLOADS, make_workload, text_of
 
 
 @pytest.mark.parametrize("name", WORKLOADS)
@@ -58,7 +58,7 @@ def test_minilm_tokenizes_workloads_to_their_targets(minilm_dir):
 
 
 def test_rerank_requests_are_a_short_query_and_long_tail_documents():
-    from bench.workloads import rerank_requests
+    from bench.inputs.workloads import rerank_requests
 
     requests = rerank_requests(5, docs_per_request=20, seed=1)
     assert len(requests) == 5 and all(len(docs) == 20 for _, docs in requests)
@@ -67,7 +67,7 @@ def test_rerank_requests_are_a_short_query_and_long_tail_documents():
 
 
 def test_the_sparse_workload_sends_the_long_tail_texts():
-    from bench.workloads import BENCH_WORKLOADS, NOT_EMBEDDINGS, TEXTS_OF
+    from bench.inputs.workloads import BENCH_WORKLOADS, NOT_EMBEDDINGS, TEXTS_OF
 
     assert "sparse" in BENCH_WORKLOADS and TEXTS_OF["sparse"] == "longtail"
     assert set(NOT_EMBEDDINGS) == {"rerank", "sparse"}  # no peer, tune, exact-length grouping or cosine check

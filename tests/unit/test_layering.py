@@ -50,11 +50,7 @@ SOURCES = (
 WINGS: tuple[str, ...] = ("bucketing", "bucketing_handler", "model_store", "tsctl", "bench")
 
 # Imports from a lower wing to a higher one that are allowed for now, by (importing module, imported module).
-ALLOWED: dict[tuple[str, str], str] = {
-    # The build's default calibration texts are the bench's long-tail workload; the bench engineer is moving those
-    # texts out of bench/ (issue 46), after which this entry is removed.
-    ("model_store.ranges", "bench.workloads"): "model_store's default calibration texts are the bench's workload",
-}
+ALLOWED: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)
@@ -94,6 +90,14 @@ FLOORS: dict[str, tuple[Floor, ...]] = {
         Floor("worker: the one way to open a worker", ("bucketing.worker",)),
         Floor("hosts: servers other than TorchServe, over a worker", ("bucketing.hosts.*",)),
         Floor("facade: the package's public names", ("bucketing",)),
+    ),
+    "bench": (
+        Floor("the package's docstring (the floors)", ("bench",)),
+        Floor("inputs: what is measured (workloads, models, configurations, references)", ("bench.inputs.*",)),
+        Floor("peers: other servers on the same load", ("bench.peers.*",)),
+        Floor("harness: one compare run (flags, plan, load, measurement, results, report)", ("bench.harness.*",)),
+        Floor("run kinds and in-process probes, side by side", ("bench.kinds.*", "bench.probes.*")),
+        Floor("the CLI", ("bench.compare",)),
     ),
 }
 

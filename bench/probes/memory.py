@@ -1,0 +1,95 @@
+"""Peak worker memory for the worst delivered batch, per strategy: `python -m bench.probes.memory`.
+
+Each case runs in a fresh process (the handler behind `tsctl.inprocess.LocalContext`, as a worker runs it) and reports
+the growth of peak RSS over the loaded model: what one delivered batch costs in memory. (The peak RSS of a running
+TorchServe's workers, the compare bench's `Memory:` line, is `bench.harness.worker_memory`.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+
+from model_store.archives import SERVED
+
+
+def _case(
+    strategy: str, requests: int, texts_per_request: int, max_length: int, max_batch_tokens: int
+) -> dict[str, str | int]:
+    from bucketing_handler import BucketingHandler
+    from model_store.archives import minilm_dir
+    from tsctl.inprocess import LocalContext
+
+    section = {
+        "model_path": str(minilm_dir()),
+        "strategy": strategy,
+        "max_length": max_length,
+        "max_batch_tokens": max_batch_tokens,
+        "max_texts_per_request": max(texts_per_request, 1),
+        "cost": {"calibrate": False},
+    }
+    context = LocalContext(section)
+    handler = BucketingHandler()
+    handler.initialize(context)
+    text = " ".join(["word"] * (2 * max_length))  # truncated to max_length tokens
+    rows = [{"body": {"texts": [text] * texts_per_request}} for _ in range(requests)]
+    context.with_requests(["application/json"] * requests)
+    handler.handle([{"body": {"text": "warm up"}}], context.with_requests(["application/json"]))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    context.with_requests(["application/json"] * requests)
+    handler.handle(rows, context)
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    totals = context.metrics.totals()
+    return {
+        "strategy": strategy,
+        "texts": requests * texts_per_request,
+        "max_length": max_length,
+        "sub_batches": int(totals["bucket_sub_batches_total"] - 1),
+        "model_rss_mb": round(before / 1024),
+        "batch_peak_growth_mb": round((after - before) / 1024),
+        "peak_rss_mb": round(after / 1024),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batch-size", type=int, default=16, help="requests TorchServe delivers at once")
+    p.add_argument("--texts-per-request", type=int, default=32, help="texts per request in the worst case")
+    p.add_argument("--max-length", type=int, default=SERVED.max_length)
+    p.add_argument("--max-batch-tokens", type=int, default=SERVED.max_batch_tokens)
+    p.add_argument("--case", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.case:
+        strategy, tpr = args.case.split(":")
+        print(json.dumps(_case(strategy, args.batch_size, int(tpr), args.max_length, args.max_batch_tokens)))
+        return 0
+    print(f"{'strategy':10} {'texts':>6} {'sub-batches':>11} {'model MB':>9} {'batch +MB':>9} {'peak MB':>8}")
+    for tpr in (1, args.texts_per_request):
+        for strategy in ("bucketed", "dynamic"):
+            cmd = [
+                sys.executable,
+                "-m",
+                "bench.probes.memory",
+                "--case",
+                f"{strategy}:{tpr}",
+                "--batch-size",
+                str(args.batch_size),
+                "--max-length",
+                str(args.max_length),
+                "--max-batch-tokens",
+                str(args.max_batch_tokens),
+            ]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()
+            r = json.loads(out[-1])
+            print(
+                f"{r['strategy']:10} {r['texts']:6d} {r['sub_batches']:11d} {r['model_rss_mb']:9d} "
+                f"{r['batch_peak_growth_mb']:9d} {r['peak_rss_mb']:8d}"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
