@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv kserve-venv tei-clients-venv kserve-image-test mar serve serve-bulk stop token status test unit lint bench clean
+.PHONY: venv kserve-venv tei-clients-venv kserve-image-test mar serve serve-bulk serve-standalone stop token status test unit lint bench clean
 
 venv: $(STAMP)
 
@@ -54,6 +54,11 @@ serve: mar
 serve-bulk: mar
 	$(BIN)/python -m model_store.build --if-stale --threads 2 --strategies bucketed
 	$(BIN)/python -m tsctl start --bulk
+
+# The same archive and name as `make serve`, without TorchServe: bucketing.hosts.standalone (docs/hosts/standalone.md),
+# in .tmp/standalone/ (pid file, log, key file); prints its URL once the model is ready. `make stop` stops it too.
+serve-standalone: mar
+	$(BIN)/python -m tsctl standalone
 
 stop:
 	@if [ -x $(BIN)/python ]; then $(BIN)/python -m tsctl stop; fi

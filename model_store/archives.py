@@ -30,6 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 STORE = ROOT / "model_store"
 TEMPLATE = ROOT / "config" / "minilm.yaml"
 PREFIX = "minilm"
+# Sub-packages of `bucketing` no archive carries (hosts that run the worker without TorchServe; they import uvicorn).
+NOT_ARCHIVED = ("hosts",)
 
 
 def minilm_dir() -> Path:
@@ -386,7 +388,8 @@ def sources(template: Path = TEMPLATE) -> list[Path]:
     module, package = handler_sources()
     builder = sorted(Path(__file__).parent.glob("*.py"))
     calibration = ROOT / "bench" / "workloads.py"  # the default calibration texts (`ranges.default_texts`)
-    return [module, *sorted(package.rglob("*.py")), template, *builder, calibration]
+    handler = sorted(p for p in package.rglob("*.py") if p.relative_to(package).parts[0] not in NOT_ARCHIVED)
+    return [module, *handler, template, *builder, calibration]
 
 
 def stale(mar: Path, template: Path = TEMPLATE) -> bool:
