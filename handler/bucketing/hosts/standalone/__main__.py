@@ -30,7 +30,13 @@ logger = logging.getLogger("bucketing.hosts.standalone")
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bucketing.hosts.standalone", description=__doc__.splitlines()[0])
-    source = p.add_argument_group("model (one of --archive, --model-config, --model-dir)")
+    source = p.add_argument_group("model (one of --model, --archive, --model-config, --model-dir)")
+    source.add_argument(
+        "--model",
+        type=Path,
+        help="an archive, a folder holding one (itself or in model-store/), or a model folder (with its "
+        "model-config.yaml, if any): what KServe mounts at /mnt/models",
+    )
     source.add_argument("--archive", type=Path, help="an archive built by model_store.build (.mar)")
     source.add_argument("--model-config", type=Path, help="a model-config YAML (handler: section and batching keys)")
     source.add_argument("--model-dir", type=Path, help="the model folder (with --model-config: instead of model_path)")
@@ -79,9 +85,11 @@ def read_key(key_file: Path | None) -> str:
 
 
 def spec_of(args: argparse.Namespace, unpack_dir: Path) -> models.ModelSpec:
-    if sum(x is not None for x in (args.archive, args.model_config)) > 1:
-        raise models.ModelSourceError("give one of --archive and --model-config")
-    if args.archive is not None:
+    if sum(x is not None for x in (args.model, args.archive, args.model_config)) > 1:
+        raise models.ModelSourceError("give one of --model, --archive and --model-config")
+    if args.model is not None:
+        spec = models.from_path(args.model, unpack_dir, args.name)
+    elif args.archive is not None:
         spec = models.from_archive(args.archive, unpack_dir, args.name)
     elif args.model_config is not None:
         spec = models.from_model_config(args.model_config, args.model_dir, args.name)

@@ -45,8 +45,8 @@ EXEMPT = ("ping", "live", "ready")  # probes: a kubelet sends no token
 
 
 def ts_error(status: int, kind: str, message: str) -> bytes:
-    """An error body in TorchServe's frontend shape."""
-    return json.dumps({"code": status, "type": kind, "message": message}, indent=2).encode()
+    """An error body in TorchServe's frontend shape (indented, ending in a newline)."""
+    return json.dumps({"code": status, "type": kind, "message": message}, indent=2).encode() + b"\n"
 
 
 @dataclass(frozen=True)
@@ -297,7 +297,8 @@ class App:
         action, name = found.action, found.model or ""
         if action == "ping":
             status = "Healthy" if self.failed is None else "Unhealthy"
-            return Answer(200 if self.failed is None else 500, json.dumps({"status": status}, indent=2).encode())
+            body = json.dumps({"status": status}, indent=2).encode() + b"\n"  # TorchServe's, byte for byte
+            return Answer(200 if self.failed is None else 500, body)
         if action == "live":
             return Answer(200, b'{"live":true}')
         if action == "ready":

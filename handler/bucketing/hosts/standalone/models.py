@@ -137,4 +137,30 @@ def from_archive(archive: Path, into: Path, name: str | None = None) -> ModelSpe
     )
 
 
-__all__ = ["ModelSourceError", "ModelSpec", "from_archive", "from_model_config", "from_model_dir", "from_yaml"]
+def from_path(path: Path, into: Path, name: str | None = None) -> ModelSpec:
+    """What KServe mounts at /mnt/models, whichever it is: an archive; a folder holding exactly one archive (itself,
+    or in `model-store/`, the layout of our TorchServe runtime); a model folder (`config.json`), over its own
+    `model-config.yaml` when it has one."""
+    if path.is_file():
+        return from_archive(path, into, name)
+    if not path.is_dir():
+        raise ModelSourceError(f"{path}: no such archive or folder")
+    if (path / "config.json").is_file():
+        config = path / "model-config.yaml"
+        return from_model_config(config, path, name) if config.is_file() else from_model_dir(path, name)
+    found = sorted(path.glob("*.mar")) or sorted(path.glob("model-store/*.mar"))
+    if len(found) != 1:
+        held = ", ".join(p.name for p in found) or "none"
+        raise ModelSourceError(f"{path}: expected one archive (.mar) or a model folder (config.json); archives: {held}")
+    return from_archive(found[0], into, name)
+
+
+__all__ = [
+    "ModelSourceError",
+    "ModelSpec",
+    "from_archive",
+    "from_model_config",
+    "from_model_dir",
+    "from_path",
+    "from_yaml",
+]
