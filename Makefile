@@ -28,7 +28,8 @@ $(KSERVE_VENV)/.installed: requirements-kserve.txt
 	$(KSERVE_VENV)/bin/pip install --quiet -r requirements-kserve.txt
 	touch $@
 
-# Our KServe image (config/kserve/Containerfile) built on a local Debian base and run as KServe runs it, checked from
+# Our KServe images (config/kserve/Containerfile; config/kserve/standalone/Containerfile, no JRE nor TorchServe) built
+# on a local Debian base and each run as KServe runs it, checked from
 # the host with KServe's SDK, curl and the OpenAI route (opt-in, not in `make test`: root, podman, runc, debootstrap,
 # several minutes; README, "Scale-out on KServe"; last output in config/kserve/sample/). Needs `make venv` first.
 kserve-image-test: kserve-venv
