@@ -131,11 +131,11 @@ class App:
         loop = asyncio.get_running_loop()
         try:
             for served in self.models.values():
-                opened = [
-                    loop.run_in_executor(served.batcher.executor(i), self.opener, served.spec)
-                    for i in range(served.spec.workers)
-                ]
-                served.workers = list(await asyncio.gather(*opened))
+                # One after another, each in its own worker's thread: imports (transformers' lazy modules) are not
+                # thread-safe, and each worker's calibration times passes on cores the others are not using.
+                for i in range(served.spec.workers):
+                    executor = served.batcher.executor(i)
+                    served.workers[i] = await loop.run_in_executor(executor, self.opener, served.spec)
                 served.ready = True
                 logger.info("%s", served.workers[0].ready_line())
                 logger.info(
