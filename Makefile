@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv kserve-venv tei-clients-venv docs-venv docs docs-settings kserve-image-test mar serve serve-bulk stop token status test unit lint bench clean
+.PHONY: venv kserve-venv tei-clients-venv docs-venv docs docs-settings kserve-image-test mar serve serve-bulk serve-standalone stop token status test unit lint bench clean
 
 venv: $(STAMP)
 
@@ -48,7 +48,8 @@ docs: docs-venv
 docs-settings: venv
 	$(BIN)/python docs/settings_table.py
 
-# Our KServe image (config/kserve/Containerfile) built on a local Debian base and run as KServe runs it, checked from
+# Our KServe images (config/kserve/Containerfile; config/kserve/standalone/Containerfile, no JRE nor TorchServe) built
+# on a local Debian base and each run as KServe runs it, checked from
 # the host with KServe's SDK, curl and the OpenAI route (opt-in, not in `make test`: root, podman, runc, debootstrap,
 # several minutes; docs/operations/kserve.md; last output in config/kserve/sample/). Needs `make venv` first.
 kserve-image-test: kserve-venv
@@ -74,6 +75,11 @@ serve: mar
 serve-bulk: mar
 	$(BIN)/python -m model_store.build --if-stale --bulk --strategies bucketed
 	$(BIN)/python -m tsctl start --bulk
+
+# The same archive and name as `make serve`, without TorchServe: bucketing.hosts.standalone (docs/hosts/standalone.md),
+# in .tmp/standalone/ (pid file, log, key file); prints its URL once the model is ready. `make stop` stops it too.
+serve-standalone: mar
+	$(BIN)/python -m tsctl standalone
 
 stop:
 	@if [ -x $(BIN)/python ]; then $(BIN)/python -m tsctl stop; fi

@@ -28,7 +28,8 @@ def stage(staging: Path, model_dir: Path, engine: str, task: str, calibration: C
     if staging.exists():
         shutil.rmtree(staging)
     _, package = archives.handler_sources()
-    shutil.copytree(package, staging / "bucketing", ignore=shutil.ignore_patterns("__pycache__"))
+    skipped = shutil.ignore_patterns("__pycache__", *archives.NOT_ARCHIVED)  # no host rides in an archive
+    shutil.copytree(package, staging / "bucketing", ignore=skipped)
     (staging / "model").mkdir(parents=True)
     for relative, source in archives.archived_files(model_dir):  # each checked to lie inside the model folder
         target = staging / "model" / relative

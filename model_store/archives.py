@@ -32,6 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 STORE = ROOT / "model_store"
 TEMPLATE = ROOT / "config" / "minilm.yaml"
 PREFIX = "minilm"
+# Sub-packages of `bucketing` no archive carries (hosts that run the worker without TorchServe; they import uvicorn).
+NOT_ARCHIVED = ("hosts",)
 
 
 def minilm_dir() -> Path:
@@ -386,7 +388,8 @@ def sources(template: Path = TEMPLATE) -> list[Path]:
     """Everything an archive is built from, but the model weights."""
     module, package = handler_sources()
     builder = sorted(Path(__file__).parent.glob("*.py"))  # the default calibration texts among them
-    return [module, *sorted(package.rglob("*.py")), template, *builder]
+    handler = sorted(p for p in package.rglob("*.py") if p.relative_to(package).parts[0] not in NOT_ARCHIVED)
+    return [module, *handler, template, *builder]
 
 
 def stale(mar: Path, template: Path = TEMPLATE, config: dict[str, Any] | None = None) -> bool:

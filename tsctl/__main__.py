@@ -1,4 +1,5 @@
-"""The local TorchServe of `make serve`: `python -m tsctl start|stop|token|status`."""
+"""The local TorchServe of `make serve`, and the standalone server of `make serve-standalone`: `python -m tsctl
+start|standalone|stop|token|status`."""
 
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ from model_store.contents import archived_config
 from .client import Endpoints, ServerError
 from .process import ROOT, TorchServe
 from .signals import exit_on_signals
+from .standalone import Standalone
 
 SERVE_DIR = ROOT / ".tmp" / "serve"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("start", "stop", "token", "status"))
+    parser.add_argument("command", choices=("start", "standalone", "stop", "token", "status"))
     parser.add_argument("--strategy", default="bucketed", choices=STRATEGIES, help="archive registered at start")
     parser.add_argument("--workdir", type=Path, default=SERVE_DIR)
     parser.add_argument("--free-ports", action="store_true", help="start on free loopback ports, not the config's")
@@ -32,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         help=f"start: also register the strategy's {BULK_THREADS}-thread archive as NAME-bulk, {BULK_WORKERS} worker, "
         "for bulk requests (build it first: `python -m model_store.build --bulk --strategies STRATEGY`)",
     )
+    parser.add_argument("--standalone-dir", type=Path, default=None, help="the standalone server's folder")
     args = parser.parse_args(argv)
     server = TorchServe(args.workdir, Endpoints.free() if args.free_ports else None)
     try:
@@ -42,37 +45,55 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(server: TorchServe, args: argparse.Namespace) -> int:
+    alone = Standalone(args.standalone_dir) if args.standalone_dir else Standalone()
     with exit_on_signals():
         if args.command != "token":
-            stale = server.clear_stale()  # reported, removed, never acted on
-            if stale:
-                print(stale)
+            for stale in (server.clear_stale(), alone.clear_stale()):  # reported, removed, never acted on
+                if stale:
+                    print(stale)
         if args.command == "token":
-            return token(server, args.api)
+            return token(server, args.api, alone)
         if args.command == "start":
             return start(server, args.strategy, args.bulk)
+        if args.command == "standalone":
+            return start_standalone(alone, args.strategy)
+        if args.command == "stop":
+            return stop(server, args.strategy, alone)
+        if args.command == "status":
+            return status(server, args.strategy, alone)
         return COMMANDS[args.command](server, args.strategy)
 
 
-def token(server: TorchServe, api: str = "inference") -> int:
+def token(server: TorchServe, api: str = "inference", alone: Standalone | None = None) -> int:
     key = server.client.keys.key(api) if server.pid() else None
+    if not key and alone is not None and api == "inference" and alone.pid():  # the standalone server's, else
+        key = alone.key()
     if not key:
-        print(f"no running TorchServe with a key file in {server.workdir}: start it with `make serve`", file=sys.stderr)
+        print(
+            f"no running TorchServe with a key file in {server.workdir} (nor a standalone server): start it with "
+            "`make serve` (or `make serve-standalone`)",
+            file=sys.stderr,
+        )
         return 1
     print(key)
     return 0
 
 
-def stop(server: TorchServe, strategy: str) -> int:
+def stop(server: TorchServe, strategy: str, alone: Standalone | None = None) -> int:
     running = server.pid()
     server.stop()
     print("TorchServe stopped." if running else "TorchServe was not running.")
+    if alone is not None and alone.pid():
+        code = alone.stop()
+        print("Standalone server stopped." + (f" (exit {code})" if code not in (None, 0) else ""))
     return 0
 
 
-def status(server: TorchServe, strategy: str) -> int:
+def status(server: TorchServe, strategy: str, alone: Standalone | None = None) -> int:
     pid = server.pid()
     print(f"running (pid {pid}), models: {', '.join(server.client.models()) or 'none'}" if pid else "not running")
+    if alone is not None and (spid := alone.pid()):
+        print(f"standalone server running (pid {spid}) on {alone.url}")
     return 0
 
 
@@ -123,6 +144,20 @@ def check_bulk_archive(mar: Path, strategy: str, timeout: int) -> None:
             f"--bulk: {mar.name} has responseTimeout {given} s, under the {timeout} s a bulk request needs "
             f"(model_store.bulk): build it again with {build}"
         )
+
+
+def start_standalone(alone: Standalone, strategy: str) -> int:
+    """The strategy's archive on the standalone server (`make serve-standalone`), under the name `make serve`
+    registers it with; its URL, once every model is ready."""
+    name = archives.name(strategy)
+    mar = archives.STORE / f"{name}.mar"
+    if not mar.exists():
+        raise ServerError(f"{mar} is not built: `make mar` (or `.venv/bin/python -m model_store.build`)")
+    if alone.pid() is None:
+        alone.start(["--archive", str(mar), "--name", name])
+    print(alone.url)
+    print(f"model {name} READY (standalone, pid {alone.pid()}); log {alone.log}; inference token: `make -s token`")
+    return 0
 
 
 COMMANDS: dict[str, Callable[[TorchServe, str], int]] = {"start": start, "stop": stop, "token": token, "status": status}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make kserve-image-test`: our KServe image built on a local Debian base, then run as KServe runs it and checked
-# from the host (tests/e2e/test_kserve_image.py). Needs root, podman, runc, debootstrap and curl (Debian packages),
+# `make kserve-image-test`: our KServe images (TorchServe's, then the standalone one: config/kserve/standalone/)
+# built on a local Debian base, then each run as KServe runs it and checked from the host
+# (tests/e2e/test_kserve_image.py, tests/e2e/test_kserve_standalone_image.py); both images' size and cold start last. Needs root, podman, runc, debootstrap and curl (Debian packages),
 # Debian's mirror and this machine's pip index; ports 8080-8082 and 7070-7071 free. Prints each phase's time; the
 # whole output is also kept in .tmp/kserve-image/last-run.log. Whatever happens, the test container is removed.
 set -euo pipefail
@@ -9,6 +10,7 @@ PY=${PYTHON:-.venv/bin/python}
 WORK=.tmp/kserve-image
 BASE=${KSERVE_BASE_IMAGE:-localhost/bucketing-debian-base:bookworm}
 IMAGE=${KSERVE_IMAGE:-localhost/bucketing-torchserve:test}
+STANDALONE_IMAGE=${KSERVE_STANDALONE_IMAGE:-localhost/bucketing-standalone:test}
 export KSERVE_PODMAN="podman --runtime runc --cgroup-manager cgroupfs"
 export KSERVE_CONTAINER="bucketing-ts-test-$$"
 mkdir -p "$WORK"
@@ -16,6 +18,7 @@ exec > >(tee "$WORK/last-run.log") 2>&1
 
 cleanup() {
     $KSERVE_PODMAN rm -f -t 0 "$KSERVE_CONTAINER" >/dev/null 2>&1 || true
+    $KSERVE_PODMAN rm -f -t 0 "$KSERVE_CONTAINER-sa" >/dev/null 2>&1 || true
 }
 # Each long step runs as a background child this shell waits for, so that a signal reaches it at once (bash
 # would run a trap only after a foreground step ended): the step gets the signal (pytest then tears its fixtures
@@ -75,4 +78,20 @@ run $PY -m model_store.build --if-stale
 phase "the container as KServe runs it: tests/e2e/test_kserve_image.py"
 export KSERVE_IMAGE="$IMAGE"
 run $PY -m pytest tests/e2e/test_kserve_image.py -v -s -p no:cacheprovider
+
+phase "standalone image $STANDALONE_IMAGE: podman build -f config/kserve/standalone/Containerfile (no JRE, no TorchServe)"
+# shellcheck disable=SC2086  # the ulimit flags are separate arguments
+run $KSERVE_PODMAN build $KSERVE_PODMAN_RUN_ARGS --network host -f config/kserve/standalone/Containerfile \
+    -t "$STANDALONE_IMAGE" --build-arg BASE_IMAGE="$BASE" --build-arg TORCH_INDEX_URL= --build-arg PIP_NO_INDEX=1 . \
+    >"$WORK/build-standalone.log" 2>&1 || { tail -40 "$WORK/build-standalone.log"; exit 1; }
+
+phase "the standalone container as KServe runs it: tests/e2e/test_kserve_standalone_image.py"
+export KSERVE_STANDALONE_IMAGE="$STANDALONE_IMAGE" KSERVE_STANDALONE_CONTAINER="$KSERVE_CONTAINER-sa"
+run $PY -m pytest tests/e2e/test_kserve_standalone_image.py -v -s -p no:cacheprovider
+
+phase "both images: size, and cold start (podman run to ready)"
+size() { $KSERVE_PODMAN image inspect --format '{{.Size}}' "$1" | awk '{printf "%.2f GB", $1 / 1e9}'; }
+cold() { grep -o "$1 [0-9.]* s" "$WORK/last-run.log" | tail -1 | grep -o '[0-9.]* s' || echo '?'; }  # the tests print it
+echo "torchserve image: $(size "$IMAGE"), ready $(cold "ready (the runtime.s exec probe)") after podman run"
+echo "standalone image: $(size "$STANDALONE_IMAGE"), ready $(cold "ready (/v2/health/ready 200)") after podman run"
 phase "done"

@@ -1,0 +1,376 @@
+"""The standalone server's ASGI app: the shared route table (`hosts.routes`) over one batcher per model, each
+request handed to the worker as TorchServe would hand it (`hosts.rows`), so every answer is the handler's own.
+
+Around the worker: bearer-token authorization (`Authorization: Bearer KEY`; the health probes exempt), a body limit
+(413), a bounded queue (503 with `Retry-After`), a per-request timeout (503 while still queued, 504 once running),
+a drain on SIGTERM (503 with `Retry-After` for new requests, every admitted one answered), Prometheus text at
+`/metrics`, and one JSON log line per request. The errors the host answers itself are TorchServe's JSON shape
+(`{"code", "type", "message"}`, indented as TorchServe's frontend writes it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bucketing.hosts import routes
+from bucketing.hosts.rows import torchserve_row
+from bucketing.hosts.standalone.batcher import RETRY_AFTER_S, Batcher, Job, QueueFull, Refused
+from bucketing.hosts.standalone.models import ModelSpec
+from bucketing.hosts.standalone.prometheus import CONTENT_TYPE as METRICS_TYPE
+from bucketing.hosts.standalone.prometheus import Registry
+from bucketing.protocols.base import Reply
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+logger = logging.getLogger("bucketing.hosts.standalone")
+access = logging.getLogger("bucketing.hosts.standalone.access")
+
+BYTES_PER_TOKEN = 4  # the batcher's token estimate: body bytes / 4 (English WordPiece/BPE; JSON overhead included)
+JSON = "application/json"
+# TorchServe's own answers, as its frontend writes them (Gson, indented by two spaces).
+TOKEN_MESSAGE = "Token Authorization failed. Token either incorrect, expired, or not provided correctly"
+NOT_FOUND_MESSAGE = "Requested resource is not found, please refer to API document."
+NOT_ALLOWED_MESSAGE = "Requested method is not allowed, please refer to API document."
+EXEMPT = ("ping", "live", "ready")  # probes: a kubelet sends no token
+
+
+def ts_error(status: int, kind: str, message: str) -> bytes:
+    """An error body in TorchServe's frontend shape (indented, ending in a newline)."""
+    return json.dumps({"code": status, "type": kind, "message": message}, indent=2).encode() + b"\n"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The host's own limits and key (the model's settings are its `ModelSpec`)."""
+
+    key: str | None = None  # None: no authorization
+    max_request_bytes: int = 8 * 1024 * 1024  # TorchServe's max_request_size in config/config.properties
+    queue_size: int = 256  # per model: TorchServe's job_queue_size in config/config.properties
+    request_timeout_s: float | None = None  # None: the model-config's responseTimeout
+    drain_timeout_s: float = 25.0  # under Kubernetes' default 30 s grace period
+    max_batch_tokens: int | None = None  # None: the model's handler.max_batch_tokens
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A whole HTTP answer."""
+
+    status: int
+    body: bytes
+    content_type: str = JSON
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass
+class Served:
+    """One model on this host: its spec, its opened workers (by index) and its batcher."""
+
+    spec: ModelSpec
+    batcher: Batcher
+    workers: list[Any] = field(default_factory=list)
+    ready: bool = False
+
+
+def reply_answer(reply: Reply) -> Answer:
+    body = reply.body.encode() if isinstance(reply.body, str) else bytes(reply.body)
+    return Answer(reply.status, body, reply.content_type, tuple(reply.headers))
+
+
+def unavailable(message: str, status: int = 503, kind: str = "ServiceUnavailableException") -> Answer:
+    return Answer(status, ts_error(status, kind, message), headers=(("Retry-After", str(RETRY_AFTER_S)),))
+
+
+class App:
+    """The ASGI app over the served models."""
+
+    def __init__(self, specs: Sequence[ModelSpec], settings: Settings, opener: Callable[[ModelSpec], Any]) -> None:
+        self.settings = settings
+        self.opener = opener  # opens one worker of a spec (in the worker's own thread)
+        self.registry = Registry()
+        self.models: dict[str, Served] = {}
+        self.failed: str | None = None  # why a model could not be opened
+        self.draining = False
+        self.answered: dict[int, int] = {}
+        for spec in specs:
+            batcher = Batcher(
+                serve=self._serve_for(spec.name),
+                workers=spec.workers,
+                batch_size=spec.batch_size,
+                max_delay_s=spec.max_batch_delay_ms / 1000.0,
+                max_batch_tokens=settings.max_batch_tokens or spec.config.max_batch_tokens,
+                queue_size=settings.queue_size,
+            )
+            self.models[spec.name] = Served(spec, batcher, [None] * spec.workers)
+        self.versions = {name: m.spec.version for name, m in self.models.items()}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loading: asyncio.Task[None] | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        return not self.draining and all(m.ready for m in self.models.values())
+
+    async def start(self) -> None:
+        """Start the batchers and open every model's workers in the background (readiness says when done)."""
+        self._loop = asyncio.get_running_loop()
+        for served in self.models.values():
+            served.batcher.start()
+        self._loading = asyncio.create_task(self._open_all())
+
+    async def _open_all(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            for served in self.models.values():
+                # One after another, each in its own worker's thread: imports (transformers' lazy modules) are not
+                # thread-safe, and each worker's calibration times passes on cores the others are not using.
+                for i in range(served.spec.workers):
+                    executor = served.batcher.executor(i)
+                    served.workers[i] = await loop.run_in_executor(executor, self.opener, served.spec)
+                served.ready = True
+                logger.info("%s", served.workers[0].ready_line())
+                logger.info(
+                    "model %s READY: %d worker(s) x %d thread(s), batch %d, delay %g ms",
+                    served.spec.name,
+                    served.spec.workers,
+                    served.spec.config.torch_threads,
+                    served.spec.batch_size,
+                    served.spec.max_batch_delay_ms,
+                )
+        except Exception as e:  # noqa: BLE001 - reported in one line; the server exits with it
+            self.failed = f"{type(e).__name__}: {e}"
+            logger.error("model failed to open: %s", self.failed)
+
+    async def loaded(self) -> bool:
+        """Wait until every model is opened (or failed); whether all were."""
+        if self._loading is not None:
+            await self._loading
+        return self.failed is None
+
+    async def drain(self) -> bool:
+        """SIGTERM: admit nothing more, answer what was admitted; whether all was answered in time."""
+        self.draining = True
+        timeout = self.settings.drain_timeout_s
+        results = await asyncio.gather(*(m.batcher.drain(timeout) for m in self.models.values()))
+        return all(results)
+
+    async def stop(self) -> None:
+        if self._loading is not None and not self._loading.done():
+            self._loading.cancel()
+        for served in self.models.values():
+            await served.batcher.close()
+
+    # -- the worker's side (its own thread) ------------------------------------------------------------------
+    def _serve_for(self, name: str) -> Callable[[int, Sequence[Job]], list[Answer | None]]:
+        def serve(index: int, jobs: Sequence[Job]) -> list[Answer | None]:
+            worker = self.models[name].workers[index]
+            for job in jobs:
+                if job.prepared is None:
+                    job.prepared = torchserve_row(*job.payload)
+            rows = [job.prepared[0] for job in jobs]
+            metas = [job.prepared[1] for job in jobs]
+            keys = [job.key for job in jobs] if getattr(worker, "pool", None) is not None else None
+            replies, stats = worker.serve(rows, metas, keys, name)
+            engine = getattr(getattr(worker, "task", None), "engine", None)
+            fidelity, shadow = getattr(engine, "fidelity", None), getattr(engine, "shadow", None)
+            cosine = fidelity.cosine_min if fidelity is not None else None
+            samples = shadow.drain() if shadow is not None else None
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self.registry.record, name, stats, cosine, samples)
+            return [None if r is None else reply_answer(r) for r in replies]
+
+        return serve
+
+    # -- HTTP --------------------------------------------------------------------------------------------------
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        started = time.perf_counter()
+        method = scope["method"]
+        path = scope["path"]
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        found = routes.match(method, path, self.versions)
+        received = 0
+        try:
+            answer, received = await self._answer(found, method, headers, receive)
+        except Exception:  # a fault of the host itself: logged, answered as TorchServe answers a failed prediction
+            logger.exception("%s %s failed", method, path)
+            answer = Answer(503, ts_error(503, "InternalServerException", "Prediction failed"))
+        await send_answer(send, answer, head=method == "HEAD")
+        self.answered[answer.status] = self.answered.get(answer.status, 0) + 1
+        access.info(
+            "%s",
+            json.dumps(
+                {
+                    "method": method,
+                    "path": path,
+                    "model": found.model,
+                    "status": answer.status,
+                    "ms": round((time.perf_counter() - started) * 1000.0, 2),
+                    "in": received,
+                    "out": len(answer.body),
+                }
+            ),
+        )
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await self.start()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    def authorized(self, headers: dict[str, str]) -> bool:
+        key = self.settings.key
+        if key is None:
+            return True
+        scheme, _, sent = headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(sent.strip().encode(), key.encode())
+
+    async def _answer(
+        self, found: routes.Match, method: str, headers: dict[str, str], receive: Receive
+    ) -> tuple[Answer, int]:
+        if found.action not in EXEMPT and not self.authorized(headers):
+            body = ts_error(401, "InvalidKeyException", TOKEN_MESSAGE)
+            return Answer(401, body, headers=(("WWW-Authenticate", "Bearer"),)), 0
+        if found.action != "predict":
+            return self._host_answer(found), 0
+        served = self.models[found.model or ""]
+        if self.draining:
+            return unavailable("the server is shutting down: send the request to another replica"), 0
+        if self.failed is not None or not served.ready:
+            return unavailable(f'Model "{served.spec.name}" is not ready yet (loading); retry shortly'), 0
+        read = await read_body(receive, headers, self.settings.max_request_bytes)
+        if read is None:
+            limit = self.settings.max_request_bytes
+            message = f"the request body is over {limit} bytes (--max-request-bytes); send fewer texts per request"
+            return Answer(413, ts_error(413, "RequestEntityTooLarge", message)), 0
+        body = read
+        if found.by_body:  # a root OpenAI route with several models: the body's `model` names one
+            served = self.models.get(body_model(body) or "", served)
+        return await self._predict(served, found, headers, body), len(body)
+
+    async def _predict(self, served: Served, found: routes.Match, headers: dict[str, str], body: bytes) -> Answer:
+        name = served.spec.name
+        try:
+            job = served.batcher.submit((body, headers, found.url_path), len(body) // BYTES_PER_TOKEN)
+        except QueueFull as e:
+            return unavailable(f'Model "{name}": the queue is full, {e.reason}; retry after {RETRY_AFTER_S} s')
+        except Refused as e:
+            return unavailable(f'Model "{name}": {e.reason}')
+        timeout = self.settings.request_timeout_s or served.spec.response_timeout_s
+        try:
+            answer: Answer = await asyncio.wait_for(asyncio.shield(job.future), timeout)
+            return answer
+        except TimeoutError:
+            if not job.started:
+                job.future.cancel()  # never run: the batcher skips it
+                return unavailable(
+                    f'Model "{name}": the request waited {timeout:g} s in the queue without a free worker '
+                    "(the request timeout); retry, or add workers"
+                )
+            job.future.cancel()
+            return unavailable(
+                f'Model "{name}": the request was not answered within {timeout:g} s (the request timeout: the '
+                "model-config's responseTimeout unless --request-timeout); send fewer or shorter texts per request",
+                504,
+                "RequestTimeout",
+            )
+
+    def _host_answer(self, found: routes.Match) -> Answer:
+        action, name = found.action, found.model or ""
+        if action == "ping":
+            status = "Healthy" if self.failed is None else "Unhealthy"
+            body = json.dumps({"status": status}, indent=2).encode() + b"\n"  # TorchServe's, byte for byte
+            return Answer(200 if self.failed is None else 500, body)
+        if action == "live":
+            return Answer(200, b'{"live":true}')
+        if action == "ready":
+            return Answer(200 if self.ready else 503, json.dumps({"ready": self.ready}, separators=(",", ":")).encode())
+        if action == "server_meta":
+            meta = {"name": "bucketing-standalone", "version": "0.2.0", "extensions": []}
+            return Answer(200, json.dumps(meta, separators=(",", ":")).encode())
+        if action in ("model_ready", "model_v1"):
+            ready = self.models[name].ready and not self.draining
+            return Answer(200 if ready else 503, json.dumps({"name": name, "ready": ready}).encode())
+        if action == "model_v2":
+            spec = self.models[name].spec
+            meta = {"name": name, "versions": [spec.version], "platform": "bucketing", "inputs": [], "outputs": []}
+            return Answer(200, json.dumps(meta).encode())
+        if action == "metrics":
+            gauges: list[tuple[str, float, tuple[tuple[str, str], ...]]] = []
+            for n, m in self.models.items():
+                gauges.append(("standalone_queue_depth", float(m.batcher.depth), (("ModelName", n),)))
+                gauges.append(("standalone_in_flight", float(m.batcher.in_flight), (("ModelName", n),)))
+            gauges += [
+                ("standalone_answers", float(c), (("status", str(s)),)) for s, c in sorted(self.answered.items())
+            ]
+            return Answer(200, self.registry.render(gauges).encode(), METRICS_TYPE)
+        if action == "model_not_found":
+            return Answer(404, ts_error(404, "ModelNotFoundException", f"Model not found: {name}"))
+        if action == "version_not_found":
+            message = f"Model version: {found.version} does not exist for model: {name}"
+            return Answer(404, ts_error(404, "ModelVersionNotFoundException", message))
+        if action == "kserve_model_not_found":
+            return Answer(404, json.dumps({"error": f"Model with name {name} does not exist."}).encode())
+        if action == "method_not_allowed":
+            return Answer(405, ts_error(405, "MethodNotAllowedException", NOT_ALLOWED_MESSAGE))
+        return Answer(404, ts_error(404, "ResourceNotFoundException", NOT_FOUND_MESSAGE))
+
+
+def body_model(body: bytes) -> str | None:
+    """The `model` an OpenAI body names (None when it names none or is not JSON)."""
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return None
+    model = value.get("model") if isinstance(value, dict) else None
+    return model if isinstance(model, str) else None
+
+
+async def read_body(receive: Receive, headers: dict[str, str], limit: int) -> bytes | None:
+    """The request body, or None once it is over `limit` bytes (by its Content-Length, or as it streams in)."""
+    declared = headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+async def send_answer(send: Send, answer: Answer, head: bool = False) -> None:
+    headers = [(b"content-type", answer.content_type.encode("latin-1"))]
+    headers.append((b"content-length", str(len(answer.body)).encode()))
+    headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers]
+    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+    await send({"type": "http.response.body", "body": b"" if head else answer.body})
+
+
+__all__ = ["App", "Answer", "Served", "Settings", "ts_error"]
