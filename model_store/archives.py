@@ -24,6 +24,7 @@ import yaml
 
 from bucketing.config import STRATEGIES, TASKS, HandlerConfig
 from bucketing.kinds import DEFAULT, KINDS, detect
+from bucketing.kinds.bgem3.folder import FILES as BGEM3_FILES
 from bucketing.quantize import RANGES_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -250,6 +251,7 @@ READ_FILES = (
     "config_sentence_transformers.json",
     "router_config.json",
     RANGES_FILE,  # our own: a dense model's fixed int8/uint8 ranges (`python -m model_store.ranges`)
+    *BGEM3_FILES,  # a BGE-M3 model's sparse and ColBERT layers (`bucketing.kinds.bgem3.folder`)
 )
 READ_PATTERNS = ("sentence_*_config.json", "*.model")
 

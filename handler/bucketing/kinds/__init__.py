@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from bucketing.kinds.task import Task
     from bucketing.model.chain import Chain
 
-KindName = Literal["embedding", "classification", "sparse", "multivector"]  # `handler.task`, `--task`
+KindName = Literal["embedding", "classification", "sparse", "multivector", "bgem3"]  # `handler.task`, `--task`
 DEFAULT: KindName = "embedding"  # what a folder is served as when no kind detects it
 ANSWER_BOUNDS = ("texts", "one_text", "checked")
 
@@ -146,6 +146,19 @@ KINDS: dict[str, Kind] = {  # by name (a str key: config and requests look names
             wire_refusal="this is {model} (one vector per token), which {wire} cannot answer; served at "
             'POST /predictions/NAME (`{{"texts": [...], "input_type": "query" | "document"}}`) and .../embed_all (TEI)',
             answer_bound="one_text",
+        ),
+        Kind(
+            "bgem3",
+            "bgem3.task:BgeM3Task",
+            "BGE-M3",
+            detects=3,
+            saved_as="FlagEmbedding BGE-M3",
+            note="dense, sparse and ColBERT outputs of one pass",
+            own_head=True,
+            dtypes=("float32",),
+            refusal="{setting} {dtype}: {model} is served in float32 only (as FlagEmbedding runs it on the CPU)",
+            answer_bound="checked",
+            options=("outputs", "sparse_tokens"),
         ),
     )
 }
