@@ -72,7 +72,7 @@ def build_bgem3(target: Path, colbert_dim: int = HIDDEN, seed: int = 0, sentence
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
     )
-    XLMRobertaModel(config, add_pooling_layer=False).eval().save_pretrained(target)
+    XLMRobertaModel(config).eval().save_pretrained(target)
     sparse = torch.nn.Linear(HIDDEN, 1)
     torch.nn.init.normal_(sparse.weight, std=0.3)  # about half the tokens get a positive weight
     torch.save(sparse.state_dict(), target / "sparse_linear.pt")
