@@ -11,7 +11,7 @@ from bucketing.kinds import ANSWER_BOUNDS, DEFAULT, KINDS
 
 
 def test_the_configs_tasks_are_the_registrys_kinds():
-    assert TASKS == tuple(KINDS) == ("embedding", "classification", "sparse", "multivector")
+    assert TASKS == tuple(KINDS) == ("embedding", "classification", "sparse", "multivector", "bgem3")
     assert DEFAULT in KINDS
 
 
