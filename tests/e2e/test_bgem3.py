@@ -62,7 +62,7 @@ def test_a_bgem3_folder_serves_its_three_outputs_as_flagembedding(torchserve, mo
                 assert sorted(ours) == sorted(theirs)
                 assert max(abs(ours[k] - theirs[k]) for k in ours) <= TOLERANCE
         log = (torchserve.workdir / "logs" / "model_log.log").read_text(errors="replace")
-        ready = [line for line in log.splitlines() if "bucketing handler ready" in line and "task=bgem3" in line]
+        ready = [line for line in log.splitlines() if "bucketing handler ready" in line and "task='bgem3'" in line]
         assert ready and "dense (32), sparse (lexical weights" in ready[-1] and "colbert (24 per token)" in ready[-1]
     finally:
         client.unregister(name)
