@@ -81,9 +81,9 @@ def differences(got: list[dict[str, Any]], want: dict[str, Any]) -> dict[str, fl
             diff = max((abs(v - theirs[k]) for k, v in zip(sparse["indices"], sparse["values"])), default=0.0)
             out["sparse"] = max(out["sparse"], diff)
         if "colbert" in answer:
-            ours, theirs = np.asarray(answer["colbert"]), np.asarray(want["colbert"][i])
-            assert ours.shape == theirs.shape, (i, ours.shape, theirs.shape)
-            out["colbert"] = max(out["colbert"], float(np.abs(ours - theirs).max()))
+            vectors, reference = np.asarray(answer["colbert"]), np.asarray(want["colbert"][i])
+            assert vectors.shape == reference.shape, (i, vectors.shape, reference.shape)
+            out["colbert"] = max(out["colbert"], float(np.abs(vectors - reference).max()))
     return out
 
 

@@ -5,6 +5,7 @@ and its ColBERT vectors as `_process_colbert_vecs`, KServe v2's ragged tensors, 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -61,14 +62,15 @@ def test_outputs_are_read_checked_and_refused_for_other_kinds():
         ("sparse", "dense"),
         True,
     )
-    for body in (
+    bodies: tuple[dict[str, Any], ...] = (
         {"outputs": "dense"},
         {"outputs": []},
         {"outputs": ["dense", "dense"]},
         {"outputs": ["lexical"]},
         {"sparse_tokens": True},
         {"outputs": ["sparse"], "sparse_tokens": 1},
-    ):
+    )
+    for body in bodies:
         with pytest.raises(BadRequest):
             read_outputs(body, BGEM3, fields)
     with pytest.raises(BadRequest, match="for BGE-M3 models .*; this is an embedding model"):
