@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv kserve-venv tei-clients-venv docs-venv docs docs-settings kserve-image-test mar serve serve-bulk serve-standalone stop token status test unit lint bench clean
+.PHONY: venv kserve-venv tei-clients-venv flag-venv docs-venv docs docs-settings kserve-image-test mar serve serve-bulk \
+	serve-standalone stop token status test unit lint bench clean
 
 venv: $(STAMP)
 
@@ -62,6 +63,18 @@ tei-clients-venv: $(TEI_CLIENTS_VENV)/.installed
 $(TEI_CLIENTS_VENV)/.installed: requirements-tei-clients.txt
 	$(PYTHON) -m venv $(TEI_CLIENTS_VENV)
 	$(TEI_CLIENTS_VENV)/bin/pip install --quiet -r requirements-tei-clients.txt
+	touch $@
+
+# FlagEmbedding (BGE-M3's reference) for tests/handler/test_bgem3.py, in its own venv; torch pinned first (the CPU
+# wheel, as requirements.txt), so FlagEmbedding keeps it.
+FLAG_VENV := .venv-flag
+flag-venv: $(FLAG_VENV)/.installed
+
+$(FLAG_VENV)/.installed: requirements-flagembedding.txt
+	$(PYTHON) -m venv $(FLAG_VENV)
+	$(FLAG_VENV)/bin/pip install --quiet --upgrade pip
+	$(FLAG_VENV)/bin/pip install --quiet torch==2.13.0
+	$(FLAG_VENV)/bin/pip install --quiet torch==2.13.0 -r requirements-flagembedding.txt
 	touch $@
 
 # The archives' staleness rule lives in model_store/archives.py (one rule, also used by bench/compare.py).

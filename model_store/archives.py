@@ -253,6 +253,7 @@ READ_FILES = (
     "config_sentence_transformers.json",
     "router_config.json",
     RANGES_FILE,  # our own: a dense model's fixed int8/uint8 ranges (`python -m model_store.ranges`)
+    *(name for kind in MODEL_KINDS.values() for name in kind.files),  # a kind's own (BGE-M3's heads: `Kind.files`)
 )
 READ_PATTERNS = ("sentence_*_config.json", "*.model")
 
@@ -393,8 +394,7 @@ def sources(template: Path = TEMPLATE) -> list[Path]:
 
 
 def stale(mar: Path, template: Path = TEMPLATE, config: dict[str, Any] | None = None) -> bool:
-    """The one staleness rule: an archive is stale if missing or older than any of its sources, or (given the
-    model-config it would be built with now) carrying another one (`--bulk`'s responseTimeout, say)."""
+    """The one staleness rule: missing, older than a source, or carrying another model-config than `config`."""
     if not mar.exists() or any(src.stat().st_mtime > mar.stat().st_mtime for src in sources(template)):
         return True
     return config is not None and archived_config(mar) != config

@@ -126,6 +126,8 @@ class Options:
     precision: str = "float"  # a dense embedding's values: float32, or packed as `quantize.PRECISIONS` says
     ranges: Ranges | None = field(default=None, compare=False)  # int8/uint8: the model's fixed ranges
     spans: Any = None  # late chunking: "sentences", or one text's ((start, end), ...) character spans; None: off
+    outputs: tuple[str, ...] = ()  # a multi-output model's (BGE-M3) outputs asked (`protocols.outputs`); (): dense
+    sparse_tokens: bool = False  # with its sparse output, each id's token string
 
 
 def keep_top(row: Any, k: int) -> Any:

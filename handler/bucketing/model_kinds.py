@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from bucketing.model.chain import Chain
 
-KindName = Literal["embedding", "classification", "sparse", "multivector"]  # `handler.task`, `--task`
+KindName = Literal["embedding", "classification", "sparse", "multivector", "bgem3"]  # `handler.task`, `--task`
 DEFAULT: KindName = "embedding"  # what a folder is served as when no kind detects it
 ANSWER_BOUNDS = ("texts", "one_text", "checked")
 
@@ -69,6 +69,9 @@ class Kind:
     wire_refusal: str = ""  # the line from a wire format that does not answer it (`Wire.answers`): {model}, {wire}
     answer_bound: str = "texts"  # the start-up bound: per text; "one_text": one text must fit; "checked": per answer
     options: tuple[str, ...] = ()  # a request's options of its own
+    files: tuple[
+        str, ...
+    ] = ()  # the files of its own its loader reads beside the transformer's (an archive keeps them)
     normalized: bool = True  # a request may normalise its answer or cut it to `dimensions`
     sparse: bool = False  # answers a vocabulary-size vector, as indices and values
     # the prompts every such model has, empty unless set (sentence-transformers' `_default_prompts`)
@@ -148,6 +151,20 @@ MODEL_KINDS: dict[str, Kind] = {  # by name (a str key: config and requests look
             wire_refusal="this is {model} (one vector per token), which {wire} cannot answer; served at "
             'POST /predictions/NAME (`{{"texts": [...], "input_type": "query" | "document"}}`) and .../embed_all (TEI)',
             answer_bound="one_text",
+        ),
+        Kind(
+            "bgem3",
+            "bgem3.task:BgeM3Task",
+            "BGE-M3",
+            detects=3,
+            saved_as="FlagEmbedding BGE-M3",
+            note="dense, sparse and ColBERT outputs of one pass",
+            own_head=True,
+            dtypes=("float32",),
+            refusal="{setting} {dtype}: {model} is served in float32 only (as FlagEmbedding runs it on the CPU)",
+            answer_bound="checked",
+            options=("outputs", "sparse_tokens"),
+            files=("sparse_linear.pt", "colbert_linear.pt"),  # its sparse and ColBERT heads
         ),
     )
 }

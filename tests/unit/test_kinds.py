@@ -11,7 +11,7 @@ from bucketing.model_kinds import ANSWER_BOUNDS, DEFAULT, MODEL_KINDS
 
 
 def test_the_configs_tasks_are_the_registrys_kinds():
-    assert TASKS == tuple(MODEL_KINDS) == ("embedding", "classification", "sparse", "multivector")
+    assert TASKS == tuple(MODEL_KINDS) == ("embedding", "classification", "sparse", "multivector", "bgem3")
     assert DEFAULT in MODEL_KINDS
 
 

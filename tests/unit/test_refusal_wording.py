@@ -17,6 +17,7 @@ NAMED = {
     "classification": "a classification model",
     "sparse": "a sparse model",
     "multivector": "a multi-vector model",
+    "bgem3": "a BGE-M3 model",
 }
 BODIES = [
     {"inputs": ["a"]},

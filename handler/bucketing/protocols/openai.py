@@ -40,6 +40,7 @@ from bucketing.protocols.base import (
 )
 from bucketing.protocols.inputs import check_text, too_many
 from bucketing.protocols.options import OPTION_FIELDS, chunked, read_options
+from bucketing.protocols.outputs import refuse_beyond
 
 # Our options an OpenAI body takes as extra fields: all but a classifier's, a sparse model's (added by its kind) and
 # `precision` (OpenAI's `encoding_format` says how an embedding is sent).
@@ -183,6 +184,7 @@ def _options(body: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
             "precision",
         )
     options = read_options(body, limits, (*OPENAI_OPTIONS, *limits.kind.options))
+    refuse_beyond(options.outputs, ("dense",), "OpenAI's embeddings answer")  # a BGE-M3 model's other outputs
     if limits.kind.sparse and encoding != "float":
         raise bad(
             "InvalidRequest",

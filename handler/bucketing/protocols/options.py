@@ -12,6 +12,8 @@ from bucketing.config import OVERFLOW, OVERFLOW_RULES
 from bucketing.model.chain import INPUT_TYPES
 from bucketing.protocols.base import Limits, RequestError, bad, is_int, json_type, quote
 from bucketing.protocols.inputs import check_text
+from bucketing.protocols.outputs import FIELDS as OUTPUT_FIELDS
+from bucketing.protocols.outputs import read_outputs
 from bucketing.quantize import PRECISIONS, RANGES_FILE
 
 MAX_PROMPT_CHARS = 4096  # a request's own `prompt`
@@ -29,6 +31,7 @@ OPTION_FIELDS = (
     "input_type",
     "max_active_dims",
     "precision",
+    *OUTPUT_FIELDS,  # a multi-output model's (BGE-M3): `protocols.outputs`
 )
 DIRECTIONS = ("right", "left")
 SENTENCES = "sentences"  # late chunking's spans: the text's sentences (`chunks.sentences`)
@@ -64,6 +67,7 @@ def read_options(body: Mapping[str, Any], limits: Limits, fields: Sequence[str] 
     text = body.get("prompt") if "prompt" in fields else None
     prompt = resolve_prompt(prompt_name, text, limits, input_type)
     precision = read_precision(body.get("precision") if "precision" in fields else None, limits)
+    outputs, sparse_tokens = read_outputs(body, limits, fields)
     options = Options(
         values["normalize"],
         dimensions,
@@ -77,6 +81,8 @@ def read_options(body: Mapping[str, Any], limits: Limits, fields: Sequence[str] 
         precision,
         limits.ranges if PRECISIONS[precision].ranged else None,
         spans,
+        outputs,
+        sparse_tokens,
     )
     if PRECISIONS[precision].ranged:
         check_cut_ranges(precision, options, limits)

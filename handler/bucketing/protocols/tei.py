@@ -127,6 +127,13 @@ def with_inputs(body: Any) -> Mapping[str, Any]:
             'at POST /predictions/NAME ({"texts": [...], "precision": ...}) and KServe v2',
             "precision",
         )
+    if "outputs" in request:  # TEI tolerates unknown fields: this one would be ignored, silently
+        raise validation(
+            "`outputs` is not a TEI field: a BGE-M3 model's dense output is TEI's /embed, its sparse one "
+            "/embed_sparse, its ColBERT vectors /embed_all; all three in one answer: our JSON at POST "
+            '/predictions/NAME ({"texts": [...], "outputs": [...]})',
+            "outputs",
+        )
     return request
 
 

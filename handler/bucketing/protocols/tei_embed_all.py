@@ -17,6 +17,7 @@ from bucketing.answers import Answer
 from bucketing.model_kinds import KindName
 from bucketing.protocols import tei
 from bucketing.protocols.base import Limits, Wire, check_count
+from bucketing.protocols.outputs import offers
 from bucketing.protocols.tei import error_body as error_body
 from bucketing.protocols.tei import own_error as own_error
 
@@ -35,7 +36,7 @@ class EmbedAllRequest(tei.TeiInputs):
 
 
 def parse(body: Any, limits: Limits) -> EmbedAllRequest:
-    if not limits.kind.per_token:
+    if not (limits.kind.per_token or offers(limits.kind, "colbert")):  # a BGE-M3 model: its ColBERT vectors
         raise tei.refused_here("/embed_all (token embeddings) is served for multi-vector models", limits)
     return tei.parse_texts(EmbedAllRequest, body, limits, FIELDS)
 

@@ -18,6 +18,7 @@ from bucketing.answers import Answer
 from bucketing.model_kinds import ONE_PER_INPUT, KindName
 from bucketing.protocols import tei
 from bucketing.protocols.base import Limits, Wire, check_count
+from bucketing.protocols.outputs import offers
 from bucketing.protocols.tei import error_body as error_body
 from bucketing.protocols.tei import own_error as own_error
 
@@ -46,7 +47,7 @@ def input_type(prompt_name: Any) -> str | None:
 
 
 def parse(body: Any, limits: Limits) -> EmbedSparseRequest:
-    if not limits.kind.sparse:
+    if not (limits.kind.sparse or offers(limits.kind, "sparse")):  # a BGE-M3 model: its lexical weights
         raise tei.refused_here("Model is not an embedding model with SPLADE pooling", limits)
     parsed = tei.parse_texts(EmbedSparseRequest, body, limits, FIELDS)
     kind = input_type(body.get("prompt_name"))  # an object: parse_texts read it

@@ -1,0 +1,176 @@
+"""BGE-M3 (`handler.task: bgem3`): dense, sparse and ColBERT outputs of one forward pass, each as FlagEmbedding 1.4's
+`BGEM3FlagModel.encode(return_dense=..., return_sparse=..., return_colbert_vecs=...)` answers it (the folder is read in
+`folder`, the graph is `heads.M3Head`).
+
+Every pass computes all three (the heads are two small layers over the encoder's states); each answer keeps them,
+and a request's `outputs` picks what its wire format renders (`protocols.outputs`):
+- dense: the CLS hidden state, L2-normalised (a request's `normalize`/`dimensions` as FlagEmbedding's
+  `normalize_embeddings`/`truncate_dim`: cut, then normalised);
+- sparse: `_process_token_weights`: each token's weight, the largest per token id, only positive ones, the tokenizer's
+  cls, eos, pad and unk tokens dropped; ids ascending (`{"indices", "values"}`), with `sparse_tokens` each id's
+  string as `convert_id_to_token` decodes it;
+- colbert: `_process_colbert_vecs`: one vector per token after the first, L2-normalised (cut to `dimensions` first,
+  as `truncate_dim` cuts them).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bucketing.answers import Answer, Options
+from bucketing.kinds.bgem3.folder import M3Spec, is_bgem3, read_bgem3
+from bucketing.kinds.task import Rows, TaskHooks
+from bucketing.model.chain import Chain
+from bucketing.model.tokenizer import Encoded
+from bucketing.quantize import PRECISIONS
+
+NAME = "bgem3"
+DEFAULT_OUTPUTS = ("dense",)  # `protocols.outputs.DEFAULT`
+# FlagEmbedding drops these from the lexical weights (`_process_token_weights`: special_tokens_map's entries).
+UNUSED_TOKENS = ("cls_token", "eos_token", "pad_token", "unk_token")
+
+
+def normalized(rows: Any) -> Any:
+    """Each row L2-normalised as torch's `F.normalize` does (over a norm of at least 1e-12)."""
+    norms = np.linalg.norm(rows, axis=-1, keepdims=True)
+    return rows / np.maximum(norms, np.float32(1e-12))
+
+
+@dataclass(frozen=True)
+class M3Answer(Answer):
+    """One text's three outputs: `values` the CLS hidden state (the dense output before normalisation), its token
+    ids and their weights, and its ColBERT vectors (before normalisation)."""
+
+    ids: tuple[int, ...] = ()
+    weights: Any = None  # [tokens] float32: each token's lexical weight
+    colbert: Any = None  # [tokens - 1, colbert_dim] float32
+    unused: frozenset[int] = frozenset()  # the ids FlagEmbedding leaves out of the lexical weights
+    decode: Any = field(default=None, compare=False)  # id -> its string, as convert_id_to_token decodes it
+
+    def lexical(self) -> dict[int, float]:
+        """FlagEmbedding's lexical weights: {id: the id's largest positive weight}, special tokens left out."""
+        out: dict[int, float] = {}
+        for token, weight in zip(self.ids, np.asarray(self.weights, dtype=np.float32).tolist()):
+            if token not in self.unused and weight > 0 and weight > out.get(token, 0.0):
+                out[token] = weight
+        return out
+
+    def sparse_vector(self, max_active_dims: int | None = None) -> tuple[list[int], list[float]]:
+        """The lexical weights as a sparse answer: ids ascending and their weights (what TEI's /embed_sparse and
+        the sparse output carry); no cut (FlagEmbedding has none)."""
+        weights = self.lexical()
+        ids = sorted(weights)
+        return ids, [weights[i] for i in ids]
+
+    def vectors(self, options: Options | None = None) -> Any:
+        """The ColBERT vectors [tokens - 1, colbert_dim]: cut to `dimensions`, normalised unless asked otherwise."""
+        o = options or Options()
+        rows = np.asarray(self.colbert, dtype=np.float32)[:, : o.dimensions]
+        return normalized(rows) if (self.normalize if o.normalize is None else o.normalize) else rows
+
+    def fields(self, options: Options | None = None) -> dict[str, Any]:
+        """Our native answer object: `embedding` (dense), `sparse` ({"indices", "values"}, with `sparse_tokens`
+        "tokens" too), `colbert` (a list of vectors), as the request's `outputs` ask; then `tokens`, `truncated`."""
+        o = options or Options()
+        head: dict[str, Any] = {}
+        for output in o.outputs or DEFAULT_OUTPUTS:
+            if output == "dense":
+                vector = self.vector(o.dimensions, o.normalize)
+                head["embedding"] = PRECISIONS[o.precision].apply(vector, o.ranges).tolist()
+            elif output == "sparse":
+                indices, values = self.sparse_vector()
+                head["sparse"] = {"indices": indices, "values": values}
+                if o.sparse_tokens:
+                    head["sparse"]["tokens"] = [self.decode(i) for i in indices]
+            elif output == "colbert":
+                head["colbert"] = self.vectors(o).tolist()
+        return {**head, "tokens": self.tokens, "truncated": self.truncated}
+
+
+class BgeM3Task(TaskHooks):
+    """BGE-M3's packed per-token output (`heads.M3Head`) per row, one answer per text holding all three outputs."""
+
+    name = NAME
+    labels = None
+    chunk_refusal = (
+        "is not served for a BGE-M3 model: FlagEmbedding answers its dense, sparse and ColBERT outputs of one pass "
+        "over a text's first max_length tokens, never of windows"
+    )
+    late_refusal = "is not served for a BGE-M3 model (FlagEmbedding has no late chunking)"
+
+    @staticmethod
+    def detects(folder: Path | str) -> bool:
+        return is_bgem3(folder)
+
+    @staticmethod
+    def load(config: Any, model_dir: str, gpu_id: Any = None) -> BgeM3Task:
+        """Its head on the configured engine (float32: its kind refuses others)."""
+        from bucketing.engines import load_engine
+        from bucketing.kinds.embedding import normalizes
+
+        engine, info = load_engine(config, model_dir, gpu_id)
+        return BgeM3Task(engine, info, read_bgem3(model_dir), normalizes(config.normalize, info.chain), model_dir)
+
+    @staticmethod
+    def read_settings(folder: Path) -> Chain:
+        return read_bgem3(folder).chain
+
+    @staticmethod
+    def describe(folder: Path) -> dict[str, Any] | None:
+        return read_bgem3(folder).describe()
+
+    @staticmethod
+    def load_head(model_dir: str, attention: str | None = None) -> tuple[Any, Any]:
+        from bucketing.kinds.bgem3.heads import load_m3_head
+
+        return load_m3_head(model_dir, attention)
+
+    def __init__(self, engine: Any, info: Any, spec: M3Spec, normalize: bool, model_dir: str) -> None:
+        from transformers import AutoTokenizer
+
+        self.engine = engine
+        self.max_positions = info.max_positions
+        self.dimensions = spec.hidden_size
+        self.spec = spec
+        self.chain = spec.chain
+        self.normalize = normalize
+        tokenizer: Any = AutoTokenizer.from_pretrained(model_dir)
+        specials: dict[str, Any] = dict(tokenizer.special_tokens_map)
+        ids = [tokenizer.convert_tokens_to_ids(specials[name]) for name in UNUSED_TOKENS if name in specials]
+        self.unused = frozenset(int(i) for i in ids)
+        self.decode = functools.lru_cache(maxsize=65536)(lambda i: str(tokenizer.decode([int(i)])))
+        width = 1 + max(spec.hidden_size, spec.colbert_dim)
+        self.ready_note = (
+            f", BGE-M3 outputs from one pass: dense ({spec.hidden_size}), sparse (lexical weights over "
+            f"{info.vocab_size} ids), colbert ({spec.colbert_dim} per token); a pass holds rows x tokens x {width} "
+            f'floats of them; a request asks them with "outputs" (default dense)'
+        )
+
+    @property
+    def settings(self) -> Chain:
+        """No prompts: FlagEmbedding reads none of the folder's (a request may send its own `prompt`)."""
+        return self.chain
+
+    def forward(self, rows: Rows) -> np.ndarray:
+        """Per row and token: its lexical weight, then the CLS state (first token) or its ColBERT vector."""
+        packed: np.ndarray = self.engine(rows.ids, rows.mask)
+        return packed
+
+    def answer(self, output: np.ndarray, encoded: Encoded) -> Answer:
+        n, hidden, colbert = len(encoded.ids), self.spec.hidden_size, self.spec.colbert_dim
+        return M3Answer(
+            np.array(output[0, 1 : 1 + hidden], dtype=np.float32),
+            n,
+            encoded.truncated,
+            normalize=self.normalize,
+            ids=encoded.ids,
+            weights=np.array(output[:n, 0], dtype=np.float32),
+            colbert=np.array(output[1:n, 1 : 1 + colbert], dtype=np.float32),
+            unused=self.unused,
+            decode=self.decode,
+        )
