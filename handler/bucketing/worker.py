@@ -54,11 +54,12 @@ def load_task(config: HandlerConfig, model_dir: str, gpu_id: int | None = None) 
 
 
 def cost_model(config: HandlerConfig, model: Model) -> CostModel:
-    """The configured cost model, or, for the bucketed strategy with `cost.calibrate`, one fitted to passes timed
-    on this engine (the configured one where the fit fails)."""
+    """The configured cost model, or, with `cost.calibrate`, one fitted to passes timed on this engine (the
+    configured one where the fit fails): the bucketed planner's, and every strategy's deadline guard's estimate of
+    when a pass would end."""
     c = config.cost
     configured = CostModel(c.forward_overhead_us, c.per_token_us, c.per_token_sq_us)
-    if not c.calibrate or not config.planning.budgeted:
+    if not c.calibrate:
         return configured
     return calibrated(model, config.max_length, configured)
 
@@ -127,7 +128,7 @@ def open(  # `bucketing.worker.open`; shadows the builtin in this module only
     if shadow is not None:
         shadow.start()
     timeout = response_timeout_s(model_yaml_config)
-    pipeline = Pipeline(config, model.tokenizer, model.task, make_planner(config, cost), timeout)
+    pipeline = Pipeline(config, model.tokenizer, model.task, make_planner(config, cost), timeout, cost)
     pool = None
     if config.scheduling.pools:
         check_model_config(model_yaml_config)

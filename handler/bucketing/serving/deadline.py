@@ -1,7 +1,7 @@
 """The deadline guard: a call never outlives TorchServe's `responseTimeout` (which restarts the worker and fails the
-whole batch). After `DEADLINE_SHARE` of it no further pass starts (`passes.compute`), and each request whose rows did
-not all run gets its own 503 naming the limit and the fix (`out_of_time`), while the requests whose rows all ran are
-answered."""
+whole batch). No pass starts whose end, as the worker's cost model estimates it, is past `DEADLINE_SHARE` of it (nor
+any pass after that one: `passes.compute`), and each request whose rows did not all run gets its own 503 naming the
+limit and the fix (`out_of_time`), while the requests whose rows all ran are answered."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from bucketing.planning.planner import CostModel
 from bucketing.protocols import Incoming
 from bucketing.protocols.base import Unavailable
-from bucketing.serving.passes import Item
+from bucketing.serving.passes import Deadline, Item
 
 logger = logging.getLogger(__name__)
 
@@ -28,9 +29,10 @@ def response_timeout_s(model_config: Any) -> float:
     return float(value) if isinstance(value, (int, float)) and value > 0 else float(RESPONSE_TIMEOUT_S)
 
 
-def deadline_of(start: float, response_timeout: float) -> float:
-    """When a call that started at `start` (a `time.perf_counter()` value) starts no further pass."""
-    return start + DEADLINE_SHARE * response_timeout
+def deadline_of(start: float, response_timeout: float, cost: CostModel) -> Deadline:
+    """The deadline of a call that started at `start` (a `time.perf_counter()` value): no pass estimated (by `cost`)
+    to end past its share of responseTimeout."""
+    return Deadline(start + DEADLINE_SHARE * response_timeout, cost)
 
 
 def out_of_time(

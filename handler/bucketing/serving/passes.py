@@ -68,6 +68,19 @@ def answers_of(task: Task, items: Sequence[Item], outputs: Sequence[np.ndarray |
 
 
 @dataclass(frozen=True)
+class Deadline:
+    """When a call starts no further pass (a `time.perf_counter()` value), and the cost model that says when a pass
+    would end: a pass is started only if its estimated end is not past `at`."""
+
+    at: float
+    cost: CostModel
+
+    def admits(self, rows: int, padded_len: int) -> bool:
+        """Whether a pass of `rows` rows padded to `padded_len`, started now, is estimated to end by `at`."""
+        return time.perf_counter() + self.cost.forward_us(rows, padded_len) / 1e6 <= self.at
+
+
+@dataclass(frozen=True)
 class Computed:
     """One output per item, in item order (None: its pass did not start before the deadline), and what running
     them cost."""
@@ -91,16 +104,16 @@ def make_planner(config: HandlerConfig, cost: CostModel) -> Planner:
 
 
 def compute(
-    items: Sequence[Item], plan_fn: Planner, task: Task, pad_id: int, deadline: float | None = None
+    items: Sequence[Item], plan_fn: Planner, task: Task, pad_id: int, deadline: Deadline | None = None
 ) -> Computed:
-    """Plan the sub-batches, run each forward pass, and restore item order; no pass starts after `deadline` (a
-    `time.perf_counter()` value), its items' outputs are then None."""
+    """Plan the sub-batches, run each forward pass, and restore item order; no pass starts whose estimated end is
+    past `deadline` (nor any after it): its items' outputs are then None."""
     plan = plan_fn([task.planned(item.encoded) for item in items])
     start = time.perf_counter()
     results: list[list[np.ndarray]] = []
     ran = []
     for sb in plan.sub_batches:
-        if deadline is not None and time.perf_counter() > deadline:
+        if deadline is not None and not deadline.admits(sb.rows, sb.padded_len):
             break
         ran.append(sb)
         encoded = [items[i].encoded for i in sb.indices]

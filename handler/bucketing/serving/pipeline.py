@@ -32,12 +32,13 @@ from bucketing.config import OVERFLOW_RULES, ConfigError, HandlerConfig
 from bucketing.kinds.task import Task
 from bucketing.metrics import BatchStats
 from bucketing.model.tokenizer import Encoded, Tokenizer
+from bucketing.planning.planner import CostModel
 from bucketing.protocols import Incoming, Reply, tei
 from bucketing.protocols.base import Limits, Meta, Pair, Request, RequestError, ServerError
 from bucketing.serving.checks import Checks
 from bucketing.serving.deadline import RESPONSE_TIMEOUT_S, deadline_of, out_of_time
 from bucketing.serving.long_texts import LongTexts, Merged
-from bucketing.serving.passes import Item, Planner, answers_of, compute, items_of
+from bucketing.serving.passes import Deadline, Item, Planner, answers_of, compute, items_of
 from bucketing.startup_checks import check_fits, model_prompts
 
 logger = logging.getLogger(__name__)
@@ -76,12 +77,14 @@ class Pipeline:
         task: Task,
         plan: Planner,
         response_timeout: float = RESPONSE_TIMEOUT_S,
+        cost: CostModel | None = None,
     ) -> None:
         self.config = config
         self.tokenizer = tokenizer
         self.task = task
         self.plan = plan
         self.response_timeout = response_timeout  # TorchServe's, in s: a call starts no pass after its share
+        self.cost = cost or CostModel()  # what a pass costs: none starts that would end past the deadline
         self.long_texts = LongTexts(config, tokenizer)
         prompts, default_prompt = model_prompts(config, task.settings)
         self.limits = Limits(
@@ -118,7 +121,7 @@ class Pipeline:
         """One reply per row, in row order, and the batch's figures: every row run, before the call's deadline."""
         start = time.perf_counter()
         done, stats = self.step(
-            rows, meta, [None] * len(rows), everything, model_name, deadline_of(start, self.response_timeout)
+            rows, meta, [None] * len(rows), everything, model_name, deadline_of(start, self.response_timeout, self.cost)
         )
         replies = [r for r in done if isinstance(r, Reply)]
         if len(replies) != len(rows):
@@ -132,7 +135,7 @@ class Pipeline:
         held: Sequence[InFlight | None],
         choose: Choose,
         model_name: str,
-        deadline: float | None = None,
+        deadline: Deadline | None = None,
     ) -> tuple[list[Reply | InFlight], BatchStats]:
         """One call's work: each new row (None in `held`; the others are requests in flight from earlier calls)
         parsed and tokenized, a request that fails (or has no rows) answered at once; of the rows of every request
@@ -249,7 +252,7 @@ class Pipeline:
             raise server_error(f"tokenizing failed: {type(e).__name__}") from e
 
     def run(
-        self, incoming: list[Incoming], items: list[Item], deadline: float | None = None
+        self, incoming: list[Incoming], items: list[Item], deadline: Deadline | None = None
     ) -> tuple[list[Incoming], list[np.ndarray | None], BatchStats]:
         """Outputs for every item (None where its request failed), in item order; redone per request on failure;
         a request whose rows did not all run before `deadline` gets its 503 (`out_of_time`)."""
