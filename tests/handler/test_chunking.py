@@ -239,3 +239,30 @@ def test_a_sparse_router_with_a_static_route_refuses_chunk(tmp_path):
     handler, context = make_handler(folder, task="sparse", max_length=MAX_LENGTH)
     ((status, body),) = serve(handler, context, [{"body": {"text": "x", "on_overflow": "chunk"}}])
     assert status == 400 and "is served for SPLADE models" in body["message"] and "is not SPLADE" in body["message"]
+
+
+@pytest.mark.parametrize("overlap", [30, 31])
+def test_an_overlap_no_window_can_hold_is_refused_at_start_in_one_line(folders, tmp_path, overlap):
+    """At max_length 32 a window holds 30 of a text's tokens (BERT's [CLS] and [SEP] take 2): an overlap of 30 or 31
+    passed the settings check (against max_length), the worker started, and then every long text was a 413 blaming a
+    prompt the request did not have. The worker now refuses it at start, naming the real window."""
+    from bucketing.config import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        handler_for(folders["cls"], "torch", tmp_path / str(overlap), chunk_overlap=overlap)
+    message = str(caught.value)
+    assert message == (
+        f"handler.chunk_overlap: got {overlap}; allowed: fewer than a window's tokens (30: chunk_tokens, else "
+        "max_length=32 less this model's 2 special tokens)"
+    )
+    handler, context = handler_for(folders["cls"], "torch", tmp_path / "fits", chunk_overlap=29)
+    ((status, body),) = serve(handler, context, [{"body": {"text": " ".join(["word"] * 40), "on_overflow": "chunk"}}])
+    assert status == 200 and body["chunks"] == 11  # 40 tokens in windows of 30, each one token on from the last
+
+
+def test_a_default_prompt_that_leaves_no_window_is_refused_at_start(folders, tmp_path):
+    """The model's default prompt leads every text that names none: its tokens shrink every such window."""
+    from bucketing.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"handler.chunk_overlap: got 25; .*and the default prompt 'query''s \d+\)"):
+        handler_for(folders["prompt-excluded"], "torch", tmp_path, chunk_overlap=25, default_prompt_name="query")

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from bucketing import chunks
-from bucketing.config import HandlerConfig
+from bucketing.config import ConfigError, HandlerConfig
 from bucketing.model.tokenizer import CUT_CHARS_PER_TOKEN, Encoded, Tokenizer
 from bucketing.protocols.base import Limits, Pair, Request
 from bucketing.protocols.options import SENTENCES, chunked
@@ -43,6 +43,20 @@ class LongTexts:
         room = self.config.max_length - self.tokenizer.specials - self.prompt_tokens(prompt)
         tokens = min(self.config.chunk_tokens or room, room)
         return chunks.Windows(tokens, self.config.chunk_overlap, self.config.max_chunks)
+
+    def check_overlap(self, prompts: Sequence[tuple[str, str]]) -> None:
+        """At start: `chunk_overlap` below the real window (max_length less the special tokens, and less the default
+        prompt's tokens where the model has one), else every long text would be refused; a ConfigError in one line."""
+        for name, prompt in (("", ""), *prompts):
+            windows = self.windows(prompt)
+            if windows.stride >= 1:
+                continue
+            with_prompt = f" and the default prompt {name!r}'s {self.prompt_tokens(prompt)}" if prompt else ""
+            raise ConfigError(
+                f"handler.chunk_overlap: got {windows.overlap}; allowed: fewer than a window's tokens "
+                f"({windows.tokens}: chunk_tokens, else max_length={self.config.max_length} less this model's "
+                f"{self.tokenizer.specials} special tokens{with_prompt})"
+            )
 
     def prompt_tokens(self, prompt: str) -> int:
         """A prompt's own tokens (without special tokens), as they lead its text's tokens."""
@@ -111,7 +125,7 @@ class LongTexts:
             return (
                 f"{where} is over max_length={self.config.max_length} tokens, and with its prompt a window holds "
                 f"{windows.tokens} of its tokens, not more than chunk_overlap={windows.overlap}"
-            )
+            )  # a request's own prompt: the worker's start refused an overlap no window without one could hold
         if e.unbounded:
             chars = CUT_CHARS_PER_TOKEN * (self.prompt_tokens(prompt) + windows.reach + 1)
             return (

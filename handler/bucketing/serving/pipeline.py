@@ -87,6 +87,8 @@ class Pipeline:
         self.cost = cost or CostModel()  # what a pass costs: none starts that would end past the deadline
         self.long_texts = LongTexts(config, tokenizer)
         prompts, default_prompt = model_prompts(config, task.settings)
+        if task.chunk_refusal is None:  # chunking served: an overlap no window can hold refused at start
+            self.long_texts.check_overlap([(default_prompt, prompts[default_prompt])] if default_prompt else [])
         self.limits = Limits(
             max_texts=config.max_texts_per_request,
             max_length=config.max_length,
