@@ -165,43 +165,61 @@ def check_model_dir(
     if encoder is not None:  # its transformer in a folder of its own (a sparse model's MLM): checked as a model
         longest = check_model_dir(encoder[0], DEFAULT, dtype, chained=False, loaded_as=encoder[2])
         return min(longest, encoder[1] or longest)
-    if not (model_dir / "config.json").is_file():
-        raise ModelFolderError(f"{model_dir}: no config.json (a Hugging Face model folder, as save_pretrained writes)")
+    classifier = KINDS[task].classifier
+    # The chain first: a module it cannot serve (a dense Router) is its own line, whatever else the folder lacks.
+    chain = read_model_chain(model_dir, task) if not classifier and chained else None
+    body = model_dir  # where the transformer and its tokenizer live: for a dense chain, its Transformer's folder
+    dense = chain is not None and not kind.own_head  # what `head.load_head` loads (a kind's own head: as it does)
+    if dense:
+        from bucketing.model.chain import transformer_folder
+
+        try:
+            body = transformer_folder(model_dir)  # `0_Transformer/` in an older layout
+        except ChainError as e:
+            raise ModelFolderError(str(e)) from None
+    if not (body / "config.json").is_file():
+        raise ModelFolderError(f"{body}: no config.json (a Hugging Face model folder, as save_pretrained writes)")
     import transformers
     from transformers import AutoConfig
 
     try:
-        config = AutoConfig.from_pretrained(model_dir)
+        config = AutoConfig.from_pretrained(body)
     except Exception as e:  # noqa: BLE001 - reported in one line
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
-        raise ModelFolderError(f"{model_dir}: config.json is not a model config transformers knows ({first})") from e
-    classifier = KINDS[task].classifier
-    auto = getattr(transformers, loaded_as or ("AutoModelForSequenceClassification" if classifier else "AutoModel"))
-    if type(config) not in auto._model_mapping:  # noqa: SLF001 - the mapping is what from_pretrained consults
-        raise ModelFolderError(f"{model_dir}: architecture {config.model_type!r} has no {auto.__name__} class")
+        raise ModelFolderError(f"{body}: config.json is not a model config transformers knows ({first})") from e
+    from bucketing.model.head import EngineError, encoder_only
+
+    try:  # an encoder-decoder sentence-transformers loads the encoder of alone (T5): that class, or refused
+        alone = encoder_only(config) if dense else None
+    except EngineError as e:
+        raise ModelFolderError(f"{body}: {e}") from None
+    auto = getattr(
+        transformers, alone or loaded_as or ("AutoModelForSequenceClassification" if classifier else "AutoModel")
+    )
+    if alone is None and type(config) not in auto._model_mapping:  # noqa: SLF001 - what from_pretrained consults
+        raise ModelFolderError(f"{body}: architecture {config.model_type!r} has no {auto.__name__} class")
     from bucketing.model.weights import check_weight_shapes
 
     try:  # before anything of the sizes config.json declares is allocated (the worker checks it again)
-        check_weight_shapes(auto, model_dir)
+        check_weight_shapes(auto, body)
     except ChainError as e:
         raise ModelFolderError(str(e)) from None
     from bucketing.model.head import REDUCED_SAVED, reduced_weights, saved_dtype
 
     if (dtype or "float32") == "float32" and saved_dtype(config) in REDUCED_SAVED:
-        raise ModelFolderError(reduced_weights(model_dir, saved_dtype(config)))
+        raise ModelFolderError(reduced_weights(body, saved_dtype(config)))
     if classifier:
-        from bucketing.model.head import EngineError, activation, class_labels
+        from bucketing.model.head import activation, class_labels
 
         try:
             class_labels(config)
             activation(config, model_dir)
         except (ValueError, EngineError) as e:
             raise ModelFolderError(f"{model_dir}: {e}") from None
-    chain = read_model_chain(model_dir, task) if not classifier and chained else None
     from bucketing.model.tokenizer import Tokenizer
 
     try:
-        tokenizer = Tokenizer(str(model_dir), 8)
+        tokenizer = Tokenizer(str(body), 8)
     except Exception as e:  # noqa: BLE001 - reported in one line
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise ModelFolderError(f"no usable fast tokenizer: {first}") from e
@@ -214,6 +232,20 @@ def check_model_dir(
         raise ModelFolderError(f"{model_dir}: config.json max_position_embeddings is not a number ({e})") from None
     max_seq_length = chain.max_seq_length if chain is not None else None
     return sentence_transformers_limit(max_seq_length, tokenizer.model_max_length, positions)
+
+
+def hidden_size(model_dir: Path) -> int | None:
+    """The width of the folder's transformer as transformers reads its config.json (`hidden_size`, T5's `d_model`),
+    from its Transformer's own folder (`0_Transformer/` in an older layout); None where it cannot be read."""
+    from transformers import AutoConfig
+
+    from bucketing.model.chain import ChainError, transformer_folder
+
+    try:
+        size = AutoConfig.from_pretrained(transformer_folder(model_dir)).hidden_size
+    except (ChainError, OSError, ValueError, AttributeError, KeyError):
+        return None
+    return size if isinstance(size, int) else None
 
 
 def detect_task(model_dir: Path) -> str:
