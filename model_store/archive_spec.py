@@ -87,12 +87,10 @@ class ArchiveSpec:
 
     def checked_truncate_dim(self, task: str, chain: Any) -> int:
         """`truncate_dim` as the worker will take it: a dense embedding model's, 1 to its embedding size."""
-        import json
-
         if not MODEL_KINDS[task].dense_vector:
             raise BuildError(f"--truncate-dim cuts dense embeddings (task embedding); this is task {task}")
-        hidden = json.loads((self.folder / "config.json").read_text(encoding="utf-8")).get("hidden_size")
-        size = chain.dimensions(int(hidden)) if isinstance(hidden, int) else None
+        hidden = archives.hidden_size(self.folder)  # its Transformer's config.json (T5: d_model)
+        size = chain.dimensions(hidden) if hidden is not None else None
         value = self.truncate_dim
         if value is None or not 1 <= value <= (size or value):
             raise BuildError(f"--truncate-dim {value}: allowed 1 to {size}, the model's embedding size")
@@ -101,6 +99,14 @@ class ArchiveSpec:
     def length(self, longest: int) -> int:
         """The archive's max_length for a model sentence-transformers cuts at `longest` tokens: that, or the
         explicit `max_length` below it (printed: longer texts then differ); past MAX_LENGTH_CAP, a BuildError."""
+        from bucketing.model.head import UNBOUNDED_POSITIONS
+
+        if self.max_length is None and longest >= UNBOUNDED_POSITIONS:
+            raise BuildError(
+                f"{self.folder}: sentence-transformers cuts none of its texts (relative positions, and neither a "
+                "max_seq_length nor its tokenizer's model_max_length says a limit); pass --max-length N (at most "
+                f"{MAX_LENGTH_CAP}), and texts over N tokens will differ from sentence-transformers"
+            )
         if self.max_length is None:
             if longest > MAX_LENGTH_CAP:
                 raise BuildError(
@@ -109,15 +115,16 @@ class ArchiveSpec:
                     "over N tokens will differ from sentence-transformers"
                 )
             return longest
+        own = "none" if longest >= UNBOUNDED_POSITIONS else f"{longest} tokens"  # a relative-position model's
         if not 1 <= self.max_length <= min(longest, MAX_LENGTH_CAP):
             raise BuildError(
                 f"--max-length {self.max_length}: allowed 1 to {min(longest, MAX_LENGTH_CAP)} (the model's own "
-                f"limit is {longest} tokens, where sentence-transformers cuts its texts)"
+                f"limit is {own}, where sentence-transformers cuts its texts)"
             )
         if self.max_length < longest:
             print(
-                f"note: max_length {self.max_length} (--max-length) is below the model's own limit of {longest} "
-                f"tokens: texts over {self.max_length} tokens will differ from sentence-transformers' answers"
+                f"note: max_length {self.max_length} (--max-length) is below the model's own limit of {own}: "
+                f"texts over {self.max_length} tokens will differ from sentence-transformers' answers"
             )
         return self.max_length
 

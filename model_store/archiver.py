@@ -84,8 +84,8 @@ def check_own_ranges(model: Path) -> None:
     if not path.is_file():
         return
     try:
-        hidden = json.loads((model / "config.json").read_text(encoding="utf-8")).get("hidden_size")
-        ranges = load_ranges(path, read_chain(model).dimensions(hidden) if isinstance(hidden, int) else None)
+        hidden = archives.hidden_size(model)  # its Transformer's config.json (T5: d_model)
+        ranges = load_ranges(path, read_chain(model).dimensions(hidden) if hidden is not None else None)
     except (OSError, ValueError, TypeError, ChainError) as e:
         raise BuildError(f"the model folder's {RANGES_FILE}: {e}") from None
     texts = json.loads(path.read_text(encoding="utf-8")).get("texts")

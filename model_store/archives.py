@@ -22,11 +22,16 @@ from typing import Any
 
 import yaml
 
-from bucketing.config import SCHEDULE_RULES, STRATEGIES, TASKS, HandlerConfig
-from bucketing.engine_registry import DEFAULT_ENGINE, ENGINES, EXACT_DTYPE, is_reduced
-from bucketing.model_kinds import DEFAULT, MODEL_KINDS, detect
+from bucketing.config import SCHEDULE_RULES, STRATEGIES, HandlerConfig
+from bucketing.engine_registry import ENGINES
+from bucketing.model_kinds import MODEL_KINDS
 from bucketing.quantize import RANGES_FILE
 from model_store.contents import archived_config
+from model_store.folders import ModelFolderError as ModelFolderError
+from model_store.folders import check_model_dir as check_model_dir
+from model_store.folders import detect_task as detect_task
+from model_store.folders import hidden_size as hidden_size
+from model_store.folders import read_model_chain as read_model_chain
 
 ROOT = Path(__file__).resolve().parent.parent
 STORE = ROOT / "model_store"
@@ -111,102 +116,6 @@ def with_schedule(cfg: dict[str, Any]) -> dict[str, Any]:
     else:
         cfg.pop("continuousBatching", None)
     return cfg
-
-
-class ModelFolderError(ValueError):
-    """A model folder the handler cannot serve; the message names what is missing."""
-
-
-def check_model_dir(
-    model_dir: Path, task: str, dtype: str | None = None, chained: bool = True, loaded_as: str | None = None
-) -> int:
-    """Whether the handler can serve this folder (config.json, a known architecture for the task, weights of the
-    shapes config.json declares, a fast tokenizer, weights saved in float32 unless `dtype` (handler.dtype) is
-    reduced); returns the tokens per text sentence-transformers cuts it at (`sentence_transformers_limit`). Raises
-    ModelFolderError naming what is missing. `chained` False: the transformer of a chain its kind has read (its
-    folder may be the chain's own), loaded as the transformers class `loaded_as`."""
-    if task not in TASKS:
-        raise ModelFolderError(f"--task {task!r}; allowed: {', '.join(TASKS)}")
-    kind = MODEL_KINDS[task]
-    refusal = kind.refused(DEFAULT_ENGINE, dtype or EXACT_DTYPE, "--dtype")
-    if refusal is not None:
-        raise ModelFolderError(refusal)
-    from bucketing.model.chain import ChainError
-
-    try:
-        encoder = kind.implementation().encoder_folder(model_dir)
-    except ChainError as e:
-        raise ModelFolderError(str(e)) from None
-    if encoder is not None:  # its transformer in a folder of its own (a sparse model's MLM): checked as a model
-        longest = check_model_dir(encoder[0], DEFAULT, dtype, chained=False, loaded_as=encoder[2])
-        return min(longest, encoder[1] or longest)
-    if not (model_dir / "config.json").is_file():
-        raise ModelFolderError(f"{model_dir}: no config.json (a Hugging Face model folder, as save_pretrained writes)")
-    import transformers
-    from transformers import AutoConfig
-
-    try:
-        config = AutoConfig.from_pretrained(model_dir)
-    except Exception as e:  # noqa: BLE001 - reported in one line
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
-        raise ModelFolderError(f"{model_dir}: config.json is not a model config transformers knows ({first})") from e
-    classifier = MODEL_KINDS[task].classifier
-    auto = getattr(transformers, loaded_as or ("AutoModelForSequenceClassification" if classifier else "AutoModel"))
-    if type(config) not in auto._model_mapping:  # noqa: SLF001 - the mapping is what from_pretrained consults
-        raise ModelFolderError(f"{model_dir}: architecture {config.model_type!r} has no {auto.__name__} class")
-    from bucketing.model.weights import check_weight_shapes
-
-    try:  # before anything of the sizes config.json declares is allocated (the worker checks it again)
-        check_weight_shapes(auto, model_dir)
-    except ChainError as e:
-        raise ModelFolderError(str(e)) from None
-    from bucketing.model.head import REDUCED_SAVED, reduced_weights, saved_dtype
-
-    if not is_reduced(dtype) and saved_dtype(config) in REDUCED_SAVED:
-        raise ModelFolderError(reduced_weights(model_dir, saved_dtype(config)))
-    if classifier:
-        from bucketing.model.head import EngineError, activation, class_labels
-
-        try:
-            class_labels(config)
-            activation(config, model_dir)
-        except (ValueError, EngineError) as e:
-            raise ModelFolderError(f"{model_dir}: {e}") from None
-    chain = read_model_chain(model_dir, task) if not classifier and chained else None
-    from bucketing.model.tokenizer import Tokenizer
-
-    try:
-        tokenizer = Tokenizer(str(model_dir), 8)
-    except Exception as e:  # noqa: BLE001 - reported in one line
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise ModelFolderError(f"no usable fast tokenizer: {first}") from e
-    from bucketing.model.chain import sentence_transformers_limit
-    from bucketing.model.head import usable_positions
-
-    try:
-        positions = usable_positions(config)
-    except (TypeError, ValueError) as e:
-        raise ModelFolderError(f"{model_dir}: config.json max_position_embeddings is not a number ({e})") from None
-    max_seq_length = chain.max_seq_length if chain is not None else None
-    return sentence_transformers_limit(max_seq_length, tokenizer.model_max_length, positions)
-
-
-def detect_task(model_dir: Path) -> str:
-    """The task a folder is served as when --task is not given, as its own files name it (the kinds that detect,
-    in model_kinds.py: `multivector` for what MultiVectorEncoder saved, `sparse` for what SparseEncoder loads), else
-    embedding."""
-    return detect(model_dir).name
-
-
-def read_model_chain(model_dir: Path, task: str = "embedding") -> Any:
-    """The folder's sentence-transformers settings as its kind reads them (`bucketing.model.chain.Chain`; a
-    classifier's: a CrossEncoder's prompts alone, as its worker reads them), or ModelFolderError in one line."""
-    from bucketing.model.chain import ChainError
-
-    try:
-        return MODEL_KINDS[task].implementation().read_settings(model_dir)
-    except ChainError as e:
-        raise ModelFolderError(str(e)) from None
 
 
 def engine_model_dir(model_dir: Path, engine: str, task: str, target: Path) -> Path:

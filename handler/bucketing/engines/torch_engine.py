@@ -202,7 +202,9 @@ def fidelity_gate(
     `reference`."""
     from bucketing.model.tokenizer import Tokenizer
 
-    tokenizer = Tokenizer(model_dir, min(config.max_length, info.max_positions), bool(info.chain.do_lower_case))
+    tokenizer = Tokenizer(
+        info.folder or model_dir, min(config.max_length, info.max_positions), bool(info.chain.do_lower_case)
+    )
     classifier = MODEL_KINDS[config.task].classifier
     probes = precision.probe_set(tokenizer, pairs=classifier)
     expected = precision.run_probes(reference, probes, tokenizer.pad_id)

@@ -38,6 +38,7 @@ class EmbeddingTask(TaskHooks):
         self.max_positions = info.max_positions
         self.dimensions = info.hidden_size
         self.chain = info.chain
+        self.tokenizer_dir = info.folder or None  # its Transformer's folder (`0_Transformer/` in an older layout)
         self.normalize = normalize
         self.late_refusal = late_refusal(engine, info.chain)
         if info.chain.dense:  # windows pool before the chain's Dense layers, which the engine runs after pooling

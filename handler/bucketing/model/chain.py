@@ -114,6 +114,8 @@ def chain_of(
     modules_file = folder / "modules.json"
     kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
     for kind, module in zip(kinds, modules):
+        if kind == "Router":
+            raise ChainError(router_refusal(folder, module))
         if kind not in SERVED_MODULES:
             where = folder / str(module.get("path", ""))
             raise ChainError(
@@ -128,6 +130,27 @@ def chain_of(
         raise ChainError(f"{modules_file}: Normalize must be the last module, got {', '.join(kinds)}")
     pooling, include_prompt = _pooling(module_path(folder, modules[1]))
     return module_chain(folder, modules, (pooling, include_prompt), (prompts, default_prompt))
+
+
+def router_refusal(folder: Path, module: Mapping[str, Any]) -> str:
+    """The line refusing a dense model's Router (its routes run modules of their own, a transformer each: queries and
+    documents through different models), naming the module, its folder and its routes."""
+    where = module_path(folder, module)
+    try:
+        structure = json_mapping(where / "router_config.json").get("structure")
+    except ChainError:
+        structure = None
+    routes = (
+        "; ".join(f"{name}: {', '.join(map(str, mods))}" for name, mods in structure.items() if isinstance(mods, list))
+        if isinstance(structure, Mapping)
+        else "unread"
+    )
+    return (
+        f"module {module.get('type')!r} in {where} (routes {routes}) is not served in a dense model: it routes "
+        "texts through modules of their own, which this handler does not run (served: Transformer, Pooling, Dense, "
+        "Normalize; a Router only in a SparseEncoder folder); serve each route as a model of its own "
+        "(SentenceTransformer(modules=<its modules>).save(dir), an archive each)"
+    )
 
 
 def module_chain(
@@ -155,6 +178,21 @@ def module_folders(model_dir: Path | str) -> list[str]:
     if not isinstance(modules, list) or not all(isinstance(m, Mapping) for m in modules):
         raise ChainError(f"{modules_file}: expected a list of modules")
     return [str(m["path"]) for m in modules if module_path(folder, m) != folder]
+
+
+def transformer_folder(model_dir: Path | str) -> Path:
+    """Where a dense chain's Transformer keeps its model and tokenizer: the model folder itself (modules.json path
+    "", as sentence-transformers saves it now), or the module folder modules.json names (`0_Transformer/`, the
+    layout of older saves); the model folder too when it has no modules.json or the chain does not start with a
+    Transformer (`read_chain` says why that is not served)."""
+    folder = Path(model_dir)
+    if not (folder / "modules.json").is_file():
+        return folder
+    modules = json_file(folder / "modules.json")
+    first = modules[0] if isinstance(modules, list) and modules else None
+    if not isinstance(first, Mapping) or str(first.get("type", "")).rsplit(".", 1)[-1] != "Transformer":
+        return folder
+    return module_path(folder, first)
 
 
 def module_path(folder: Path, module: Mapping[str, Any]) -> Path:

@@ -17,12 +17,49 @@ from typing import Any
 import torch
 
 from bucketing.engine_registry import DTYPE_KINDS, EXACT_DTYPE
-from bucketing.model.chain import Chain, ChainError, check_dense_weights, read_chain, read_prompts
+from bucketing.model.chain import (
+    Chain,
+    ChainError,
+    check_dense_weights,
+    read_chain,
+    read_prompts,
+    transformer_folder,
+)
 from bucketing.model.weights import check_weight_shapes
 from bucketing.model_kinds import MODEL_KINDS
 
 # Encoders whose position ids start after the padding index: max_position_embeddings - pad_token_id - 1 usable.
 OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert", "longformer", "mpnet")
+# Encoder-decoder architectures whose encoder sentence-transformers (6.2, `_ENCODER_ONLY_MODELS`) loads alone, by
+# config.model_type: served with the encoder class it loads (a sentence-t5 / GTR folder: T5EncoderModel; AutoModel
+# would load the whole T5 with a random decoder), each checked against its encode() (tests/handler/
+# test_model_layouts.py); the rest of its list is refused in one line (ENCODER_ONLY_REFUSED).
+ENCODER_ONLY = {
+    "t5": "T5EncoderModel",
+    "mt5": "MT5EncoderModel",
+    "umt5": "UMT5EncoderModel",
+    "longt5": "LongT5EncoderModel",
+}
+ENCODER_ONLY_REFUSED = (
+    "udop",
+    "prophetnet",
+    "switch_transformers",
+    "blenderbot",
+    "blenderbot-small",
+    "m2m_100",
+    "pegasus",
+    "pegasus_x",
+    "moonshine",
+    "whisper",
+    "marian",
+    "t5gemma",
+    "t5gemma2",
+    "t5gemma2_text",
+)
+# Encoders with relative positions (T5's position buckets) have no table of positions, hence no limit of their own:
+# sentence-transformers cuts their texts where max_seq_length, else the tokenizer's model_max_length, says.
+RELATIVE_POSITIONS = tuple(ENCODER_ONLY)
+UNBOUNDED_POSITIONS = 1 << 30  # `usable_positions` of such an encoder: no limit below the handler's own
 
 
 class EngineError(RuntimeError):
@@ -40,6 +77,7 @@ class ModelInfo:
     activation: str = "softmax"  # classification: how logits become scores (answers.ACTIVATIONS)
     chain: Chain = Chain()  # embedding: the sentence-transformers module chain (a plain folder: mean pooling);
     # classification: a CrossEncoder's prompts alone
+    folder: str = ""  # the transformer's own folder, where its tokenizer lives ("": the model folder)
 
 
 class Head(torch.nn.Module):
@@ -186,18 +224,24 @@ def load_head(task: str, model_dir: str, attention: str | None = None) -> tuple[
             f"{other.name} (`model_store.build --task {other.name}`, or let the build detect it)"
         )
     classifier = MODEL_KINDS[task].classifier
-    auto = AutoModelForSequenceClassification if classifier else AutoModel
+    try:  # first: a module the chain cannot serve (a dense Router) is its own line, whatever the folder lacks
+        chain = read_chain(model_dir) if not classifier else read_prompts(model_dir)
+        body = transformer_folder(model_dir) if not classifier else Path(model_dir)
+    except ChainError as e:
+        raise EngineError(f"{model_dir}: {e}") from None
     extra = {"attn_implementation": attention} if attention else {}
-    model = load_pretrained(auto, model_dir, **extra)
+    if classifier:
+        model = load_pretrained(AutoModelForSequenceClassification, body, **extra)
+    else:
+        model = load_encoder(body, AutoModel, **extra)
     cfg = model.config
     positions = usable_positions(cfg)
     try:
         labels = class_labels(cfg)
-        chain = read_chain(model_dir) if not classifier else read_prompts(model_dir)
-    except (ValueError, ChainError) as e:
+    except ValueError as e:
         raise EngineError(f"{model_dir}: {e}") from None
     dims = chain.dimensions(int(cfg.hidden_size))
-    info = ModelInfo(positions, dims, labels, int(cfg.vocab_size), activation(cfg, model_dir), chain)
+    info = ModelInfo(positions, dims, labels, int(cfg.vocab_size), activation(cfg, model_dir), chain, str(body))
     head = Head(model, pooled=not classifier, chain=chain, dense=dense_layers(model_dir, chain))
     return head.eval(), info
 
@@ -211,6 +255,45 @@ def load_pretrained(auto: Any, folder: str | Path, **extra: Any) -> Any:
     except ChainError as e:
         raise EngineError(str(e)) from None
     return auto.from_pretrained(folder, **extra).eval()
+
+
+def encoder_only(config: Any) -> str | None:
+    """The transformers class sentence-transformers loads this encoder-decoder's encoder alone with (`ENCODER_ONLY`;
+    None: not such a model, loaded as AutoModel); EngineError in one line for one of its list not served here."""
+    model_type = str(getattr(config, "model_type", ""))
+    if model_type in ENCODER_ONLY_REFUSED:
+        raise EngineError(
+            f"architecture {model_type!r} is an encoder-decoder whose encoder sentence-transformers loads alone, "
+            f"which this handler does for {', '.join(ENCODER_ONLY)} only (each checked against its encode()); "
+            "this model cannot be served exactly"
+        )
+    return ENCODER_ONLY.get(model_type)
+
+
+def load_encoder(folder: str | Path, auto: Any, **extra: Any) -> Any:
+    """An embedding model's transformer as sentence-transformers loads it: the encoder alone of an encoder-decoder
+    it loads so (`encoder_only`: T5EncoderModel, a decoder's saved tensors ignored), else `auto` (AutoModel)."""
+    import transformers
+    from transformers import AutoConfig
+
+    try:
+        name = encoder_only(AutoConfig.from_pretrained(folder))
+    except EngineError as e:
+        raise EngineError(f"{folder}: {e}") from None
+    except Exception:  # noqa: BLE001 - a config transformers cannot read: from_pretrained reports it itself
+        name = None
+    if name is None:
+        return load_pretrained(auto, folder, **extra)
+    encoder = getattr(transformers, name)
+    ignored = encoder.__dict__.get("_keys_to_ignore_on_load_unexpected")
+    encoder._keys_to_ignore_on_load_unexpected = ["decoder.*"]  # as sentence-transformers loads it: no report
+    try:
+        return load_pretrained(encoder, folder, **extra)
+    finally:
+        if ignored is None:
+            del encoder._keys_to_ignore_on_load_unexpected
+        else:
+            encoder._keys_to_ignore_on_load_unexpected = ignored
 
 
 def class_labels(config: Any) -> tuple[str, ...]:
@@ -263,7 +346,10 @@ def _json_file(path: Path) -> dict[str, Any]:
 
 
 def usable_positions(config: Any) -> int:
-    """Tokens a model takes: max_position_embeddings, less the offset of RoBERTa-style position ids."""
+    """Tokens a model takes: max_position_embeddings, less the offset of RoBERTa-style position ids; a relative-
+    position encoder's (T5): no limit of its own (`UNBOUNDED_POSITIONS`)."""
+    if config.model_type in RELATIVE_POSITIONS and getattr(config, "max_position_embeddings", None) is None:
+        return UNBOUNDED_POSITIONS
     positions = int(getattr(config, "max_position_embeddings", 512))
     if config.model_type in OFFSET_POSITIONS and getattr(config, "pad_token_id", None) is not None:
         positions -= int(config.pad_token_id) + 1

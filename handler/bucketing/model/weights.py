@@ -46,8 +46,8 @@ def declared_shapes(auto: Any, folder: Path) -> tuple[dict[str, list[int]], str]
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(folder)
-    with torch.device("meta"):
-        model = auto.from_config(config)
+    with torch.device("meta"):  # an Auto class's from_config, or a model class's own (T5EncoderModel)
+        model = auto.from_config(config) if hasattr(auto, "from_config") else auto._from_config(config)  # noqa: SLF001
     return {k: list(v.shape) for k, v in model.state_dict().items()}, str(model.base_model_prefix or "")
 
 
