@@ -16,6 +16,7 @@ flags by which a CPU multiplies it natively (none: no CPU worker runs it).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,10 @@ def is_reduced(dtype: str | None) -> bool:
     return dtype is not None and DTYPE_KINDS[dtype].reduced
 
 
+class EngineError(RuntimeError):
+    """An engine that cannot serve this model exactly: the worker does not start (`model.head` re-exports it)."""
+
+
 def _imported(ref: str) -> Any:
     module, _, name = ref.partition(":")
     return getattr(importlib.import_module(f"bucketing.engines.{module}"), name)
@@ -78,6 +83,19 @@ class EngineKind:
     cpu_only: bool = False  # runs on the CPU on a GPU worker too (its dtypes checked as a CPU worker's)
     sparse_graph: str = ""  # `module:function`: (graph file, threads, device) -> the sparse kind's graph runner
     sums_in_float32: bool = False  # runs the sparse graph's float64 sum (SPLADE's sum pooling) in float32
+    packages: tuple[str, ...] = ()  # the Python packages it imports (requirements.txt pins them)
+
+    def check_installed(self, doing: str) -> None:
+        """An EngineError in one line naming the package this engine needs and cannot import here (without it, a
+        build said the graph "differs from the torch model by nan" and a worker died on a long ModuleNotFoundError
+        that TorchServe restarted forever)."""
+        missing = [p for p in self.packages if importlib.util.find_spec(p) is None]
+        if missing:
+            raise EngineError(
+                f"handler.engine {self.name}: {doing} needs the Python package {' and '.join(missing)}, which is not "
+                f"installed here (pip install -r requirements.txt, which pins it; or another handler.engine: "
+                f"{either(tuple(e for e in ENGINE_NAMES if e != self.name))})"
+            )
 
     @property
     def is_default(self) -> bool:
@@ -96,16 +114,19 @@ class EngineKind:
 
     def open(self, head: Any, info: Any, config: Any, model_dir: str, device: str, dtype: Any) -> Any:
         """The engine on this model (an `engines.Engine`), opened now."""
+        self.check_installed("the worker")
         return _imported(self.opens)(head, info, config, model_dir, device, dtype)
 
     def prepare_into(self, task: str, model_dir: str, folder: Path) -> None:
         """Write the files this engine needs into the archive's model folder."""
+        self.check_installed("the build")
         if self.prepares:
             for name in self.files:
                 _imported(self.prepares)(task, model_dir, folder / name)
 
     def graph(self, path: Path, threads: int, device: str) -> Any:
         """The sparse kind's exported graph at `path` on this engine (a callable from numpy ids and mask)."""
+        self.check_installed("the worker")
         return _imported(self.sparse_graph)(path, threads, device)
 
 
@@ -120,6 +141,7 @@ ENGINES: dict[str, EngineKind] = {  # by `handler.engine` name (a str key: confi
             "onnx_engine:export_onnx",
             ("float32",),
             sparse_graph="onnx_engine:sparse_graph",
+            packages=("onnx", "onnxruntime"),
         ),
         EngineKind(
             "openvino",
@@ -130,6 +152,7 @@ ENGINES: dict[str, EngineKind] = {  # by `handler.engine` name (a str key: confi
             cpu_only=True,
             sparse_graph="openvino_engine:sparse_graph",
             sums_in_float32=True,
+            packages=("onnx", "openvino"),
         ),
     )
 }

@@ -506,3 +506,17 @@ def test_an_archive_carrying_another_model_config_is_stale(tmp_path):
     assert contents.archived_config(mar) == config and not archives.stale(mar, config=config)
     assert archives.stale(mar, config={**config, "responseTimeout": 330})
     assert not archives.stale(mar)  # without a config to hold it against: the sources' times alone
+
+
+def test_an_engine_whose_package_is_missing_is_one_line_at_build(st_folder, tmp_path, capsys, monkeypatch):
+    """Without openvino the build used to say the exported graph "differs from the torch model by nan"."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "openvino" else find_spec(name))
+    argv = ["--model-dir", str(st_folder), "--strategies", "bucketed", "--engine", "openvino", "--print-commands"]
+    assert build.main([*argv, "--stage-dir", str(tmp_path / "stage"), "--no-calibration-texts"]) == 2
+    assert one_line_error(capsys) == (
+        "error: handler.engine openvino: the build needs the Python package openvino, which is not installed here "
+        "(pip install -r requirements.txt, which pins it; or another handler.engine: torch or onnxruntime)"
+    )

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from bucketing.engine_registry import DTYPE_KINDS, EXACT_DTYPE
+from bucketing.engine_registry import EngineError as EngineError  # declared with the engines; raised here too
 from bucketing.model.chain import (
     Chain,
     ChainError,
@@ -60,10 +61,6 @@ ENCODER_ONLY_REFUSED = (
 # sentence-transformers cuts their texts where max_seq_length, else the tokenizer's model_max_length, says.
 RELATIVE_POSITIONS = tuple(ENCODER_ONLY)
 UNBOUNDED_POSITIONS = 1 << 30  # `usable_positions` of such an encoder: no limit below the handler's own
-
-
-class EngineError(RuntimeError):
-    """An engine that cannot serve this model exactly: the worker does not start."""
 
 
 @dataclass(frozen=True)
