@@ -4,6 +4,7 @@ type the kinds' tasks make and every wire format (`protocols`) reads."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -80,6 +81,20 @@ class Answer:
             ranges = ranges.fit(len(vector), self.renormalizes(options.dimensions, options.normalize))
         return p.apply(vector, ranges)
 
+    def numbers(self, options: Options | None = None) -> int:
+        """How many numbers the answer renders (its vectors' components, a sparse answer's ids and values, a
+        classifier's scores), known before it is rendered: what bounds its size from below (`least_bytes`)."""
+        o = options or Options()
+        if self.sparse:
+            active = int(np.count_nonzero(self.values))
+            cut = o.max_active_dims if o.max_active_dims is not None else self.max_active_dims
+            return 2 * (active if cut is None else min(active, cut))
+        if self.labels is not None:
+            return 2 * len(self.labels)
+        rows = len(self.spans) if self.spans is not None else 1
+        width = int(np.shape(self.values)[-1]) if np.ndim(self.values) else 1
+        return rows * min(width, o.dimensions or self.truncate_dim or width)
+
     def fields(self, options: Options | None = None) -> dict[str, Any]:
         """Our native answer object: `embedding`; or a one-label model's `score`; or `label` (the top one) and
         `scores` by label; then `tokens`, under `on_overflow: chunk` `chunks`, and `truncated` (`kinds.answer_fields`
@@ -128,6 +143,15 @@ class Options:
     spans: Any = None  # late chunking: "sentences", or one text's ((start, end), ...) character spans; None: off
     outputs: tuple[str, ...] = ()  # a multi-output model's (BGE-M3) outputs asked (`protocols.outputs`); (): dense
     sparse_tokens: bool = False  # with its sparse output, each id's token string
+
+
+def least_bytes(answers: Sequence[Answer], options: Options) -> int:
+    """The fewest bytes the answers can render to in any format: each number at least 4 bytes as a float (`0.0,`
+    in JSON, 4 in a binary FP32 tensor, more in base64), 1 in an integer precision (an INT8 tensor's byte), an
+    eighth where 8 components pack into one (binary, ubinary)."""
+    precision = PRECISIONS[options.precision]
+    each = 0.125 if precision.packed else 1.0 if precision.ranged else 4.0
+    return int(each * sum(a.numbers(options) for a in answers))
 
 
 def keep_top(row: Any, k: int) -> Any:

@@ -192,6 +192,23 @@ def test_an_answer_over_max_response_bytes_is_a_413_and_the_rest_is_served(folde
     assert s2 == 200 and mismatches([b["embeddings"]], reference(folders["colbert"], ["short"], None)) == []
 
 
+def test_an_answer_known_too_large_is_refused_before_it_is_rendered(folders, tmp_path, monkeypatch):
+    """Its size is known from its tokens: a 1.5 MB multi-vector request grew a worker by 2.2 GB rendering an answer
+    only to refuse it. Its 413 now comes before anything is rendered, naming the least it would be; the rest of the
+    batch is answered; a request that fits is rendered as before."""
+    from bucketing.kinds.multivector.task import MultiVectorAnswer
+
+    handler, context = handler_for(folders["colbert"], "torch", tmp_path, max_response_bytes=40000)
+    rendered: list[int] = []
+    fields = MultiVectorAnswer.fields
+    monkeypatch.setattr(MultiVectorAnswer, "fields", lambda self, o=None: rendered.append(1) or fields(self, o))
+    rows = [{"body": {"texts": ["x " * 80] * 40, "input_type": "document"}}, {"body": {"text": "short"}}]
+    (s1, a), (s2, b) = serve(handler, context, rows)
+    assert s1 == 413 and a["type"] == "ResponseTooLarge" and rendered == [1]  # only "short" was rendered
+    assert a["message"].startswith("the answer would be at least ") and "over the 40000 bytes" in a["message"]
+    assert s2 == 200 and mismatches([b["embeddings"]], reference(folders["colbert"], ["short"], None)) == []
+
+
 def test_token_pooling_is_refused_at_build_and_worker_start(folders, tmp_path):
     from sentence_transformers import MultiVectorEncoder
     from sentence_transformers.multi_vector_encoder.modules import HierarchicalTokenPooling

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from bucketing import sizes
-from bucketing.answers import Answer
+from bucketing.answers import Answer, least_bytes
 from bucketing.protocols import (
     cohere_embed,
     cohere_rerank,
@@ -104,18 +104,24 @@ class Incoming:
         """Render the answer (or the error) in this request's own format; an answer over max_bytes is a 413."""
         if isinstance(self.outcome, RequestError):
             return self.wire.error_reply(self.outcome)
+        least = least_bytes(answers, self.outcome.options)
+        if least > max_bytes:  # known from its numbers: refused before it is rendered (a multi-vector answer grew
+            return self.wire.error_reply(too_large(f"at least {least}", max_bytes))  # a worker by gigabytes)
         rendered = self.outcome.render(answers, model_name)
         body, reply = (dumps(rendered), Reply(200, "")) if not isinstance(rendered, Binary) else _binary(rendered)
         if len(body) > max_bytes:
-            return self.wire.error_reply(
-                TooLarge(
-                    "ResponseTooLarge",
-                    f"the answer would be {len(body)} bytes, over the {max_bytes} bytes a response may have "
-                    "(handler.max_response_bytes, TorchServe's max_response_size); send fewer texts per request, or "
-                    "raise both together",
-                )
-            )
+            return self.wire.error_reply(too_large(str(len(body)), max_bytes))
         return replace(reply, body=body)
+
+
+def too_large(size: str, max_bytes: int) -> TooLarge:
+    """An answer over the response cap: the client's 413, naming both sizes and the fix."""
+    return TooLarge(
+        "ResponseTooLarge",
+        f"the answer would be {size} bytes, over the {max_bytes} bytes a response may have "
+        "(handler.max_response_bytes, TorchServe's max_response_size); send fewer texts per request, or raise both "
+        "together",
+    )
 
 
 def _binary(rendered: Binary) -> tuple[bytes, Reply]:

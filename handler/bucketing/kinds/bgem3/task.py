@@ -27,7 +27,6 @@ from bucketing.kinds.bgem3.folder import M3Spec, is_bgem3, read_bgem3
 from bucketing.kinds.task import Rows, TaskHooks
 from bucketing.model.chain import Chain
 from bucketing.model.tokenizer import Encoded
-from bucketing.quantize import PRECISIONS
 
 NAME = "bgem3"
 DEFAULT_OUTPUTS = ("dense",)  # `protocols.outputs.DEFAULT`
@@ -73,6 +72,21 @@ class M3Answer(Answer):
         rows = np.asarray(self.colbert, dtype=np.float32)[:, : o.dimensions]
         return normalized(rows) if (self.normalize if o.normalize is None else o.normalize) else rows
 
+    def numbers(self, options: Options | None = None) -> int:
+        """The asked outputs' numbers, counted before any is rendered (the lexical weights: ids and values)."""
+        o = options or Options()
+        count = 0
+        for output in o.outputs or DEFAULT_OUTPUTS:
+            if output == "dense":
+                width = int(np.shape(self.values)[-1])
+                count += min(width, o.dimensions or width)
+            elif output == "sparse":
+                count += 2 * len(self.lexical())
+            elif output == "colbert":
+                rows, width = np.shape(self.colbert)
+                count += int(rows) * min(int(width), o.dimensions or int(width))
+        return count
+
     def fields(self, options: Options | None = None) -> dict[str, Any]:
         """Our native answer object: `embedding` (dense), `sparse` ({"indices", "values"}, with `sparse_tokens`
         "tokens" too), `colbert` (a list of vectors), as the request's `outputs` ask; then `tokens`, `truncated`."""
@@ -81,7 +95,7 @@ class M3Answer(Answer):
         for output in o.outputs or DEFAULT_OUTPUTS:
             if output == "dense":
                 vector = self.vector(o.dimensions, o.normalize)
-                head["embedding"] = PRECISIONS[o.precision].apply(vector, o.ranges).tolist()
+                head["embedding"] = self.in_precision(vector, o).tolist()
             elif output == "sparse":
                 indices, values = self.sparse_vector()
                 head["sparse"] = {"indices": indices, "values": values}

@@ -62,6 +62,12 @@ class MultiVectorAnswer(Answer):
     def vector(self, dimensions: int | None = None, normalize: bool | None = None) -> Any:
         raise TypeError("a multi-vector answer has one vector per token, not one per text")
 
+    def numbers(self, options: Options | None = None) -> int:
+        """The kept tokens' components, counted before any is rendered."""
+        o = options or Options()
+        width = int(np.shape(self.values)[-1])
+        return len(self.keep.positions(self.ids, o.input_type)) * min(width, o.dimensions or width)
+
     def fields(self, options: Options | None = None) -> dict[str, Any]:
         """Our native answer object: `embeddings` (one vector per kept token), `tokens`, `truncated`."""
         return {"embeddings": self.vectors(options).tolist(), "tokens": self.tokens, "truncated": self.truncated}
