@@ -34,6 +34,7 @@ from bench.inputs import models, traffic
 from bench.inputs.workloads import NOT_EMBEDDINGS, Workload
 from bench.kinds import RUN_KINDS, RunContext
 from bench.peers import PEERS, peer_configs
+from bucketing.engine_registry import is_reduced
 from bucketing.engines import precision
 from bucketing.model_kinds import MODEL_KINDS
 from model_store import archives
@@ -106,7 +107,7 @@ def check_args(options: Options, plan: RunPlan) -> CapacitySettings | None:
             raise SystemExit(f"--workload {c.workload}: {refusal}")
     if options.docs_per_request < 1:
         raise SystemExit(f"--docs-per-request: got {options.docs_per_request}; allowed: 1 or more")
-    reduced = sorted({c.dtype for c in plan.configs if c.dtype and c.dtype != "float32"})
+    reduced = sorted({c.dtype for c in plan.configs if c.dtype is not None and is_reduced(c.dtype)})
     if reduced and not options.inference_url and precision.native_bf16(precision.cpu_info()) is None:
         raise SystemExit(
             f"--dtypes {','.join(reduced)}: this CPU has no native bfloat16 (neither amx_bf16 nor avx512_bf16 in "

@@ -11,6 +11,7 @@ from typing import Any
 from bench.harness.capacity import Capacity
 from bench.inputs.configuration import Configuration
 from bucketing.config import STRATEGY_RULES
+from bucketing.engine_registry import is_reduced
 from bucketing.metrics import METRICS, BatchStats
 
 # The handler's counters, as TorchServe exposes them: metric name -> BatchStats field.
@@ -247,8 +248,8 @@ def comparisons(summaries: Sequence[Summary]) -> list[Comparison]:
             ) == a.config
             # the same configuration in bfloat16 against float32 (each on its engine: torch for bfloat16)
             other_dtype = (
-                a.config.dtype == "bfloat16"
-                and b.config.dtype in (None, "float32")
+                is_reduced(a.config.dtype)
+                and not is_reduced(b.config.dtype)
                 and replace(b.config, dtype=a.config.dtype, engine=a.config.engine) == a.config
             )
             if other_strategy or b.config.batch_size == 1 or other_engine or other_dtype:

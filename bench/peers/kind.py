@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.inputs.configuration import Configuration
+from bucketing.engine_registry import is_reduced
 from bucketing.engines import precision
 from model_store.archives import ROOT
 
@@ -79,7 +80,7 @@ class PeerKind:
         it lacks, or bfloat16 on a CPU that does not multiply it natively."""
         if dtype not in self.dtypes:
             return f"{flag} {dtype}: {self.name} runs {', '.join(self.dtypes)}"
-        if dtype == "bfloat16" and precision.native_bf16(cpuinfo) is None:
+        if is_reduced(dtype) and precision.native_bf16(cpuinfo) is None:
             return (
                 f"{flag} {dtype}: this CPU has no native bfloat16 (neither amx_bf16 nor avx512_bf16 in "
                 f"/proc/cpuinfo): {self.name} would emulate it, slower than float32"
@@ -96,7 +97,7 @@ class PeerKind:
             peer=self.name,
             engine=None,
             schedule=None,
-            dtype=None if dtype == "float32" else dtype,
+            dtype=dtype if is_reduced(dtype) else None,
             workers=workers,
             threads=threads,
             label="",

@@ -19,7 +19,7 @@ from bench.harness.roofline import gemm_flops_per_core
 from bench.inputs import models
 from bench.inputs.workloads import make_workload
 from bucketing.config import HandlerConfig
-from bucketing.engine_registry import DTYPE_KINDS
+from bucketing.engine_registry import DTYPE_KINDS, is_reduced
 from bucketing.engines import Engine, precision
 from bucketing.engines.torch_engine import DTYPES, TorchEngine, open_reduced
 from bucketing.model.head import ModelInfo, load_head
@@ -34,7 +34,7 @@ BATCH = 16  # requests per delivered batch (the bench's bs16)
 def engine(folder: str, dtype: str, config: HandlerConfig) -> tuple[Engine, ModelInfo]:
     """The torch engine in `dtype` (bfloat16: its fidelity measured, never refused here)."""
     head, info = load_head("embedding", folder)
-    if dtype == "float32":
+    if not is_reduced(dtype):
         return TorchEngine(head, "cpu", DTYPES[dtype], False, info.vocab_size), info
     reduced = dataclasses.replace(config, dtype=DTYPE_KINDS[dtype].name)
     return open_reduced(head, info, reduced, folder, "cpu", DTYPES[dtype]), info

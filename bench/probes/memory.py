@@ -13,6 +13,7 @@ import resource
 import subprocess
 import sys
 
+from bucketing.config import STRATEGY_RULES
 from model_store.archives import SERVED
 
 
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"{'strategy':10} {'texts':>6} {'sub-batches':>11} {'model MB':>9} {'batch +MB':>9} {'peak MB':>8}")
     for tpr in (1, args.texts_per_request):
-        for strategy in ("bucketed", "dynamic"):
+        for strategy in (s for s, rule in STRATEGY_RULES.items() if not rule.pads_to_max_length):
             cmd = [
                 sys.executable,
                 "-m",

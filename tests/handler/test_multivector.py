@@ -201,7 +201,11 @@ def test_an_answer_known_too_large_is_refused_before_it_is_rendered(folders, tmp
     handler, context = handler_for(folders["colbert"], "torch", tmp_path, max_response_bytes=40000)
     rendered: list[int] = []
     fields = MultiVectorAnswer.fields
-    monkeypatch.setattr(MultiVectorAnswer, "fields", lambda self, o=None: rendered.append(1) or fields(self, o))
+    def counted(self, options=None):
+        rendered.append(1)
+        return fields(self, options)
+
+    monkeypatch.setattr(MultiVectorAnswer, "fields", counted)
     rows = [{"body": {"texts": ["x " * 80] * 40, "input_type": "document"}}, {"body": {"text": "short"}}]
     (s1, a), (s2, b) = serve(handler, context, rows)
     assert s1 == 413 and a["type"] == "ResponseTooLarge" and rendered == [1]  # only "short" was rendered
