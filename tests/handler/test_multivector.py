@@ -201,6 +201,7 @@ def test_an_answer_known_too_large_is_refused_before_it_is_rendered(folders, tmp
     handler, context = handler_for(folders["colbert"], "torch", tmp_path, max_response_bytes=40000)
     rendered: list[int] = []
     fields = MultiVectorAnswer.fields
+
     def counted(self, options=None):
         rendered.append(1)
         return fields(self, options)

@@ -105,3 +105,47 @@ def asked_by_tensors(options: Options, tensors: Sequence[str]) -> Options:
     needed = [o for o in OUTPUTS if any(t in tensors for t in V2_TENSORS[o])]
     asked = tuple(dict.fromkeys((*options.outputs, *needed)))
     return replace(options, outputs=asked, sparse_tokens=options.sparse_tokens or "sparse_tokens" in tensors)
+
+
+def ragged_vectors(name: str, column: Sequence[Any]) -> list[dict[str, Any]]:
+    """A list of vectors per input as two tensors: `name` FP32 [all vectors, dim] (the inputs' in order) and
+    `name_lengths` INT64 [n] (each input's count)."""
+    width = next(len(row[0]) for row in column if row)
+    flat = [x for row in column for vector in row for x in vector]
+    lengths = [len(row) for row in column]
+    return [
+        {"name": name, "datatype": "FP32", "shape": [sum(lengths), width], "data": flat},
+        {"name": f"{name}_lengths", "datatype": "INT64", "shape": [len(column)], "data": lengths},
+    ]
+
+
+def ragged_sparse(name: str, column: Sequence[Any]) -> list[dict[str, Any]]:
+    """A sparse vector per input ({"indices", "values"}, and "tokens" where asked) as flat tensors `name_indices`
+    INT64, `name_values` FP32 (and `name_tokens` BYTES) [all non-zeros], and `name_lengths` INT64 [n]."""
+    lengths = [len(row["indices"]) for row in column]
+    total = sum(lengths)
+    out = [
+        {
+            "name": f"{name}_indices",
+            "datatype": "INT64",
+            "shape": [total],
+            "data": [i for r in column for i in r["indices"]],
+        },
+        {
+            "name": f"{name}_values",
+            "datatype": "FP32",
+            "shape": [total],
+            "data": [v for r in column for v in r["values"]],
+        },
+        {"name": f"{name}_lengths", "datatype": "INT64", "shape": [len(column)], "data": lengths},
+    ]
+    if "tokens" in column[0]:
+        out.append(
+            {
+                "name": f"{name}_tokens",
+                "datatype": "BYTES",
+                "shape": [total],
+                "data": [t for r in column for t in r["tokens"]],
+            }
+        )
+    return out
