@@ -142,8 +142,7 @@ class App:
                 for i in range(served.spec.workers):
                     executor = served.batcher.executor(i)
                     served.workers[i] = await loop.run_in_executor(executor, self.opener, served.spec)
-                served.ready = True
-                logger.info("%s", served.workers[0].ready_line())
+                logger.info("%s", served.workers[0].ready_line())  # logged before readiness says yes
                 logger.info(
                     "model %s READY: %d worker(s) x %d thread(s), batch %d, delay %g ms",
                     served.spec.name,
@@ -152,6 +151,7 @@ class App:
                     served.spec.batch_size,
                     served.spec.max_batch_delay_ms,
                 )
+                served.ready = True  # every worker opened and warmed up (`worker.open`)
         except Exception as e:  # noqa: BLE001 - reported in one line; the server exits with it
             self.failed = f"{type(e).__name__}: {e}"
             logger.error("model failed to open: %s", self.failed)
