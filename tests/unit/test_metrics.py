@@ -14,6 +14,7 @@ from bucketing.metrics import (
     HISTOGRAMS,
     INFLIGHT,
     METRICS,
+    QUEUE_GAUGES,
     QUEUE_REQUESTS,
     QUEUE_SECONDS,
     QUEUE_TOKENS,
@@ -24,6 +25,7 @@ from bucketing.metrics import (
     Samples,
     cumulative,
     emit,
+    host_series_names,
     series_names,
     signal_names,
 )
@@ -102,8 +104,9 @@ def test_dashboard_queries_name_only_emitted_metrics():
     used = set()
     for expr in exprs:
         used |= set(re.findall(r"([A-Za-z_:][\w:]*)\s*\{", expr)) | set(re.findall(r"label_values\((\w+)", expr))
-    known = series_names() | torchserve_metric_names()
+    known = host_series_names() | torchserve_metric_names()  # the handler's, the hosts' queue signals, TorchServe's
     assert used and used <= known, f"not emitted: {sorted(used - known)}"
+    assert {*QUEUE_GAUGES, CAPACITY, f"{QUEUE_SECONDS}_bucket"} <= used  # the queue panels
     assert {
         "bucket_batch_size_bucket",
         "bucket_pass_texts_bucket",
