@@ -69,7 +69,8 @@ class BucketingHandler:
         engine = self.worker.task.engine
         fidelity, shadow = engine.fidelity, engine.shadow  # a reduced dtype's: measured at load; sampled since
         cosine = fidelity.cosine_min if fidelity is not None else None
-        emit(getattr(context, "metrics", None), stats, cosine, shadow.drain() if shadow is not None else None)
+        samples = shadow.drain() if shadow is not None else None
+        emit(getattr(context, "metrics", None), stats, cosine, samples, self.worker.config.capacity_tokens_per_s)
         for idx, reply in enumerate(replies):
             if reply is None:  # pending: no prediction in this response, so TorchServe sends it again next call
                 context.request_ids.pop(idx)

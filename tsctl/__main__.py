@@ -19,6 +19,7 @@ from .signals import exit_on_signals
 from .standalone import Standalone
 
 SERVE_DIR = ROOT / ".tmp" / "serve"
+DRAIN_S = 25.0  # `stop`: under Kubernetes' default 30 s grace period, as the standalone host's
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,6 +36,12 @@ def main(argv: list[str] | None = None) -> int:
         "for bulk requests (build it first: `python -m model_store.build --bulk --strategies STRATEGY`)",
     )
     parser.add_argument("--standalone-dir", type=Path, default=None, help="the standalone server's folder")
+    parser.add_argument(
+        "--drain",
+        type=float,
+        default=DRAIN_S,
+        help="stop: seconds TorchServe is given to answer what it admitted before its SIGTERM (0: none)",
+    )
     args = parser.parse_args(argv)
     server = TorchServe(args.workdir, Endpoints.free() if args.free_ports else None)
     try:
@@ -58,7 +65,7 @@ def _run(server: TorchServe, args: argparse.Namespace) -> int:
         if args.command == "standalone":
             return start_standalone(alone, args.strategy)
         if args.command == "stop":
-            return stop(server, args.strategy, alone)
+            return stop(server, args.strategy, alone, args.drain)
         if args.command == "status":
             return status(server, args.strategy, alone)
         return COMMANDS[args.command](server, args.strategy)
@@ -79,9 +86,11 @@ def token(server: TorchServe, api: str = "inference", alone: Standalone | None =
     return 0
 
 
-def stop(server: TorchServe, strategy: str, alone: Standalone | None = None) -> int:
+def stop(server: TorchServe, strategy: str, alone: Standalone | None = None, drain_s: float = 0.0) -> int:
     running = server.pid()
-    server.stop()
+    drained = server.stop(drain_s=drain_s)
+    if running and not drained:
+        print(f"TorchServe still had requests after {drain_s:g} s of draining; stopped anyway.")
     print("TorchServe stopped." if running else "TorchServe was not running.")
     if alone is not None and alone.pid():
         code = alone.stop()

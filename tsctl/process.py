@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from .client import Client, Endpoints, ServerError, free_ports, port_in_use, read_properties
+from .exporter import drain
 from .identity import children, cwd_of, describe, find_servers, is_our_server, is_worker_of, state
 from .ownfiles import open_own, read_small_file, refuse_symlinks, write_own
 from .signals import Checked, deferred_signals
@@ -171,12 +172,18 @@ class TorchServe:
             time.sleep(0.25)
         raise ServerError(f"TorchServe did not answer /ping in {timeout:.0f} s; see {self.workdir / 'logs'}")
 
-    def stop(self, timeout: float = 60.0) -> None:
+    def stop(self, timeout: float = 60.0, drain_s: float = 0.0) -> bool:
         """Stop our server and every process of its group; safe to call twice; a stale pid file is only removed.
 
-        SIGINT and SIGTERM wait until it is done (a second Ctrl-C must not leave the server half-stopped)."""
+        SIGINT and SIGTERM wait until it is done (a second Ctrl-C must not leave the server half-stopped).
+        `drain_s`: first wait up to that long until what TorchServe admitted is answered (`exporter.drain`: its
+        SIGTERM closes every connection, answered or not); whether it drained (True without a drain)."""
         with deferred_signals():
+            drained = True
+            if drain_s > 0 and self.pid() is not None:
+                drained = drain(self.client, drain_s)
             self._stop(timeout)
+            return drained
 
     def _stop(self, timeout: float) -> None:
         pid = self.settled_pid()

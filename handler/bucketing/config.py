@@ -234,6 +234,15 @@ class HandlerConfig:
     torch_threads: int = option(
         1, "threads per worker, for either engine: 2 workers x 1 thread measured best on 2 cores", low=1, high=256
     )
+    capacity_tokens_per_s: float = option(
+        0.0,
+        "what this model holds on this machine (all its workers) at your p99 target, in tokens per second: the "
+        "bench's capacity (`--p99-ms`, req/s) times its mean tokens per request; stated in the ready line and "
+        "served as the gauge `bucket_capacity_tokens_per_second`, so `bucket_queue_tokens` over it reads as seconds "
+        "of work waiting (an autoscaler's target, docs/operations/autoscaling.md); 0: unknown, no gauge",
+        low=0.0,
+        high=1e9,
+    )
     normalize: str = option(
         "auto",
         "L2-normalise embeddings: `auto` (as the model's sentence-transformers chain says: "

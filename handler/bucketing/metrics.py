@@ -9,6 +9,7 @@ Failures are counted by error type in `bucket_errors_total{type, status}`.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -36,6 +37,19 @@ FIDELITY = "bucket_fidelity_cosine_min"
 SAMPLES = "bucket_fidelity_sample_cosine"
 SAMPLE_BOUNDS = (0.0, 0.9, 0.99, 0.995, 0.999, 0.9995, 0.9999, 0.99995, 0.99999)
 SAMPLES_MIN = "bucket_fidelity_sample_cosine_min"
+# A gauge, with every batch of a worker whose `handler.capacity_tokens_per_s` is set (and from every host's /metrics):
+# the tokens per second this model holds on this machine at its p99 target, what an autoscaler's target is set from.
+CAPACITY = "bucket_capacity_tokens_per_second"
+
+# The queue signals an autoscaler reads (docs/operations/autoscaling.md), by model (`ModelName`): kept by a host's
+# own batcher in a `QueueSignals` (the standalone host's; any host with its own queue), read from the frontend by
+# `python -m tsctl.exporter` on TorchServe (requests waiting; tokens and in-flight estimated there).
+QUEUE_REQUESTS = "bucket_queue_requests"  # gauge: requests admitted and not yet started
+QUEUE_TOKENS = "bucket_queue_tokens"  # gauge: their tokens (the host's estimate: body bytes / 4)
+INFLIGHT = "bucket_inflight_requests"  # gauge: requests taken into a batch and not yet answered
+QUEUE_SECONDS = "bucket_queue_seconds"  # histogram: seconds from a request's arrival to the start of its batch
+QUEUE_SECONDS_BOUNDS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+QUEUE_GAUGES = (QUEUE_REQUESTS, QUEUE_TOKENS, INFLIGHT)
 
 # Histogram name -> (unit, bucket upper bounds; +Inf is added), and what it observes.
 HISTOGRAMS = {
@@ -130,10 +144,17 @@ def cumulative(observations: Sequence[tuple[float, int]], bounds: Sequence[float
     return [*out, ("+Inf", sum(w for _, w in observations))]
 
 
-def emit(metrics: Any, stats: BatchStats, cosine_min: float | None = None, samples: Samples | None = None) -> None:
+def emit(
+    metrics: Any,
+    stats: BatchStats,
+    cosine_min: float | None = None,
+    samples: Samples | None = None,
+    capacity: float | None = None,
+) -> None:
     """Add one batch's figures to TorchServe's metric cache (`context.metrics`), if there is one; `cosine_min`:
     the worker's measured fidelity to float32 (a reduced dtype), as the `FIDELITY` gauge; `samples`: its shadow
-    checks (`handler.fidelity_sample`), as the `SAMPLES` histogram and `SAMPLES_MIN` gauge."""
+    checks (`handler.fidelity_sample`), as the `SAMPLES` histogram and `SAMPLES_MIN` gauge; `capacity`: the
+    configured `handler.capacity_tokens_per_s`, as the `CAPACITY` gauge."""
     if metrics is None:
         return
     from ts.metrics.dimension import Dimension
@@ -161,9 +182,89 @@ def emit(metrics: Any, stats: BatchStats, cosine_min: float | None = None, sampl
         metrics.add_metric(FIDELITY, cosine_min, "cosine", None, [], MetricTypes.GAUGE)
     if samples is not None and samples.minimum is not None:
         metrics.add_metric(SAMPLES_MIN, samples.minimum, "cosine", None, [], MetricTypes.GAUGE)
+    if capacity:
+        metrics.add_metric(CAPACITY, capacity, "tokens/s", None, [], MetricTypes.GAUGE)
+
+
+def histogram_parts(name: str) -> set[str]:
+    """A histogram's series as Prometheus shows them."""
+    return {f"{name}_{part}" for part in ("bucket", "sum", "count")}
 
 
 def series_names() -> set[str]:
     """Every metric name the handler emits, as Prometheus shows it."""
-    names = set(METRICS) | {ERRORS, FIDELITY, SAMPLES_MIN}
-    return names | {f"{h}_{part}" for h in (*HISTOGRAMS, SAMPLES) for part in ("bucket", "sum", "count")}
+    names = set(METRICS) | {ERRORS, FIDELITY, SAMPLES_MIN, CAPACITY}
+    return names.union(*(histogram_parts(h) for h in (*HISTOGRAMS, SAMPLES)))
+
+
+def signal_names() -> set[str]:
+    """The queue signals' series (`QueueSignals.samples`), as Prometheus shows them."""
+    return {*QUEUE_GAUGES, CAPACITY} | histogram_parts(QUEUE_SECONDS)
+
+
+def host_series_names() -> set[str]:
+    """Every `bucket_*` series some host serves: the handler's and the queue signals."""
+    return series_names() | signal_names()
+
+
+Labels = tuple[tuple[str, str], ...]
+# One series' value now: (name, Prometheus type, labels, value).
+Sample = tuple[str, str, Labels, float]
+
+
+class QueueSignals:
+    """One model's queue as an autoscaler reads it, kept by its host's batcher: call `admitted` when a request is
+    queued, `left` when one leaves the queue unrun (its caller gave up), `started` when one is taken into a batch
+    (with the seconds it waited) and `finished` when it is answered; `samples` is what the host's /metrics shows.
+    Thread-safe (a lock per call), so a batcher may call it from any thread."""
+
+    def __init__(self, capacity_tokens_per_s: float = 0.0) -> None:
+        self.capacity = capacity_tokens_per_s
+        self.requests = 0
+        self.tokens = 0
+        self.inflight = 0
+        self._waits = [0] * (len(QUEUE_SECONDS_BOUNDS) + 1)  # per bucket (the last: above every bound)
+        self._wait_sum = 0.0
+        self._lock = threading.Lock()
+
+    def admitted(self, tokens: int) -> None:
+        with self._lock:
+            self.requests += 1
+            self.tokens += tokens
+
+    def left(self, tokens: int) -> None:
+        with self._lock:
+            self.requests -= 1
+            self.tokens -= tokens
+
+    def started(self, tokens: int, waited_s: float) -> None:
+        with self._lock:
+            self.requests -= 1
+            self.tokens -= tokens
+            self.inflight += 1
+            index = next((i for i, b in enumerate(QUEUE_SECONDS_BOUNDS) if waited_s <= b), len(QUEUE_SECONDS_BOUNDS))
+            self._waits[index] += 1
+            self._wait_sum += waited_s
+
+    def finished(self, count: int = 1) -> None:
+        with self._lock:
+            self.inflight -= count
+
+    def samples(self, labels: Labels = ()) -> list[Sample]:
+        """The gauges now (capacity when configured) and the `QUEUE_SECONDS` histogram's cumulative series."""
+        with self._lock:
+            out: list[Sample] = [
+                (QUEUE_REQUESTS, "gauge", labels, float(self.requests)),
+                (QUEUE_TOKENS, "gauge", labels, float(self.tokens)),
+                (INFLIGHT, "gauge", labels, float(self.inflight)),
+            ]
+            if self.capacity:
+                out.append((CAPACITY, "gauge", labels, float(self.capacity)))
+            running = 0
+            for bound, count in zip((*QUEUE_SECONDS_BOUNDS, None), self._waits):
+                running += count
+                le = "+Inf" if bound is None else f"{bound:.10g}"
+                out.append((f"{QUEUE_SECONDS}_bucket", "counter", (*labels, ("le", le)), float(running)))
+            out.append((f"{QUEUE_SECONDS}_sum", "counter", labels, self._wait_sum))
+            out.append((f"{QUEUE_SECONDS}_count", "counter", labels, float(running)))
+        return out

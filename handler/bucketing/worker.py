@@ -4,6 +4,7 @@ and calibration, and the tests all open a worker (or just its model, `load`) her
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +75,17 @@ def calibrated(model: Model, max_length: int, fallback: CostModel) -> CostModel:
     return fit_cost(measure(forward, max_length), fallback)
 
 
+WARM_UP_TOKENS = 16  # the warm-up pass's one row
+
+
+def warm_up(model: Model, max_length: int) -> float:
+    """One forward pass of one short row before the worker says it is ready (first-call costs: lazy allocations,
+    a trace's or graph's first run, kernel selection, paid here rather than by the first request); its ms."""
+    started = time.perf_counter()
+    model.task.forward(Rows.plain(1, max(1, min(WARM_UP_TOKENS, max_length)), model.tokenizer.pad_id + 1))
+    return (time.perf_counter() - started) * 1000.0
+
+
 @dataclass(frozen=True)
 class Worker:
     """An opened worker: its model, cost model and pipeline, and the continuous pool when it schedules so."""
@@ -83,6 +95,7 @@ class Worker:
     cost: CostModel
     pipeline: Pipeline
     pool: Pool | None
+    warm_up_ms: float = 0.0  # the warm-up pass run before it was ready (`warm_up`)
 
     @property
     def task(self) -> Task:
@@ -102,7 +115,12 @@ class Worker:
         described += f", {fidelity.describe()}" if fidelity is not None else ""
         shadow = self.task.engine.shadow
         described += f", {shadow.describe()}" if shadow is not None else ""
-        return f"bucketing handler ready: {self.config}{described}, cost model {self.cost}{self.pipeline.limit_note()}"
+        capacity = self.config.capacity_tokens_per_s
+        described += f", capacity {capacity:g} tokens/s at p99" if capacity else ", capacity unset"
+        return (
+            f"bucketing handler ready: {self.config}{described}, cost model {self.cost}{self.pipeline.limit_note()}, "
+            f"warmed up (1 pass, {self.warm_up_ms:.1f} ms)"
+        )
 
     def serve(
         self, rows: list[Any], meta: list[Meta], keys: list[str] | None, model_name: str
@@ -124,6 +142,7 @@ def open(  # `bucketing.worker.open`; shadows the builtin in this module only
     `model_yaml_config`: TorchServe's whole model-config, which continuous batching checks."""
     model = load(config, model_dir, gpu_id)
     cost = cost_model(config, model)
+    warm_ms = warm_up(model, config.max_length)  # before shadow checks start: not a served text
     shadow = model.task.engine.shadow  # shadow checks sample served texts only: from now on, not calibration's passes
     if shadow is not None:
         shadow.start()
@@ -133,7 +152,7 @@ def open(  # `bucketing.worker.open`; shadows the builtin in this module only
     if config.scheduling.pools:
         check_model_config(model_yaml_config)
         pool = Pool(pipeline, cost)
-    return Worker(config, model, cost, pipeline, pool)
+    return Worker(config, model, cost, pipeline, pool, warm_ms)
 
 
 __all__ = ["Model", "Worker", "calibrated", "cost_model", "load", "load_task", "open"]

@@ -300,3 +300,59 @@ def test_a_model_that_fails_to_open_is_unhealthy():
         await app.stop()
 
     asyncio.run(run())
+
+
+def test_not_ready_while_the_worker_opens_and_warms_up():
+    """`worker.open` runs the warm-up pass before it returns: until then both ready routes say no and a request is
+    a 503 with Retry-After; once it returns, they say yes."""
+    opening = threading.Event()
+
+    def slow_open(s: ModelSpec) -> Any:
+        opening.wait(10)
+        return FakeWorker()
+
+    async def run() -> None:
+        app = App([spec()], Settings(key=None), slow_open)
+        await app.start()
+        await asyncio.sleep(0.05)
+        for path in ("/v2/health/ready", "/v2/models/m/ready"):
+            status, _, body = await call(app, "GET", path)
+            assert status == 503 and json.loads(body)["ready"] is False, path
+        status, head, _ = await call(app, "POST", "/predictions/m", b"x")
+        assert status == 503 and head["retry-after"] == "1"
+        opening.set()
+        assert await app.loaded()
+        for path in ("/v2/health/ready", "/v2/models/m/ready"):
+            assert (await call(app, "GET", path))[0] == 200, path
+        await app.stop()
+
+    asyncio.run(run())
+
+
+def test_metrics_carry_the_queue_signals_while_requests_wait_and_run():
+    async def run() -> None:
+        gate = threading.Event()
+        config = HandlerConfig(capacity_tokens_per_s=2000.0)
+        app = app_with(FakeWorker(gate), Settings(key=None), batch_size=1, max_batch_delay_ms=0.0, config=config)
+        await app.start()
+        await app.loaded()
+        calls = [asyncio.create_task(call(app, "POST", "/predictions/m", b"x" * 40)) for _ in range(3)]
+        await asyncio.sleep(0.1)  # one taken by the worker (held at the gate), two waiting
+
+        def read() -> dict[str, float]:
+            text = app.registry.render((), app.signals())
+            return {k: float(v) for k, _, v in (line.rpartition(" ") for line in text.splitlines() if line[0] != "#")}
+
+        got = read()
+        m = '{ModelName="m"}'
+        assert got[f"bucket_queue_requests{m}"] == 2 and got[f"bucket_queue_tokens{m}"] == 20  # 40 bytes / 4 each
+        assert got[f"bucket_inflight_requests{m}"] == 1 and got[f"bucket_capacity_tokens_per_second{m}"] == 2000
+        assert got['bucket_queue_seconds_count{ModelName="m"}'] == 1
+        gate.set()
+        assert [r[0] for r in await asyncio.gather(*calls)] == [200, 200, 200]
+        got = read()
+        assert got[f"bucket_queue_requests{m}"] == 0 and got[f"bucket_inflight_requests{m}"] == 0
+        assert got[f"bucket_queue_tokens{m}"] == 0 and got[f"bucket_queue_seconds_count{m}"] == 3
+        await app.stop()
+
+    asyncio.run(run())

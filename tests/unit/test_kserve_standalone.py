@@ -58,7 +58,8 @@ def test_the_runtime_serves_kserves_protocols_on_8080_with_probes_on_served_path
 def test_the_runtime_args_are_the_servers_own_flags_over_mnt_models():
     args = parser().parse_args([a.replace("{{.Name}}", "minilm-standalone") for a in container()["args"]])
     assert (args.model, args.host, args.port, args.no_auth) == (Path("/mnt/models"), "0.0.0.0", 8080, True)
-    assert args.name == "minilm-standalone" and args.drain_timeout < 30  # Kubernetes' default grace period
+    assert args.name == "minilm-standalone" and args.grace_period <= 30  # Kubernetes' default grace period
+    assert args.drain_timeout is None  # the grace period less what closing connections needs
 
 
 def test_the_inference_service_uses_the_runtime_and_the_network_policy_admits_8080():

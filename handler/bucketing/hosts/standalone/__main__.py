@@ -53,7 +53,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--queue-size", type=int, default=Settings.queue_size, help="requests waiting at most (then 503)")
     p.add_argument("--max-request-bytes", type=int, default=Settings.max_request_bytes, help="body limit (then 413)")
     p.add_argument("--request-timeout", type=float, help="s per request (default: the model-config's responseTimeout)")
-    p.add_argument("--drain-timeout", type=float, default=Settings.drain_timeout_s, help="s to answer on SIGTERM")
+    p.add_argument(
+        "--grace-period",
+        type=float,
+        default=Settings.grace_period_s,
+        help="s from SIGTERM to exit at most (the pod's terminationGracePeriodSeconds)",
+    )
+    p.add_argument("--drain-timeout", type=float, help="s to answer on SIGTERM (default: the grace period less 3 s)")
     auth = p.add_argument_group("authorization")
     auth.add_argument("--key-file", type=Path, help=f"key file (else ${KEY_ENV}; one is written when absent)")
     auth.add_argument("--no-auth", action="store_true", help="serve without authorization (behind an edge that has it)")
@@ -141,6 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_request_bytes=args.max_request_bytes,
             queue_size=args.queue_size,
             request_timeout_s=args.request_timeout,
+            grace_period_s=args.grace_period,
             drain_timeout_s=args.drain_timeout,
             max_batch_tokens=args.max_batch_tokens,
         )

@@ -25,6 +25,7 @@ from bucketing.hosts.standalone.batcher import RETRY_AFTER_S, Batcher, Job, Queu
 from bucketing.hosts.standalone.models import ModelSpec
 from bucketing.hosts.standalone.prometheus import CONTENT_TYPE as METRICS_TYPE
 from bucketing.hosts.standalone.prometheus import Registry
+from bucketing.metrics import QueueSignals, Sample
 from bucketing.protocols.base import Reply
 
 Scope = MutableMapping[str, Any]
@@ -57,8 +58,12 @@ class Settings:
     max_request_bytes: int = 8 * 1024 * 1024  # TorchServe's max_request_size in config/config.properties
     queue_size: int = 256  # per model: TorchServe's job_queue_size in config/config.properties
     request_timeout_s: float | None = None  # None: the model-config's responseTimeout
-    drain_timeout_s: float = 25.0  # under Kubernetes' default 30 s grace period
+    grace_period_s: float = 30.0  # SIGTERM to exit at most: Kubernetes' default terminationGracePeriodSeconds
+    drain_timeout_s: float | None = None  # None: the grace period less SHUTDOWN_S (the rest: closing connections)
     max_batch_tokens: int | None = None  # None: the model's handler.max_batch_tokens
+
+
+SHUTDOWN_S = 3.0  # of the grace period, what the server keeps for closing connections after the drain
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,7 @@ class App:
                 max_delay_s=spec.max_batch_delay_ms / 1000.0,
                 max_batch_tokens=settings.max_batch_tokens or spec.config.max_batch_tokens,
                 queue_size=settings.queue_size,
+                signals=QueueSignals(spec.config.capacity_tokens_per_s),
             )
             self.models[spec.name] = Served(spec, batcher, [None] * spec.workers)
         self.versions = {name: m.spec.version for name, m in self.models.items()}
@@ -136,8 +142,7 @@ class App:
                 for i in range(served.spec.workers):
                     executor = served.batcher.executor(i)
                     served.workers[i] = await loop.run_in_executor(executor, self.opener, served.spec)
-                served.ready = True
-                logger.info("%s", served.workers[0].ready_line())
+                logger.info("%s", served.workers[0].ready_line())  # logged before readiness says yes
                 logger.info(
                     "model %s READY: %d worker(s) x %d thread(s), batch %d, delay %g ms",
                     served.spec.name,
@@ -146,6 +151,7 @@ class App:
                     served.spec.batch_size,
                     served.spec.max_batch_delay_ms,
                 )
+                served.ready = True  # every worker opened and warmed up (`worker.open`)
         except Exception as e:  # noqa: BLE001 - reported in one line; the server exits with it
             self.failed = f"{type(e).__name__}: {e}"
             logger.error("model failed to open: %s", self.failed)
@@ -159,9 +165,20 @@ class App:
     async def drain(self) -> bool:
         """SIGTERM: admit nothing more, answer what was admitted; whether all was answered in time."""
         self.draining = True
-        timeout = self.settings.drain_timeout_s
+        timeout = self.drain_s
         results = await asyncio.gather(*(m.batcher.drain(timeout) for m in self.models.values()))
         return all(results)
+
+    @property
+    def drain_s(self) -> float:
+        """How long admitted requests are given on SIGTERM: `drain_timeout_s`, else the grace period less
+        `SHUTDOWN_S` (at least 1 s)."""
+        given = self.settings.drain_timeout_s
+        return given if given is not None else max(1.0, self.settings.grace_period_s - SHUTDOWN_S)
+
+    def signals(self) -> list[Sample]:
+        """Every model's queue signals now (`bucketing.metrics.QueueSignals`), labelled by model."""
+        return [s for n, m in self.models.items() for s in m.batcher.signals.samples((("ModelName", n),))]
 
     async def stop(self) -> None:
         if self._loading is not None and not self._loading.done():
@@ -321,7 +338,7 @@ class App:
             gauges += [
                 ("standalone_answers", float(c), (("status", str(s)),)) for s, c in sorted(self.answered.items())
             ]
-            return Answer(200, self.registry.render(gauges).encode(), METRICS_TYPE)
+            return Answer(200, self.registry.render(gauges, self.signals()).encode(), METRICS_TYPE)
         if action == "model_not_found":
             return Answer(404, ts_error(404, "ModelNotFoundException", f"Model not found: {name}"))
         if action == "version_not_found":

@@ -28,6 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from bucketing.metrics import QueueSignals
+
 RETRY_AFTER_S = 1  # what a 503 of a full queue or a draining server tells the client to wait
 
 
@@ -65,15 +67,25 @@ class Draining(Refused):
 Serve = Callable[[int, Sequence[Job]], Sequence[Any]]
 
 
-def fill(batch: list[Job], tokens: int, queue: deque[Job], batch_size: int, max_tokens: int) -> tuple[int, bool]:
+def fill(
+    batch: list[Job],
+    tokens: int,
+    queue: deque[Job],
+    batch_size: int,
+    max_tokens: int,
+    dropped: Callable[[Job], None] | None = None,
+) -> tuple[int, bool]:
     """Move jobs from the head of `queue` into `batch` by the closing rule; the batch's tokens, and whether it is
-    closed (by count or tokens; the delay is the caller's). Jobs whose future is done are dropped unrun."""
+    closed (by count or tokens; the delay is the caller's). Jobs whose future is done are dropped unrun (each
+    handed to `dropped`)."""
     while queue:
         if len(batch) >= batch_size:
             return tokens, True
         job = queue[0]
         if job.future.done():  # its caller gave up (a timeout) before it ran
             queue.popleft()
+            if dropped is not None:
+                dropped(job)
             continue
         if batch and tokens + job.tokens > max_tokens:
             return tokens, True
@@ -94,6 +106,7 @@ class Batcher:
     max_batch_tokens: int
     queue_size: int
     clock: Callable[[], float] = time.monotonic
+    signals: QueueSignals = field(default_factory=QueueSignals)  # what an autoscaler reads (bucketing.metrics)
     queue: deque[Job] = field(default_factory=deque)
     draining: bool = False
     in_flight: int = 0  # jobs taken into batches and not yet answered
@@ -129,6 +142,7 @@ class Batcher:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         job = Job(payload, max(1, tokens), self.clock(), str(next(self._keys)), future)
         self.queue.append(job)
+        self.signals.admitted(job.tokens)
         self._idle.clear()
         self._arrived.set()
         return job
@@ -145,10 +159,10 @@ class Batcher:
         async with self._lock:
             tokens = sum(j.tokens for j in batch)
             if batch:  # continuous: pending requests go on now, with whatever has arrived
-                fill(batch, tokens, self.queue, self.batch_size, self.max_batch_tokens)
+                self._fill(batch, tokens)
                 return self._taken(batch)
             while True:
-                tokens, closed = fill(batch, tokens, self.queue, self.batch_size, self.max_batch_tokens)
+                tokens, closed = self._fill(batch, tokens)
                 if closed or (batch and self.draining):
                     return self._taken(batch)
                 if not batch:
@@ -164,14 +178,22 @@ class Batcher:
                 try:
                     await asyncio.wait_for(self._arrived.wait(), left)
                 except TimeoutError:
-                    fill(batch, tokens, self.queue, self.batch_size, self.max_batch_tokens)
+                    self._fill(batch, tokens)
                     return self._taken(batch)
 
+    def _fill(self, batch: list[Job], tokens: int) -> tuple[int, bool]:
+        return fill(batch, tokens, self.queue, self.batch_size, self.max_batch_tokens, self._dropped)
+
+    def _dropped(self, job: Job) -> None:
+        self.signals.left(job.tokens)
+
     def _taken(self, batch: list[Job]) -> list[Job]:
+        now = self.clock()
         for job in batch:
             if not job.started:
                 job.started = True
                 self.in_flight += 1
+                self.signals.started(job.tokens, now - job.arrived)
         return batch
 
     async def _run(self, worker: int) -> None:
@@ -191,6 +213,7 @@ class Batcher:
                     self._carry[worker].append(job)
                     continue
                 self.in_flight -= 1
+                self.signals.finished()
                 if not job.future.done():
                     if isinstance(answer, BaseException):
                         job.future.set_exception(answer)

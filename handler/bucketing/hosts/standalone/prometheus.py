@@ -19,11 +19,11 @@ from bucketing.metrics import (
     SAMPLES,
     SAMPLES_MIN,
     BatchStats,
+    Labels,
+    Sample,
     Samples,
     cumulative,
 )
-
-Labels = tuple[tuple[str, str], ...]
 
 
 def _labels(labels: Labels) -> str:
@@ -70,15 +70,19 @@ class Registry:
         if samples is not None and samples.minimum is not None:
             self.set(SAMPLES_MIN, samples.minimum, base)
 
-    def render(self, gauges: Iterable[tuple[str, float, Labels]] = ()) -> str:
-        """The text exposition format (0.0.4); `gauges`: values read now (queue depth, ...)."""
+    def render(self, gauges: Iterable[tuple[str, float, Labels]] = (), samples: Iterable[Sample] = ()) -> str:
+        """The text exposition format (0.0.4); `gauges`: values read now (queue depth, ...); `samples`: series read
+        now with their type (`QueueSignals.samples`)."""
         lines: list[str] = []
-        for name in sorted(self.counters):
-            lines.append(f"# TYPE {name} counter")
-            lines += [f"{name}{_labels(k)} {_number(v)}" for k, v in self.counters[name].items()]
+        counters: dict[str, dict[Labels, float]] = defaultdict(dict, {k: dict(v) for k, v in self.counters.items()})
         now: dict[str, dict[Labels, float]] = defaultdict(dict, {k: dict(v) for k, v in self.gauges.items()})
         for name, value, labels in gauges:
             now[name][labels] = value
+        for name, kind, labels, value in samples:
+            (counters if kind == "counter" else now)[name][labels] = value
+        for name in sorted(counters):
+            lines.append(f"# TYPE {name} counter")
+            lines += [f"{name}{_labels(k)} {_number(v)}" for k, v in counters[name].items()]
         for name in sorted(now):
             lines.append(f"# TYPE {name} gauge")
             lines += [f"{name}{_labels(k)} {_number(v)}" for k, v in sorted(now[name].items())]

@@ -2,7 +2,8 @@
 
 uvicorn's own handling would close the listener at once (new clients refused, not told to retry) and re-raise the
 signal after shutdown (exit status 143, not 0); here the first SIGTERM or SIGINT starts the app's drain, and the
-server stops once the drain is done (or `drain_timeout_s` passed); a second SIGINT forces the exit.
+server stops once the drain is done (or the drain's time passed: the grace period less what closing connections
+needs, `App.drain_s`), so the process exits within `Settings.grace_period_s`; a second SIGINT forces the exit.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from types import FrameType
 
 import uvicorn
 
-from bucketing.hosts.standalone.app import App
+from bucketing.hosts.standalone.app import SHUTDOWN_S, App
 
 logger = logging.getLogger("bucketing.hosts.standalone")
 
@@ -59,7 +60,7 @@ class DrainingServer(uvicorn.Server):
     async def _drain_then_exit(self) -> None:
         answered = await self.app.drain()
         if not answered:
-            logger.warning("drain: requests still unanswered after %g s; exiting", self.app.settings.drain_timeout_s)
+            logger.warning("drain: requests still unanswered after %g s; exiting", self.app.drain_s)
         else:
             logger.info("drain: every admitted request answered")
         self.should_exit = True
@@ -74,7 +75,7 @@ def run(app: App, host: str, port: int, log_level: str = "info") -> int:
         lifespan="on",
         log_level=log_level,
         access_log=False,  # the app logs one JSON line per request
-        timeout_graceful_shutdown=5,
+        timeout_graceful_shutdown=int(SHUTDOWN_S) - 1,  # the drain answered every request: only idle connections
         server_header=False,
     )
     server = DrainingServer(config, app)

@@ -1,0 +1,287 @@
+"""The autoscaling signals and the lifecycle on real servers (loopback, bounded): on the standalone host,
+readiness only after the warm-up pass, `bucket_queue_requests` against what a load generator has waiting under a
+step load (light, about 3x capacity, light), and SIGTERM under steady load (every admitted request answered 200,
+none cut, exit 0 within the grace period); on TorchServe, `tsctl`'s drained stop under steady load and the
+exporter's `bucket_queue_requests` (`python -m tsctl.exporter`)."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tsctl import Endpoints, TorchServe, free_ports, request
+from tsctl.exporter import Exporter
+from tsctl.standalone import Standalone
+
+pytestmark = pytest.mark.e2e
+NAME = "batch"
+JSON = "application/json"
+BATCH = 8  # the standalone server's batch size here: "within one batch" is this many requests
+GRACE_S = 10.0
+BODY = json.dumps({"text": "a short sentence to embed, the same for every request of the load"}).encode()
+SERIES = re.compile(r'^(bucket_\w+)\{ModelName="' + NAME + r'"\} (\S+)$')
+
+
+def scrape(url: str, headers: dict[str, str]) -> dict[str, float]:
+    """The model's `bucket_*` series without other labels, by name."""
+    text = request(url + "/metrics", headers=headers, timeout=10).text
+    return {m[1]: float(m[2]) for m in map(SERIES.match, text.splitlines()) if m}
+
+
+@dataclass
+class Load:
+    """A load generator that counts what it has outstanding: sent and not yet answered (each request in its own
+    thread, counted from just before it is sent to just after its answer is read)."""
+
+    url: str
+    headers: dict[str, str]
+    threads: int = 256
+    outstanding: int = 0
+    statuses: Counter[int] = field(default_factory=Counter)
+    no_retry_after: int = 0  # 503s without Retry-After
+    refused: int = 0  # connections refused: never admitted (the server had closed its port)
+    cut: list[str] = field(default_factory=list)  # anything else that is not an answer
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    pool: ThreadPoolExecutor | None = None
+
+    def __post_init__(self) -> None:
+        self.pool = ThreadPoolExecutor(self.threads)
+
+    def one(self) -> int | None:
+        with self.lock:
+            self.outstanding += 1
+        try:
+            reply = request(self.url, "POST", BODY, self.headers, timeout=120)
+        except ConnectionRefusedError:
+            with self.lock:
+                self.refused += 1
+            return None
+        except OSError as e:
+            with self.lock:
+                self.cut.append(repr(e))
+            return None
+        finally:
+            with self.lock:
+                self.outstanding -= 1
+        with self.lock:
+            self.statuses[reply.status] += 1
+            if reply.status == 503 and "retry-after" not in reply.headers:
+                self.no_retry_after += 1
+        return reply.status
+
+    def open_loop(self, rate: float, seconds: float, cap: int) -> int:
+        """Arrivals at `rate` per second for `seconds` (at most `cap` of them), not waiting for answers; how many."""
+        assert self.pool is not None
+        start, sent = time.monotonic(), 0
+        while sent < cap and (due := start + sent / rate) < start + seconds:
+            time.sleep(max(0.0, due - time.monotonic()))
+            self.pool.submit(self.one)
+            sent += 1
+        return sent
+
+    def closed_loop(self, clients: int, until: Callable[[], bool]) -> None:
+        """`clients` threads each sending its next request when its last is answered, until `until()` or a 503 or
+        refusal (a client that is told to go elsewhere goes)."""
+        assert self.pool is not None
+
+        def client() -> None:
+            while not until():
+                if self.one() in (None, 503):
+                    return
+
+        for _ in range(clients):
+            self.pool.submit(client)
+
+    def close(self) -> None:
+        assert self.pool is not None
+        self.pool.shutdown(wait=True)
+
+
+@dataclass
+class Started:
+    server: Standalone
+    readiness: list[tuple[str, int]]  # (route, status) asked while it loaded, up to its first "ready"
+    log_when_ready: str
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory, model_store) -> Iterator[Started]:
+    """A standalone server (1 worker, batch 8) whose readiness routes were asked from its first listening moment
+    until the first 200, and its log at that moment."""
+    workdir: Path = tmp_path_factory.mktemp("lifecycle")
+    server = Standalone(workdir, free_ports(1)[0])
+    source = ["--archive", str(model_store / "minilm-bucketed.mar"), "--name", NAME]
+    extra = ["--batch-size", str(BATCH), "--workers", "1", "--max-batch-delay", "5", "--queue-size", "2000"]
+    extra += ["--grace-period", str(GRACE_S)]
+    starting = threading.Thread(target=server.start, args=(source, extra))
+    starting.start()
+    seen: list[tuple[str, int]] = []
+    log = ""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            keyed = server.headers() if server.key_file.exists() else {}  # the model's route needs the key
+            model = request(f"{server.url}/v2/models/{NAME}/ready", headers=keyed, timeout=5).status
+            health = request(f"{server.url}/v2/health/ready", timeout=5).status
+        except ConnectionError:
+            time.sleep(0.02)
+            continue
+        seen += [("model", model), ("health", health)]
+        if health == 200:
+            log = server.log.read_text(errors="replace")
+            break
+        time.sleep(0.02)
+    starting.join(300)
+    try:
+        yield Started(server, seen, log)
+    finally:
+        server.stop()
+
+
+def test_standalone_is_ready_only_after_the_warm_up_pass(standalone: Started):
+    seen = standalone.readiness
+    assert ("health", 503) in seen and ("model", 503) in seen, seen[:6]  # asked while it loaded: not ready
+    assert seen[-1] == ("health", 200)
+    assert "warmed up (1 pass," in standalone.log_when_ready  # the worker's ready line, before the first yes
+
+
+def test_queue_gauge_follows_a_step_load_within_one_batch(standalone: Started):
+    """Light, then about 3x capacity, then light: at each scrape `bucket_queue_requests + bucket_inflight_requests`
+    lies within one batch of what the generator has outstanding (before and after the scrape), tokens are the
+    requests' estimate, and everything returns to 0."""
+    server = standalone.server
+    headers = {**server.headers(), "Content-Type": JSON}
+    load = Load(server.url + f"/predictions/{NAME}", headers)
+    tokens_each = len(BODY) // 4
+    try:
+        # capacity: closed loop, 2 batches of clients, for 3 s
+        stop_at = time.monotonic() + 3.0
+        before = sum(load.statuses.values())
+        load.closed_loop(2 * BATCH, lambda: time.monotonic() > stop_at)
+        time.sleep(3.5)
+        capacity = (sum(load.statuses.values()) - before) / 3.0
+        assert capacity > 0
+        scrapes: list[tuple[int, float, float, float, int]] = []
+        phases = [(0.3 * capacity, 2.0), (3.0 * capacity, 2.0), (0.3 * capacity, 2.0)]
+        done = threading.Event()
+
+        def drive() -> None:
+            for rate, seconds in phases:
+                load.open_loop(rate, seconds, cap=600)
+            done.set()
+
+        driver = threading.Thread(target=drive)
+        driver.start()
+        quiet_since = None
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            lo = load.outstanding
+            got = scrape(server.url, headers)
+            hi = load.outstanding
+            queued, tokens, inflight = (got["bucket_queue_requests"], got["bucket_queue_tokens"],
+                                        got["bucket_inflight_requests"])  # fmt: skip
+            scrapes.append((lo, queued, tokens, inflight, hi))
+            if done.is_set() and hi == 0 and queued == 0 and inflight == 0:
+                quiet_since = quiet_since or time.monotonic()
+                if time.monotonic() - quiet_since > 0.5:
+                    break
+            time.sleep(0.1)
+        driver.join(60)
+    finally:
+        load.close()
+    assert load.cut == [] and set(load.statuses) == {200}, (load.cut[:3], load.statuses)
+    peak = max(q for _, q, *_ in scrapes)
+    assert peak >= 3 * BATCH, f"the overload step queued at most {peak} requests"  # the step was an overload
+    misses = [s for s in scrapes if not (min(s[0], s[4]) - BATCH <= s[1] + s[3] <= max(s[0], s[4]))]
+    assert not misses, misses[:5]
+    assert all(t == q * tokens_each for _, q, t, _, _ in scrapes)
+    deviation = max(max(lo, hi) - (q + f) for lo, q, _, f, hi in scrapes)
+    final = scrape(server.url, headers)
+    assert final["bucket_queue_requests"] == 0 and final["bucket_inflight_requests"] == 0
+    assert final["bucket_queue_tokens"] == 0 and final["bucket_queue_seconds_count"] > 0
+    print(
+        f"step load: capacity {capacity:.1f} req/s (closed loop), {len(scrapes)} scrapes, peak queue {peak:.0f}, "
+        f"largest shortfall of queue+inflight under outstanding {deviation:.0f} (batch {BATCH})"
+    )
+
+
+def test_sigterm_under_steady_load_loses_nothing(standalone: Started):
+    """Steady closed-loop load, SIGTERM: every request the server admitted is answered 200, the rest get 503 with
+    Retry-After (or find the port closed), none is cut, and the process exits 0 within the grace period."""
+    server = standalone.server
+    headers = {**server.headers(), "Content-Type": JSON}
+    load = Load(server.url + f"/predictions/{NAME}", headers, threads=16)
+    assert server.process is not None
+    try:
+        load.closed_loop(12, lambda: False)  # until each is told 503 or finds the port closed
+        time.sleep(2.0)
+        sent = time.monotonic()
+        server.process.send_signal(15)
+        code = server.process.wait(GRACE_S + 5)
+        exited = time.monotonic() - sent
+    finally:
+        load.close()
+    assert code == 0, server.tail()
+    assert exited < GRACE_S, exited
+    assert load.cut == [], load.cut[:3]
+    assert set(load.statuses) <= {200, 503} and load.statuses[200] > 0 and load.no_retry_after == 0, load.statuses
+    assert "drain: every admitted request answered" in server.tail(40)
+    print(f"SIGTERM under load: {dict(load.statuses)}, {load.refused} refused, 0 cut, exit 0 after {exited:.2f} s")
+
+
+@pytest.fixture
+def own_torchserve(tmp_path, model_store) -> Iterator[TorchServe]:
+    """A TorchServe of this test's own (it is stopped under load), `NAME` on 1 worker of batch 8."""
+    server = TorchServe(tmp_path / "ts", Endpoints.on_ports(*free_ports(3)), model_store=model_store)
+    server.start()
+    try:
+        server.client.register("minilm-bucketed.mar", NAME, batch_size=BATCH, max_batch_delay=5, workers=1)
+        yield server
+    finally:
+        server.stop()
+
+
+def test_torchserve_exporter_and_drained_stop_under_steady_load(own_torchserve: TorchServe):
+    """Steady load on TorchServe: the exporter reads the frontend's queue (`bucket_queue_requests` above 0 while
+    24 clients share 1 worker of batch 8, its /metrics naming the declared series); then the load stops being sent
+    (a terminating pod leaves its Service's endpoints) and `stop(drain_s=...)` waits for what was admitted before
+    SIGTERM: every request answered 200, none cut, stopped within the grace period."""
+    server = own_torchserve
+    headers = {**server.client.keys.headers("inference"), "Content-Type": JSON}
+    load = Load(server.endpoints.inference + f"/predictions/{NAME}", headers, threads=32)
+    exporter = Exporter(server.client, interval=0.2)
+    http = ThreadingHTTPServer(("127.0.0.1", free_ports(1)[0]), exporter.handler())
+    threading.Thread(target=http.serve_forever, daemon=True).start()
+    threading.Thread(target=exporter.run, daemon=True).start()
+    stop_sending = threading.Event()
+    peak = 0.0
+    try:
+        load.closed_loop(24, stop_sending.is_set)
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            got = scrape(f"http://127.0.0.1:{http.server_address[1]}", {})
+            peak = max(peak, got.get("bucket_queue_requests", 0.0))
+            time.sleep(0.2)
+        assert set(got) == {"bucket_queue_requests", "bucket_queue_tokens", "bucket_inflight_requests"}, got
+        stop_sending.set()
+        started = time.monotonic()
+        drained = server.stop(drain_s=GRACE_S)
+        took = time.monotonic() - started
+    finally:
+        stop_sending.set()
+        load.close()
+        http.shutdown()
+    assert peak > 0, "the exporter never saw a request waiting"
+    assert drained and took < GRACE_S + 10, took
+    assert load.cut == [] and set(load.statuses) == {200}, (load.cut[:3], load.statuses)
+    print(f"TorchServe drained stop under load: {dict(load.statuses)}, 0 cut, {took:.2f} s; peak queue {peak:.0f}")
