@@ -83,6 +83,18 @@ FLOORS: dict[str, tuple[Floor, ...]] = {
         Floor("planning: the cost model, planner, scheduler and calibration (pure)", ("bucketing.planning.*",)),
         Floor("model: the model read from its folder (tokenizer, torch head)", ("bucketing.model.*",)),
         Floor("engines: one module per engine", ("bucketing.engines.*",)),
+        # the sparse kind below its task, bottom to top: a route kind is handed what it needs, never imports upward
+        Floor(
+            "sparse_ground: a sparse route, what a route kind does, the graph's torch modules",
+            ("bucketing.kinds.sparse.routes.base", "bucketing.kinds.sparse.heads"),
+        ),
+        Floor("sparse_route_kinds: one module per route kind", ("bucketing.kinds.sparse.routes.*",)),
+        Floor("sparse_registry: ROUTE_KINDS", ("bucketing.kinds.sparse.routes",)),
+        Floor("sparse_folder: a sparse folder read by its route kinds", ("bucketing.kinds.sparse.folder",)),
+        Floor(
+            "sparse_engines: its torch engines and graph engines",
+            ("bucketing.kinds.sparse.engines", "bucketing.kinds.sparse.onnx"),
+        ),
         Floor("kinds: the model kinds' task classes, on the engines", ("bucketing.kinds.*",)),
         Floor("protocols: the wire formats", ("bucketing.protocols.*",)),
         Floor("startup_checks: the settings against the loaded model", ("bucketing.startup_checks",)),

@@ -20,8 +20,3 @@ from __future__ import annotations
 
 from bucketing.kinds.sparse.routes.csr import CsrEngine as CsrEngine  # each route kind's torch engine, in its module
 from bucketing.kinds.sparse.routes.splade import SparseEngine as SparseEngine
-
-
-def bytes_per_pass(max_batch_tokens: int, vocab_size: int) -> int:
-    """The MLM logits one pass holds at most (float32): max_batch_tokens x vocabulary."""
-    return max_batch_tokens * vocab_size * 4

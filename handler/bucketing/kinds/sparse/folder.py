@@ -21,7 +21,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bucketing.kinds.sparse.routes import ROUTE_KINDS, Route
+from bucketing.kinds.sparse.routes import ROUTE_KINDS, Route, RouteKind, kind_of
+from bucketing.kinds.sparse.routes.base import tokenizer_file
 from bucketing.model.chain import (
     INPUT_TYPES,
     Chain,
@@ -51,14 +52,19 @@ class SparseSpec:
     @property
     def mlm(self) -> str | None:
         """The one transformer's folder (relative; MLM, or csr's dense one), if a route runs one."""
-        return next((r.folder for r in self.routes.values() if r.runs_transformer), None)
+        return next((r.folder for r in self.routes.values() if kind_of(r).runs_transformer), None)
+
+    @property
+    def transformer_kind(self) -> RouteKind:
+        """The kind of its routes that run its one transformer (one kind: `read_sparse` refuses two)."""
+        return next(kind_of(r) for r in self.routes.values() if kind_of(r).runs_transformer)
 
     @property
     def loaded_as(self) -> str:
         """The transformers class its transformer is loaded as: CSR's dense chain reads the hidden states
         (`AutoModel`), SPLADE the masked-LM logits (`AutoModelForMaskedLM`)."""
         return next(
-            (r.route_kind.loaded_as for r in self.routes.values() if r.runs_transformer), "AutoModelForMaskedLM"
+            (kind_of(r).loaded_as for r in self.routes.values() if kind_of(r).runs_transformer), "AutoModelForMaskedLM"
         )
 
     def route(self, input_type: str | None) -> str:
@@ -83,12 +89,12 @@ class SparseSpec:
         if self.max_active_dims is not None:
             return self.max_active_dims
         route = self.routes[self.route(input_type)]
-        return route.route_kind.top_k(route)
+        return kind_of(route).top_k(route)
 
     def describe(self) -> dict[str, Any]:
         """What was read, as plain data (the archive's model-config and the ready line)."""
         return {
-            "routes": {name: r.route_kind.describe(r) + f" ({r.folder or '.'})" for name, r in self.routes.items()},
+            "routes": {name: kind_of(r).describe(r) + f" ({r.folder or '.'})" for name, r in self.routes.items()},
             "default_route": self.default_route,
             "max_active_dims": self.max_active_dims,
             "prompts": dict(self.chain.prompts),
@@ -149,22 +155,22 @@ def read_sparse(model_dir: Path | str) -> SparseSpec:
         )
     # as SparseEncoder sets it from its SparseAutoEncoder (not from one in a Router)
     if max_active is None and kinds != ["Router"]:
-        max_active = next((k for r in routes.values() if (k := r.route_kind.top_k(r)) is not None), None)
-    mlm = {r.folder for r in routes.values() if r.runs_transformer}
+        max_active = next((k for r in routes.values() if (k := kind_of(r).top_k(r)) is not None), None)
+    mlm = {r.folder for r in routes.values() if kind_of(r).runs_transformer}
     if len(mlm) != 1:
         raise ChainError(
             f"{folder}: a sparse model with {len(mlm)} transformers (MLM or CSR's) is not served (served: exactly "
             "one, which routes of a Router may share); this model cannot be served exactly"
         )
-    running = [k for k in ROUTE_KINDS.values() if any(r.route_kind is k for r in routes.values() if r.runs_transformer)]
+    running = [k for k in ROUTE_KINDS.values() if k.runs_transformer and any(kind_of(r) is k for r in routes.values())]
     if len(running) > 1:
         raise ChainError(
             f"{folder}: a Router with both {' and '.join(k.title for k in running)} routes is not served (its one "
             f"transformer runs as {' or as '.join(k.runs_as for k in running)}, not both); this model cannot be "
             "served exactly"
         )
-    sized = any(r.route_kind.own_size for r in routes.values())
-    sizes = {n: r.route_kind.size(folder, r) for n, r in routes.items()} if sized else {}
+    sized = any(kind_of(r).own_size for r in routes.values())
+    sizes = {n: kind_of(r).size(folder, r) for n, r in routes.items()} if sized else {}
     if len(set(sizes.values())) > 1:  # (a SPLADE route's vocabulary is checked against the MLM's at load)
         raise ChainError(
             f"{folder}: its routes answer vectors of different sizes ("
@@ -259,10 +265,3 @@ def sparse_folders(model_dir: Path | str) -> list[str]:
         return []
     spec = read_sparse(folder)
     return sorted({f for r in spec.routes.values() for f in (r.folder, r.pooling_folder, *r.modules) if f})
-
-
-def tokenizer_file(model_dir: str, folder: str) -> bytes:
-    path = Path(model_dir) / folder / "tokenizer.json"
-    if not path.is_file():
-        raise ChainError(f"{path.parent}: no tokenizer.json (a fast tokenizer is required)")
-    return path.read_bytes()

@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from bucketing.kinds.sparse.engines import CsrEngine, SparseEngine, bytes_per_pass
+from bucketing.kinds.sparse.engines import CsrEngine, SparseEngine
 from bucketing.kinds.sparse.folder import SparseSpec, is_sparse, read_sparse, tokenizer_file
+from bucketing.kinds.sparse.routes import kind_of
 from bucketing.kinds.task import Rows, TaskHooks
 from bucketing.model.chain import Chain, ChainError
 from bucketing.model.tokenizer import recut
@@ -91,19 +92,10 @@ class SparseTask(TaskHooks):
         self.tokenizer_dir = str(Path(model_dir) / (spec.mlm or ""))
         # Each static route's own cut (its tokens, without special tokens): its tokenizer's model_max_length
         self.static_cuts = {
-            n: r.route_kind.own_cut(model_dir, r) for n, r in spec.routes.items() if r.route_kind.tokenizer_cut
+            n: kind_of(r).own_cut(model_dir, r) for n, r in spec.routes.items() if kind_of(r).tokenizer_cut
         }
-        if isinstance(engine, CsrEngine):
-            self.ready_note = (
-                f", sparse model {spec.describe()}, CSR: no vocabulary logits; a pass holds rows x {vocab_size} "
-                f"latents x 4 bytes ({vocab_size * 4} bytes a row) after the dense encoder's own activations"
-            )
-        else:
-            per_pass = bytes_per_pass(engine.group_tokens, vocab_size) / 2**20
-            self.ready_note = (
-                f", sparse model {spec.describe()}, MLM logits per pass at most {engine.group_tokens} tokens x "
-                f"{vocab_size} ids x 4 bytes = {per_pass:.0f} MiB (handler.max_batch_tokens, in every strategy)"
-            )
+        # what a pass holds, as the kind that runs the transformer says of its engine
+        self.ready_note = f", sparse model {spec.describe()}, " + spec.transformer_kind.ready_note(engine, vocab_size)
         for name, cut in self.static_cuts.items():  # where a static route's texts are cut, which max_length is not
             said = "unset" if cut is None else f"{cut}"
             served = "" if cut is not None and cut <= STATIC_REACH else f", texts served up to {STATIC_REACH} (413)"
@@ -122,7 +114,7 @@ class SparseTask(TaskHooks):
         for name in dict.fromkeys(names):
             picked = [r for r, n in enumerate(names) if n == name]
             route = self.spec.routes[name]
-            route.route_kind.forward(self, name, route, rows, picked, out)
+            kind_of(route).forward(self, name, route, rows, picked, out)
         return out
 
     def _static(self, input_type: str | None) -> tuple[str, int | None] | None:
@@ -177,7 +169,7 @@ class SparseTask(TaskHooks):
     @property
     def chunk_refusal(self) -> str | None:  # type: ignore[override]
         """Chunked: served where every route is SPLADE (its windows' vectors pool as its tokens do: max or sum)."""
-        other = next((n for n, r in self.spec.routes.items() if not r.route_kind.chunks), None)
+        other = next((n for n, r in self.spec.routes.items() if not kind_of(r).chunks), None)
         if other is None:
             return None
         return (
@@ -211,9 +203,13 @@ def load_sparse_task(config: Any, model_dir: str, gpu_id: Any = None) -> SparseT
     except ChainError as e:
         raise EngineError(f"{model_dir}: {e}") from None
     folder = str(Path(model_dir) / (spec.mlm or ""))
-    route = next(r for r in spec.routes.values() if r.runs_transformer)
-    task: SparseTask = route.route_kind.load(spec, route, config, model_dir, folder, gpu_id)
-    return task
+    route = next(r for r in spec.routes.values() if kind_of(r).runs_transformer)
+    loaded = kind_of(route).load(
+        spec.routes, route, config, model_dir, folder, gpu_id, lambda size: static_routes(spec, model_dir, size)
+    )
+    return SparseTask(
+        spec, loaded.engine, loaded.size, loaded.max_positions, specials(folder), loaded.weights, model_dir
+    )
 
 
 def static_routes(spec: SparseSpec, model_dir: str, size: int) -> dict[str, np.ndarray]:
@@ -225,7 +221,7 @@ def static_routes(spec: SparseSpec, model_dir: str, size: int) -> dict[str, np.n
     try:
         mlm_tokenizer = tokenizer_file(model_dir, spec.mlm or "")
         for name, route in spec.routes.items():
-            own = route.route_kind.weights(model_dir, name, route, size, mlm_tokenizer)
+            own = kind_of(route).weights(model_dir, name, route, size, mlm_tokenizer)
             if own is not None:
                 weights[name] = own
     except ChainError as e:

@@ -1,20 +1,18 @@
 """A sparse encoder's route (`Route`: one way to a sparse vector, as its folder was read) and what a route kind does
 (`RouteKind`: the defaults, for a route whose rows run the model's one transformer). Each kind is a module of this
-package, registered in `ROUTE_KINDS` (`routes/__init__.py`)."""
+package, registered in `ROUTE_KINDS` (`routes/__init__.py`), which is how the modules above find a route's kind
+(`routes.kind_of`); a kind is handed what it needs (the folder's routes, the task) and imports none of them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
-from bucketing.model.chain import Chain
-
-if TYPE_CHECKING:
-    from bucketing.kinds.sparse.folder import SparseSpec
+from bucketing.model.chain import Chain, ChainError
 
 RouteKindName = Literal["splade", "static", "csr"]  # SPLADE over an MLM, a static weight per token, CSR over a chain
 
@@ -34,17 +32,15 @@ class Route:
     layer_norm: bool = False  # csr: its `normalize` (a layer norm of the input before the encoder)
     modules: tuple[str, ...] = ()  # every module folder the route reads (relative), for the archive to carry
 
-    @property
-    def route_kind(self) -> RouteKind:
-        """What its kind does (`ROUTE_KINDS`)."""
-        from bucketing.kinds.sparse.routes import ROUTE_KINDS
 
-        return ROUTE_KINDS[self.kind]
+class Loaded(NamedTuple):
+    """What a route kind's `load` hands the sparse task: its torch engine, the size of the vectors answered, the
+    transformer's usable positions, and each static route's weights (checked against that size)."""
 
-    @property
-    def runs_transformer(self) -> bool:
-        """Whether its rows run a transformer (SPLADE's MLM, CSR's dense chain); a static route's do not."""
-        return self.route_kind.runs_transformer
+    engine: Any
+    size: int
+    max_positions: int
+    weights: Mapping[str, np.ndarray]
 
 
 class RouteKind:
@@ -81,10 +77,6 @@ class RouteKind:
         """The size of the vectors it answers, as read from its files (0: not known there)."""
         return 0
 
-    def pool(self, route: Route) -> tuple[str, str] | None:
-        """Its (pooling, activation) over the MLM's logits, where the graph pools them."""
-        return None
-
     def own_cut(self, model_dir: str, route: Route) -> int | None:
         """Where its own tokenizer cuts a text (`tokenizer_cut`; None: nowhere)."""
         return None
@@ -94,8 +86,22 @@ class RouteKind:
         None: none of its own. ChainError in one line."""
         return None
 
-    def load(self, spec: SparseSpec, route: Route, config: Any, model_dir: str, folder: str, gpu_id: Any) -> Any:
-        """The sparse task on torch float32, `route` (of this kind) running the transformer in `folder`."""
+    def load(
+        self,
+        routes: Mapping[str, Route],
+        route: Route,
+        config: Any,
+        model_dir: str,
+        folder: str,
+        gpu_id: Any,
+        static_routes: Callable[[int], Mapping[str, np.ndarray]],
+    ) -> Loaded:
+        """The model of these `routes` on torch float32, `route` (of this kind) running the transformer in `folder`;
+        `static_routes(size)` reads and checks the static routes' weights against the size it answers."""
+        raise NotImplementedError
+
+    def ready_note(self, engine: Any, size: int) -> str:
+        """What the ready line says of its torch `engine` (a pass's memory), answering vectors of `size`."""
         raise NotImplementedError
 
     def forward(self, task: Any, name: str, route: Route, rows: Any, picked: list[int], out: np.ndarray) -> None:
@@ -108,7 +114,9 @@ class RouteKind:
         extra = {"pool_mask": mine.pool_mask()} if skips else {}
         out[picked] = task.engine(mine.ids, mine.mask, route, **extra)
 
-    def export_head(self, spec: SparseSpec, model_dir: str, folder: str, extra: dict[str, Any]) -> tuple[Any, int, Any]:
+    def export_head(
+        self, routes: Mapping[str, Route], model_dir: str, folder: str, extra: dict[str, Any]
+    ) -> tuple[Any, int, Any]:
         """What the graph engines export for a model whose transformer it runs: its head, the answer's width, and
         the transformers model."""
         raise NotImplementedError
@@ -121,10 +129,17 @@ class RouteKind:
         """The extra inputs its engine is checked with against torch's."""
         return ((),)
 
-    def graph_refusal(self, spec: SparseSpec) -> str | None:
+    def graph_refusal(self, routes: Mapping[str, Route]) -> str | None:
         """Why this model is not served on a graph engine, for its routes of this kind; None when it is."""
         return None
 
-    def engine_refusal(self, spec: SparseSpec, engine: str) -> str | None:
+    def engine_refusal(self, routes: Mapping[str, Route], engine: str) -> str | None:
         """Why this model is not served on `engine`, for its routes of this kind; None when it is."""
         return None
+
+
+def tokenizer_file(model_dir: str, folder: str) -> bytes:
+    path = Path(model_dir) / folder / "tokenizer.json"
+    if not path.is_file():
+        raise ChainError(f"{path.parent}: no tokenizer.json (a fast tokenizer is required)")
+    return path.read_bytes()

@@ -1,22 +1,19 @@
 """CSR: a dense chain (Transformer, Pooling with or without the prompt's tokens, Dense..., Normalize) then a
 `SparseAutoEncoder` (its top-k over the encoder's latents), alone or as routes of a Router (beside a static route, or
 several over one shared Transformer). Its torch engine is `CsrEngine`; on the graph engines, the dense
-chain is the graph (`onnx.OrtHead`) and the autoencoder stays on torch. A Router of several CSR routes is served on
+chain is the graph (`heads.OrtHead`) and the autoencoder stays on torch. A Router of several CSR routes is served on
 torch only (`graph_refusal`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from bucketing.kinds.sparse.routes.base import Route, RouteKind
+from bucketing.kinds.sparse.routes.base import Loaded, Route, RouteKind
 from bucketing.model.chain import ChainError, chain_of, json_mapping, read_prompts
-
-if TYPE_CHECKING:
-    from bucketing.kinds.sparse.folder import SparseSpec
 
 
 class CsrEngine:
@@ -133,7 +130,16 @@ class Csr(RouteKind):
             )
         return None
 
-    def load(self, spec: SparseSpec, route: Route, config: Any, model_dir: str, folder: str, gpu_id: Any) -> Any:
+    def load(
+        self,
+        routes: Mapping[str, Route],
+        route: Route,
+        config: Any,
+        model_dir: str,
+        folder: str,
+        gpu_id: Any,
+        static_routes: Callable[[int], Mapping[str, np.ndarray]],
+    ) -> Loaded:
         """CSR on torch float32: the dense chain's Head, then the SparseAutoEncoder's weights, checked; one chain
         per CSR route's modules over the one transformer."""
         import torch
@@ -141,7 +147,6 @@ class Csr(RouteKind):
         from transformers import AutoModel
 
         from bucketing.engines import select_device
-        from bucketing.kinds.sparse.task import SparseTask, specials, static_routes
         from bucketing.model.head import (
             EngineError,
             Head,
@@ -157,7 +162,7 @@ class Csr(RouteKind):
             raise EngineError(reduced_weights(model_dir, str(saved).removeprefix("torch.")))
         device = select_device(gpu_id, torch.cuda.is_available())
         engine: CsrEngine | None = None
-        mine = {r.modules: r for r in spec.routes.values() if r.route_kind is self}  # a chain per route's modules
+        mine = {r.modules: r for r in routes.values() if r.kind == self.name}  # a chain per route's modules
         for csr in mine.values():
             assert csr.dense is not None
             head = Head(model, pooled=True, chain=csr.dense, dense=dense_layers(model_dir, csr.dense))
@@ -182,28 +187,35 @@ class Csr(RouteKind):
             else:
                 engine.add(head, held, csr)
         assert engine is not None
-        weights = static_routes(spec, model_dir, route.hidden_dim)
-        return SparseTask(
-            spec, engine, route.hidden_dim, usable_positions(model.config), specials(folder), weights, model_dir
+        weights = static_routes(route.hidden_dim)
+        return Loaded(engine, route.hidden_dim, usable_positions(model.config), weights)
+
+    def ready_note(self, engine: Any, size: int) -> str:
+        """No vocabulary logits: a pass holds its latents after the dense encoder's own activations."""
+        return (
+            f"CSR: no vocabulary logits; a pass holds rows x {size} "
+            f"latents x 4 bytes ({size * 4} bytes a row) after the dense encoder's own activations"
         )
 
-    def export_head(self, spec: SparseSpec, model_dir: str, folder: str, extra: dict[str, Any]) -> tuple[Any, int, Any]:
+    def export_head(
+        self, routes: Mapping[str, Route], model_dir: str, folder: str, extra: dict[str, Any]
+    ) -> tuple[Any, int, Any]:
         """The dense chain's pooled embedding (`head.Head`, exported as the embedding kind's is)."""
         from transformers import AutoModel
 
         from bucketing.model.head import Head, dense_layers, load_pretrained
 
-        route = next(r for r in spec.routes.values() if r.route_kind is self)
+        route = next(r for r in routes.values() if r.kind == self.name)
         assert route.dense is not None
         model = load_pretrained(AutoModel, folder, **extra)
         head = Head(model, pooled=True, chain=route.dense, dense=dense_layers(model_dir, route.dense))
         return head, route.dense.dimensions(int(model.config.hidden_size)), model
 
     def graph_engine(self, task: Any, graph: Any, engine_name: str) -> tuple[Any, Any]:
-        """The one CSR route's dense chain on the graph (`onnx.OrtHead`), its autoencoder on torch."""
+        """The one CSR route's dense chain on the graph (`heads.OrtHead`), its autoencoder on torch."""
         import copy
 
-        from bucketing.kinds.sparse.onnx import OrtHead
+        from bucketing.kinds.sparse.heads import OrtHead
 
         torch_engine = task.engine
         engine = copy.copy(torch_engine)
@@ -213,9 +225,9 @@ class Csr(RouteKind):
     def probe_extras(self, pool_mask: np.ndarray) -> tuple[tuple[Any, ...], ...]:
         return ((), (pool_mask,))  # a prompt left out of pooling, and not
 
-    def graph_refusal(self, spec: SparseSpec) -> str | None:
+    def graph_refusal(self, routes: Mapping[str, Route]) -> str | None:
         """A Router of several CSR routes (one dense chain each, one graph exported)."""
-        csr = [name for name, r in spec.routes.items() if r.route_kind is self]
+        csr = [name for name, r in routes.items() if r.kind == self.name]
         if len(csr) < 2:
             return None
         return (

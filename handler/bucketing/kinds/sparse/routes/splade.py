@@ -1,26 +1,33 @@
 """SPLADE: an MLM transformer (`MLMTransformer`, or `Transformer` with `transformer_task: fill-mask`), then
 `SpladePooling` with its pooling strategy (max or sum) and activation (relu or log1p_relu) over the logits. Its torch
 engine is `SparseEngine` (the masked LM, then SPLADE pooling, in bounded row groups); on the graph engines, the graph
-pools (`onnx.SpladeHead`, run by `onnx.OrtSpladeEngine`)."""
+pools (`heads.SpladeHead`, run by `heads.OrtSpladeEngine`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from bucketing.engine_registry import ENGINES, either
-from bucketing.kinds.sparse.routes.base import Route, RouteKind
+from bucketing.kinds.sparse.routes.base import Loaded, Route, RouteKind
 from bucketing.model.chain import ChainError, json_mapping
-
-if TYPE_CHECKING:
-    from bucketing.kinds.sparse.folder import SparseSpec
 
 MLM_MODULES = ("MLMTransformer", "Transformer")  # a Transformer serves here only with transformer_task fill-mask
 SPLADE_POOLING = ("max", "sum")
 SPLADE_ACTIVATIONS = ("relu", "log1p_relu")
+
+
+def bytes_per_pass(max_batch_tokens: int, vocab_size: int) -> int:
+    """The MLM logits one pass holds at most (float32): max_batch_tokens x vocabulary."""
+    return max_batch_tokens * vocab_size * 4
+
+
+def pools(routes: Mapping[str, Route]) -> tuple[tuple[str, str], ...]:
+    """The (pooling, activation) pairs of the folder's SPLADE routes, in the graph's output order."""
+    return tuple(sorted({(r.pooling, r.activation) for r in routes.values() if r.kind == SPLADE.name}))
 
 
 class SparseEngine:
@@ -90,16 +97,21 @@ class Splade(RouteKind):
     def describe(self, route: Route) -> str:
         return f"splade {route.pooling} {route.activation}"
 
-    def pool(self, route: Route) -> tuple[str, str] | None:
-        return (route.pooling, route.activation)
-
-    def load(self, spec: SparseSpec, route: Route, config: Any, model_dir: str, folder: str, gpu_id: Any) -> Any:
+    def load(
+        self,
+        routes: Mapping[str, Route],
+        route: Route,
+        config: Any,
+        model_dir: str,
+        folder: str,
+        gpu_id: Any,
+        static_routes: Callable[[int], Mapping[str, np.ndarray]],
+    ) -> Loaded:
         """The masked LM on torch float32, its SPLADE pooling in row groups of max_batch_tokens tokens."""
         import torch
         from transformers import AutoModelForMaskedLM
 
         from bucketing.engines import select_device
-        from bucketing.kinds.sparse.task import SparseTask, specials, static_routes
         from bucketing.model.head import EngineError, load_pretrained, reduced_weights, usable_positions
 
         model = load_pretrained(AutoModelForMaskedLM, folder)
@@ -107,41 +119,49 @@ class Splade(RouteKind):
         if saved != torch.float32:
             raise EngineError(reduced_weights(model_dir, str(saved).removeprefix("torch.")))
         vocab = int(model.config.vocab_size)
-        weights = static_routes(spec, model_dir, vocab)
+        weights = static_routes(vocab)
         device = select_device(gpu_id, torch.cuda.is_available())
         engine = SparseEngine(model, device, config.max_batch_tokens)
-        return SparseTask(spec, engine, vocab, usable_positions(model.config), specials(folder), weights, model_dir)
+        return Loaded(engine, vocab, usable_positions(model.config), weights)
 
-    def export_head(self, spec: SparseSpec, model_dir: str, folder: str, extra: dict[str, Any]) -> tuple[Any, int, Any]:
-        """The masked LM and each of the folder's SPLADE poolings (`onnx.SpladeHead`)."""
+    def ready_note(self, engine: Any, size: int) -> str:
+        """The MLM logits a pass holds at most (`bytes_per_pass`), in row groups of the engine's tokens."""
+        per_pass = bytes_per_pass(engine.group_tokens, size) / 2**20
+        return (
+            f"MLM logits per pass at most {engine.group_tokens} tokens x "
+            f"{size} ids x 4 bytes = {per_pass:.0f} MiB (handler.max_batch_tokens, in every strategy)"
+        )
+
+    def export_head(
+        self, routes: Mapping[str, Route], model_dir: str, folder: str, extra: dict[str, Any]
+    ) -> tuple[Any, int, Any]:
+        """The masked LM and each of the folder's SPLADE poolings (`heads.SpladeHead`)."""
         from transformers import AutoModelForMaskedLM
 
-        from bucketing.kinds.sparse.onnx import SpladeHead, pools
+        from bucketing.kinds.sparse.heads import SpladeHead
         from bucketing.model.head import load_pretrained
 
         model = load_pretrained(AutoModelForMaskedLM, folder, **extra)
-        return SpladeHead(model, pools(spec)), int(model.config.vocab_size), model
+        return SpladeHead(model, pools(routes)), int(model.config.vocab_size), model
 
     def graph_engine(self, task: Any, graph: Any, engine_name: str) -> tuple[Any, Any]:
-        """The graph's pooled vectors in row groups (`onnx.OrtSpladeEngine`); the ready line says what the graph
+        """The graph's pooled vectors in row groups (`heads.OrtSpladeEngine`); the ready line says what the graph
         holds beside the logits."""
-        from bucketing.kinds.sparse.onnx import OrtSpladeEngine, pools
+        from bucketing.kinds.sparse.heads import OrtSpladeEngine
 
         torch_engine = task.engine
-        engine = OrtSpladeEngine(graph, pools(task.spec), torch_engine.group_tokens)
+        engine = OrtSpladeEngine(graph, pools(task.spec.routes), torch_engine.group_tokens)
         summed = any(pooling == "sum" for pooling, _ in engine.pools)
         task.ready_note += f"; {engine_name}: the graph also holds activations the size of a group's logits" + (
             ", and a float64 copy of them for the sum (twice that size)" if summed else ""
         )
         return engine, torch_engine.model
 
-    def engine_refusal(self, spec: SparseSpec, engine: str) -> str | None:
+    def engine_refusal(self, routes: Mapping[str, Route], engine: str) -> str | None:
         """A SPLADE summing over its tokens on an engine whose declaration `sums_in_float32` (OpenVINO's CPU plugin
         has no float64; measured 2.3e-5 off encode(), tests/handler/sparse/test_onnxruntime.py, large sums, past
         engines.base.TOLERANCE)."""
-        from bucketing.kinds.sparse.onnx import pools
-
-        if not ENGINES[engine].sums_in_float32 or not any(pooling == "sum" for pooling, _ in pools(spec)):
+        if not ENGINES[engine].sums_in_float32 or not any(pooling == "sum" for pooling, _ in pools(routes)):
             return None
         exact = [e.name for e in ENGINES.values() if e.serves_sparse and not e.sums_in_float32]
         return (

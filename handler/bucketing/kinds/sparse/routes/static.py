@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from bucketing.kinds.sparse.routes.base import Route, RouteKind
+from bucketing.kinds.sparse.routes.base import Route, RouteKind, tokenizer_file
 from bucketing.model.chain import ChainError, safetensors_shapes
 
 LARGE_INTEGER = 10**20  # transformers truncates at a tokenizer's model_max_length only up to this (its LARGE_INTEGER)
@@ -58,8 +58,6 @@ class Static(RouteKind):
         return limit if limit <= LARGE_INTEGER else None
 
     def weights(self, model_dir: str, name: str, route: Route, size: int, tokenizer: bytes) -> np.ndarray | None:
-        from bucketing.kinds.sparse.folder import tokenizer_file
-
         if tokenizer_file(model_dir, route.folder) != tokenizer:
             raise ChainError(
                 f"route {name!r} ({route.folder}) has a tokenizer other than the transformer's; served: "
