@@ -157,8 +157,9 @@ def test_standalone_is_ready_only_after_the_warm_up_pass(standalone: Started):
 
 def test_queue_gauge_follows_a_step_load_within_one_batch(standalone: Started):
     """Light, then about 3x capacity, then light: at each scrape `bucket_queue_requests + bucket_inflight_requests`
-    lies within one batch of what the generator has outstanding (before and after the scrape), tokens are the
-    requests' estimate, and everything returns to 0."""
+    is never above what the generator has outstanding (before and after the scrape), never short of it by more than
+    two batches (one answered and unread, one sent and not yet admitted) and, at the median scrape, within one; tokens
+    are the requests' estimate, and everything returns to 0."""
     server = standalone.server
     headers = {**server.headers(), "Content-Type": JSON}
     load = Load(server.url + f"/predictions/{NAME}", headers)
@@ -202,8 +203,14 @@ def test_queue_gauge_follows_a_step_load_within_one_batch(standalone: Started):
     assert load.cut == [] and set(load.statuses) == {200}, (load.cut[:3], load.statuses)
     peak = max(q for _, q, *_ in scrapes)
     assert peak >= 3 * BATCH, f"the overload step queued at most {peak} requests"  # the step was an overload
-    misses = [s for s in scrapes if not (min(s[0], s[4]) - BATCH <= s[1] + s[3] <= max(s[0], s[4]))]
-    assert not misses, misses[:5]
+    # Never more than the generator has outstanding; never short of it by more than the batch that just finished
+    # (answered, its replies not yet read by the generator) and the batch being admitted (sent, not yet queued):
+    # two batches. Most scrapes, which do not fall in those instants, are within one.
+    over = [s for s in scrapes if s[1] + s[3] > max(s[0], s[4])]
+    short = [s for s in scrapes if s[1] + s[3] < min(s[0], s[4]) - 2 * BATCH]
+    assert not over and not short, (over[:5], short[:5])
+    shortfalls = sorted(max(0.0, min(lo, hi) - (q + f)) for lo, q, _, f, hi in scrapes)
+    assert shortfalls[len(shortfalls) // 2] <= BATCH, shortfalls
     assert all(t == q * tokens_each for _, q, t, _, _ in scrapes)
     deviation = max(max(lo, hi) - (q + f) for lo, q, _, f, hi in scrapes)
     final = scrape(server.url, headers)
