@@ -18,14 +18,24 @@ from model_store.archives import SERVED
 
 
 def _case(
-    strategy: str, requests: int, texts_per_request: int, max_length: int, max_batch_tokens: int
+    strategy: str,
+    requests: int,
+    texts_per_request: int,
+    max_length: int,
+    max_batch_tokens: int,
+    task: str = "embedding",
+    words: int | None = None,
 ) -> dict[str, str | int]:
+    from bench.inputs import models
+    from bucketing.model_kinds import MODEL_KINDS
     from bucketing_handler import BucketingHandler
     from model_store.archives import minilm_dir
     from tsctl.inprocess import LocalContext
 
+    folder = minilm_dir() if MODEL_KINDS[task].dense_vector else models.model_dir(models.SPLADE)
     section = {
-        "model_path": str(minilm_dir()),
+        "model_path": str(folder),
+        "task": task,
         "strategy": strategy,
         "max_length": max_length,
         "max_batch_tokens": max_batch_tokens,
@@ -35,7 +45,7 @@ def _case(
     context = LocalContext(section)
     handler = BucketingHandler()
     handler.initialize(context)
-    text = " ".join(["word"] * (2 * max_length))  # truncated to max_length tokens
+    text = " ".join(["word"] * (words or 2 * max_length))  # by default truncated to max_length tokens
     rows = [{"body": {"texts": [text] * texts_per_request}} for _ in range(requests)]
     context.with_requests(["application/json"] * requests)
     handler.handle([{"body": {"text": "warm up"}}], context.with_requests(["application/json"]))
@@ -46,6 +56,7 @@ def _case(
     totals = context.metrics.totals()
     return {
         "strategy": strategy,
+        "task": task,
         "texts": requests * texts_per_request,
         "max_length": max_length,
         "sub_batches": int(totals["bucket_sub_batches_total"] - 1),
@@ -61,11 +72,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--texts-per-request", type=int, default=32, help="texts per request in the worst case")
     p.add_argument("--max-length", type=int, default=SERVED.max_length)
     p.add_argument("--max-batch-tokens", type=int, default=SERVED.max_batch_tokens)
+    p.add_argument(
+        "--task", default="embedding", choices=("embedding", "sparse"), help="MiniLM, or the bench's SPLADE model"
+    )
+    p.add_argument("--words", type=int, default=None, help="words per text (default: twice max_length, truncated)")
     p.add_argument("--case", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.case:
         strategy, tpr = args.case.split(":")
-        print(json.dumps(_case(strategy, args.batch_size, int(tpr), args.max_length, args.max_batch_tokens)))
+        case = _case(strategy, args.batch_size, int(tpr), args.max_length, args.max_batch_tokens, args.task, args.words)
+        print(json.dumps(case))
         return 0
     print(f"{'strategy':10} {'texts':>6} {'sub-batches':>11} {'model MB':>9} {'batch +MB':>9} {'peak MB':>8}")
     for tpr in (1, args.texts_per_request):
@@ -82,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
                 str(args.max_length),
                 "--max-batch-tokens",
                 str(args.max_batch_tokens),
+                "--task",
+                args.task,
+                *(["--words", str(args.words)] if args.words else []),
             ]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()
             r = json.loads(out[-1])

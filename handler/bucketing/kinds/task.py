@@ -29,6 +29,9 @@ class Rows:
     types: np.ndarray | None = None  # token types of text pairs; None for single texts
     input_types: tuple[str | None, ...] = ()  # per row: its request's input_type (a routed task's route); ()
     pools: tuple[tuple[tuple[int, ...], ...], ...] = ()  # late chunking, per row: its spans' token positions; ()
+    # per row: the sparse answer's cut its request asked (None: the model's), or False where the row is a window of
+    # a text whose windows combine first (`on_overflow: chunk`): cut only the combined vector (read by sparse tasks)
+    cuts: tuple[int | None | bool, ...] = ()
 
     @classmethod
     def plain(cls, rows: int, length: int, token: int) -> Rows:
@@ -117,8 +120,9 @@ class Task(Protocol):
         """Why this tokenized text is not served exactly (a 413 line); None when it is."""
         ...
 
-    def combine(self, vectors: Sequence[np.ndarray], weights: Sequence[int], input_type: str | None) -> np.ndarray:
-        """`on_overflow: chunk`: one text's vector from its windows' outputs (`weights`: its tokens in each)."""
+    def combine(self, vectors: Sequence[Any], weights: Sequence[int], input_type: str | None) -> Any:
+        """`on_overflow: chunk`: one text's vector from its windows' outputs (`weights`: its tokens in each; each an
+        array, or what the task's `forward` makes of a row: a sparse model's `SparseRow`)."""
         ...
 
 
@@ -170,7 +174,7 @@ class TaskHooks:
     def refuse(self, encoded: Encoded, where: str, max_length: int) -> str | None:
         return None
 
-    def combine(self, vectors: Sequence[np.ndarray], weights: Sequence[int], input_type: str | None) -> np.ndarray:
+    def combine(self, vectors: Sequence[Any], weights: Sequence[int], input_type: str | None) -> Any:
         return chunks.pool(vectors, weights)
 
 

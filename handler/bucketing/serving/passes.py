@@ -126,7 +126,9 @@ def compute(
             mask, _ = collate([e.attention or (1,) * len(e.ids) for e in encoded], width, 0)
         routes = tuple(e.input_type for e in encoded) if task.routed else ()
         pools = tuple(e.pools for e in encoded) if any(e.pools for e in encoded) else ()
-        results.append(list(task.forward(Rows(ids, mask, tuple(e.skip for e in encoded), types, routes, pools))))
+        cuts = tuple(False if e.chunking else e.max_active for e in encoded)
+        rows = Rows(ids, mask, tuple(e.skip for e in encoded), types, routes, pools, cuts)
+        results.append(list(task.forward(rows)))
     forward_ms = (time.perf_counter() - start) * 1000.0
     stats = BatchStats(
         batches=0,

@@ -198,10 +198,14 @@ class Pipeline:
             for i, e in zip(texts, encoded):
                 prompt = merged.options[i].prompt
                 skip = self.tokenizer.prompt_length(prompt) if prompt and self.excludes_prompt else 0
-                out[i] = replace(e, skip=skip, input_type=merged.options[i].input_type)
+                o = merged.options[i]
+                out[i] = replace(e, skip=skip, input_type=o.input_type, max_active=o.max_active_dims)
             for i in mine:
                 if isinstance(x := merged.inputs[i], tuple):
-                    out[i] = replace(self.tokenizer.wrap(x, left), input_type=merged.options[i].input_type)
+                    o = merged.options[i]
+                    out[i] = replace(
+                        self.tokenizer.wrap(x, left), input_type=o.input_type, max_active=o.max_active_dims
+                    )
         pairs = {i: x for i, x in enumerate(merged.inputs) if isinstance(x, Pair)}
         if pairs:  # a cross-encoder's query (after the prompt) and document, cut longest_first as CrossEncoder does
             encoded = self.tokenizer.encode_pairs(

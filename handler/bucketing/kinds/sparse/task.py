@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from bucketing.answers import Answer, SparseRow
 from bucketing.kinds.sparse.engines import CsrEngine, SparseEngine
 from bucketing.kinds.sparse.folder import SparseSpec, is_sparse, read_sparse, tokenizer_file
 from bucketing.kinds.sparse.routes import kind_of
@@ -106,8 +107,9 @@ class SparseTask(TaskHooks):
         """The folder's prompts (and max_seq_length) live on its chain."""
         return self.chain
 
-    def forward(self, rows: Rows) -> np.ndarray:
-        """The sparse vectors (dense, vocabulary-size, float32) of a padded sub-batch, each row by its route."""
+    def forward(self, rows: Rows) -> list[SparseRow]:
+        """The sparse vectors of a padded sub-batch, each row by its route: computed vocabulary-size (a pass's rows,
+        which max_batch_tokens bounds) and kept as their non-zeros (`SparseRow`) before the next pass runs."""
         ids = rows.ids
         names = [self.spec.route(t) for t in (rows.input_types or (None,) * ids.shape[0])]
         out = np.zeros((ids.shape[0], self.dimensions), dtype=np.float32)
@@ -115,7 +117,16 @@ class SparseTask(TaskHooks):
             picked = [r for r, n in enumerate(names) if n == name]
             route = self.spec.routes[name]
             kind_of(route).forward(self, name, route, rows, picked, out)
-        return out
+        types = rows.input_types or (None,) * ids.shape[0]
+        cuts = rows.cuts or (None,) * ids.shape[0]
+        return [SparseRow.of(row, self._keeps(t, c)) for row, t, c in zip(out, types, cuts)]
+
+    def _keeps(self, input_type: str | None, cut: int | None | bool) -> int | None:
+        """How many of a row's non-zeros its answer can render: its request's max_active_dims, else the model's
+        cut for its input type (None: all); a window of a chunked text keeps all (its windows combine first)."""
+        if cut is False:
+            return None
+        return cut if isinstance(cut, int) and not isinstance(cut, bool) else self.spec.cut(input_type)
 
     def _static(self, input_type: str | None) -> tuple[str, int | None] | None:
         """The static route this input type takes and where sentence-transformers cuts its texts (None: nowhere);
@@ -177,16 +188,15 @@ class SparseTask(TaskHooks):
             "of this one is not SPLADE"
         )
 
-    def combine(self, vectors: Sequence[np.ndarray], weights: Sequence[int], input_type: str | None) -> np.ndarray:
+    def combine(self, vectors: Sequence[SparseRow], weights: Sequence[int], input_type: str | None) -> SparseRow:
         """A SPLADE route's windows combined as its pooling combines tokens: their maximum, or their sum (in
         float64, rounded once)."""
-        stacked = np.asarray(vectors, dtype=np.float64)
+        stacked = np.asarray([v.dense() for v in vectors], dtype=np.float64)
         route = self.spec.routes[self.spec.route(input_type)]
         pooled = stacked.max(axis=0) if route.pooling == "max" else stacked.sum(axis=0)
-        return np.asarray(pooled, dtype=np.float32)
+        return SparseRow.of(np.asarray(pooled, dtype=np.float32))
 
-    def answer(self, output: np.ndarray, encoded: Any) -> Any:
-        from bucketing.answers import Answer
+    def answer(self, output: SparseRow, encoded: Any) -> Any:
 
         return Answer(
             output, len(encoded.ids), encoded.truncated, sparse=True, max_active_dims=self.spec.cut(encoded.input_type)
