@@ -176,6 +176,7 @@ class Encoder:
         self.worker = self._thread.submit(_open, spec).result()  # opened on the thread that serves it
         self.budget = Budget(spec.batch_size, spec.config.max_batch_tokens)
         self.waiting = Waiting()
+        self.served = 0  # requests answered by this replica
         self._batched = serve.batch(
             max_batch_size=spec.batch_size,
             batch_wait_timeout_s=spec.max_batch_delay_ms / 1000.0,
@@ -201,7 +202,9 @@ class Encoder:
         self.waiting.running += len(items)
         try:
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._thread, answers, self.worker, self.name, items)
+            done = await loop.run_in_executor(self._thread, answers, self.worker, self.name, items)
+            self.served += len(done)
+            return done
         finally:
             self.waiting.running -= len(items)
 
@@ -217,7 +220,8 @@ class Encoder:
         import ray
 
         context = ray.get_runtime_context()
-        return {"pid": os.getpid(), "node_id": context.get_node_id(), "actor_id": context.get_actor_id()}
+        node, actor = context.get_node_id(), context.get_actor_id()
+        return {"pid": os.getpid(), "node_id": node, "actor_id": actor, "served": self.served}
 
     def __del__(self) -> None:
         self._thread.shutdown(wait=False)
@@ -299,7 +303,10 @@ def build(args: Mapping[str, Any]) -> Any:
             max_queued_requests=QUEUE_SIZE,
             graceful_shutdown_timeout_s=GRACEFUL_SHUTDOWN_S,
         )(Encoder)
-        handles[spec.name] = deployment.bind(replace(margs, name=spec.name))
+        # the replica's own args: options left out, so changing them (autoscaling) updates without a restart
+        handles[spec.name] = deployment.bind(
+            replace(margs, name=spec.name, ray_actor_options={}, autoscaling_config={})
+        )
     ingress = serve.deployment(
         name="Ingress",
         ray_actor_options={"num_cpus": 0},  # it only awaits: no CPU held from the replicas
