@@ -77,11 +77,13 @@ def cluster(tmp_path_factory):
     import ray
     from ray.cluster_utils import Cluster
 
-    port, client, agent = free_ports(3)
+    port, client, agent, dashboard = free_ports(4)
     head = {
         "num_cpus": 1,
         "object_store_memory": OBJECT_STORE,
-        "include_dashboard": False,
+        "include_dashboard": True,  # Ray's state API (where each replica runs) is served by the dashboard
+        "dashboard_host": "127.0.0.1",
+        "dashboard_port": dashboard,
         "gcs_server_port": port,
         "ray_client_server_port": client,
         "dashboard_agent_listen_port": agent,
@@ -272,9 +274,12 @@ def test_2_a_replica_killed_under_load(ray_host):
         os.kill(victim["pid"], signal.SIGKILL)  # a process of the cluster this test started
         killed = time.monotonic()
         log(f"SIGKILLed replica pid {victim['pid']} on node {victim['node_id'][:8]}")
+        # back: a new replica (another actor) answering through the handle, beside the survivor
         back = wait_for(
             "the replica back",
-            lambda: running() == 2 and victim["actor_id"] not in {r["actor_id"] for r in replicas()},
+            lambda: (
+                running() == 2 and len(answering := set(where_all(20))) == 2 and victim["actor_id"] not in answering
+            ),
         )
         time.sleep(3)
     log(f"replica back after {back:.1f} s; outcomes {dict(load.outcomes)} ({time.monotonic() - killed:.1f} s)")
@@ -311,7 +316,7 @@ def test_4_autoscaling_up_and_down(ray_host, model_store):
     port, key_file = STATE["port"], STATE["key_file"]
     assert isinstance(port, int) and isinstance(key_file, Path)
     deploy(port, key_file, model_store, SCALING)
-    idle = wait_for("scaled down to one replica while idle", lambda: running() == 1)
+    idle = wait_for("scaled down to one replica while idle", lambda: running() == 1 and len(replicas()) == 1)
     log(f"idle: down to 1 replica in {idle:.1f} s after the update")
     first = {r["node_id"] for r in replicas()}
     with Load(ray_host, 12) as load:
@@ -323,5 +328,5 @@ def test_4_autoscaling_up_and_down(ray_host, model_store):
     check_outcomes(load.outcomes)
     assert len(nodes) == 2 and nodes != first
     calm = time.monotonic()
-    down = wait_for("scaled back down to one replica", lambda: running() == 1)
+    down = wait_for("scaled back down to one replica", lambda: running() == 1 and len(replicas()) == 1)
     log(f"scale-down: 1 replica {down:.1f} s after the load stopped ({calm - step:.1f} s of load)")
