@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: venv kserve-venv tei-clients-venv flag-venv docs-venv docs docs-settings kserve-image-test mar serve serve-bulk \
-	serve-standalone stop token status test unit lint bench clean
+	serve-standalone serve-ray ray-test stop token status test unit lint bench clean
 
 venv: $(STAMP)
 
@@ -93,6 +93,23 @@ serve-bulk: mar
 # in .tmp/standalone/ (pid file, log, key file); prints its URL once the model is ready. `make stop` stops it too.
 serve-standalone: mar
 	$(BIN)/python -m tsctl standalone
+
+# The same archive and name on a local Ray cluster (one head, `ray start --head --block`, in .tmp/ray/) as a Ray Serve
+# application (bucketing.hosts.ray, config/ray/serve.yaml; docs/hosts/ray.md); prints its URL once the model is
+# ready. `make stop` stops it and every Ray process it started (never `ray stop`: that would stop any Ray of yours).
+serve-ray: mar
+	$(BIN)/python -m tsctl ray
+
+# The Ray host on a 3-node local cluster (head + 2 workers): answers against the standalone host and
+# sentence-transformers, a replica and a node killed under load, autoscaling up and down (opt-in: several
+# minutes; tests/e2e/test_ray_cluster.py; last output, less Ray's per-request access lines, in
+# config/ray/sample/ray-test.txt).
+ray-test: mar
+	mkdir -p .tmp
+	RAY_CLUSTER_TEST=1 $(BIN)/python -m pytest -s -m ray_cluster tests/e2e/test_ray_cluster.py \
+		> .tmp/ray-test.out 2>&1; rc=$$?; \
+		grep -av -E ' -- (CALL |POST |GET )|Loading weights' .tmp/ray-test.out | sed 's#$(CURDIR)/##g' \
+		> config/ray/sample/ray-test.txt; cat config/ray/sample/ray-test.txt; exit $$rc
 
 stop:
 	@if [ -x $(BIN)/python ]; then $(BIN)/python -m tsctl stop; fi

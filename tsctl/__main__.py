@@ -1,5 +1,5 @@
-"""The local TorchServe of `make serve`, and the standalone server of `make serve-standalone`: `python -m tsctl
-start|standalone|stop|token|status`."""
+"""The local TorchServe of `make serve`, the standalone server of `make serve-standalone` and the Ray host of `make
+serve-ray`: `python -m tsctl start|standalone|ray|stop|token|status`."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from model_store.contents import archived_config
 
 from .client import Endpoints, ServerError
 from .process import ROOT, TorchServe
+from .ray import RayServe
 from .signals import exit_on_signals
 from .standalone import Standalone
 
@@ -24,7 +25,7 @@ DRAIN_S = 25.0  # `stop`: under Kubernetes' default 30 s grace period, as the st
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("start", "standalone", "stop", "token", "status"))
+    parser.add_argument("command", choices=("start", "standalone", "ray", "stop", "token", "status"))
     parser.add_argument("--strategy", default="bucketed", choices=STRATEGIES, help="archive registered at start")
     parser.add_argument("--workdir", type=Path, default=SERVE_DIR)
     parser.add_argument("--free-ports", action="store_true", help="start on free loopback ports, not the config's")
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         default=DRAIN_S,
         help="stop: seconds TorchServe is given to answer what it admitted before its SIGTERM (0: none)",
     )
+    parser.add_argument("--ray-dir", type=Path, default=None, help="the Ray host's folder (its local cluster's)")
     args = parser.parse_args(argv)
     server = TorchServe(args.workdir, Endpoints.free() if args.free_ports else None)
     try:
@@ -53,32 +55,39 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(server: TorchServe, args: argparse.Namespace) -> int:
     alone = Standalone(args.standalone_dir) if args.standalone_dir else Standalone()
+    on_ray = RayServe(args.ray_dir) if args.ray_dir else RayServe()
     with exit_on_signals():
         if args.command != "token":
-            for stale in (server.clear_stale(), alone.clear_stale()):  # reported, removed, never acted on
+            for stale in (server.clear_stale(), alone.clear_stale(), on_ray.clear_stale()):  # reported, removed
                 if stale:
                     print(stale)
         if args.command == "token":
-            return token(server, args.api, alone)
+            return token(server, args.api, alone, on_ray)
         if args.command == "start":
             return start(server, args.strategy, args.bulk)
         if args.command == "standalone":
             return start_standalone(alone, args.strategy)
+        if args.command == "ray":
+            return start_ray(on_ray, args.strategy)
         if args.command == "stop":
-            return stop(server, args.strategy, alone, args.drain)
+            return stop(server, args.strategy, alone, on_ray, args.drain)
         if args.command == "status":
-            return status(server, args.strategy, alone)
+            return status(server, args.strategy, alone, on_ray)
         return COMMANDS[args.command](server, args.strategy)
 
 
-def token(server: TorchServe, api: str = "inference", alone: Standalone | None = None) -> int:
+def token(
+    server: TorchServe, api: str = "inference", alone: Standalone | None = None, on_ray: RayServe | None = None
+) -> int:
     key = server.client.keys.key(api) if server.pid() else None
     if not key and alone is not None and api == "inference" and alone.pid():  # the standalone server's, else
         key = alone.key()
+    if not key and on_ray is not None and api == "inference" and on_ray.pid():  # the Ray host's
+        key = on_ray.key()
     if not key:
         print(
-            f"no running TorchServe with a key file in {server.workdir} (nor a standalone server): start it with "
-            "`make serve` (or `make serve-standalone`)",
+            f"no running TorchServe with a key file in {server.workdir} (nor a standalone server, nor a Ray host): "
+            "start it with `make serve` (or `make serve-standalone`, `make serve-ray`)",
             file=sys.stderr,
         )
         return 1
@@ -86,7 +95,13 @@ def token(server: TorchServe, api: str = "inference", alone: Standalone | None =
     return 0
 
 
-def stop(server: TorchServe, strategy: str, alone: Standalone | None = None, drain_s: float = 0.0) -> int:
+def stop(
+    server: TorchServe,
+    strategy: str,
+    alone: Standalone | None = None,
+    on_ray: RayServe | None = None,
+    drain_s: float = 0.0,
+) -> int:
     running = server.pid()
     drained = server.stop(drain_s=drain_s)
     if running and not drained:
@@ -95,14 +110,19 @@ def stop(server: TorchServe, strategy: str, alone: Standalone | None = None, dra
     if alone is not None and alone.pid():
         code = alone.stop()
         print("Standalone server stopped." + (f" (exit {code})" if code not in (None, 0) else ""))
+    if on_ray is not None and on_ray.pid():
+        on_ray.stop()
+        print("Ray host stopped (its local Ray cluster with it).")
     return 0
 
 
-def status(server: TorchServe, strategy: str, alone: Standalone | None = None) -> int:
+def status(server: TorchServe, strategy: str, alone: Standalone | None = None, on_ray: RayServe | None = None) -> int:
     pid = server.pid()
     print(f"running (pid {pid}), models: {', '.join(server.client.models()) or 'none'}" if pid else "not running")
     if alone is not None and (spid := alone.pid()):
         print(f"standalone server running (pid {spid}) on {alone.url}")
+    if on_ray is not None and (rpid := on_ray.pid()):
+        print(f"Ray host running (head pid {rpid}, cluster {on_ray.address}) on {on_ray.url}")
     return 0
 
 
@@ -166,6 +186,23 @@ def start_standalone(alone: Standalone, strategy: str) -> int:
         alone.start(["--archive", str(mar), "--name", name])
     print(alone.url)
     print(f"model {name} READY (standalone, pid {alone.pid()}); log {alone.log}; inference token: `make -s token`")
+    return 0
+
+
+def start_ray(on_ray: RayServe, strategy: str) -> int:
+    """The strategy's archive on a local Ray cluster (`make serve-ray`), under the name `make serve` registers it
+    with; its URL, once the model is ready."""
+    name = archives.name(strategy)
+    mar = archives.STORE / f"{name}.mar"
+    if not mar.exists():
+        raise ServerError(f"{mar} is not built: `make mar` (or `.venv/bin/python -m model_store.build`)")
+    if on_ray.pid() is None:
+        on_ray.start(mar, name)
+    print(on_ray.url)
+    print(
+        f"model {name} READY (Ray Serve, head pid {on_ray.pid()}, cluster {on_ray.address}); log {on_ray.log}, "
+        f"Ray's logs in {on_ray.temp_dir}; inference token: `make -s token`"
+    )
     return 0
 
 

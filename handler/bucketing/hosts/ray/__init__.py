@@ -1,0 +1,11 @@
+"""The Ray Serve host: the same worker as TorchServe's handler, one opened worker per replica, behind an HTTP ingress
+over the shared route table (`bucketing.hosts.routes`, `bucketing.hosts.rows`). docs/hosts/ray.md.
+
+- `batching`: the batch cost `serve.batch` closes batches by (requests and estimated tokens in one unit), and what
+  goes around the batcher (a request over the token budget: a bulk request is its own batch);
+- `front`: the HTTP answers (authorization, body limit, routes, TorchServe's error bodies), no Ray in it;
+- `app`: the Ray Serve deployments (one per model, and the ingress) and the application builder that `serve run`,
+  `serve deploy` and KubeRay's `RayService` name (`bucketing.hosts.ray.app:build`).
+
+Nothing below `bucketing.hosts` imports it, and no archive carries it (model_store.archives.NOT_ARCHIVED).
+"""

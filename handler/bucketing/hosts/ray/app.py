@@ -1,0 +1,319 @@
+"""The Ray Serve application: a deployment per model (`Encoder`, named after the model, one opened worker per
+replica) behind one HTTP ingress (`Ingress`, the shared route table through `front.Front`).
+
+`build(args)` is the application builder `serve run`, `serve deploy` and KubeRay's `RayService` name
+(`import_path: bucketing.hosts.ray.app:build`, config/ray/serve.yaml). Its `args`:
+
+    models:                       # one deployment each, named after the model
+      - model: /abs/path/minilm-bucketed.mar   # an archive, a folder holding one, or a model folder (absolute:
+        name: minilm-bucketed                  # every node reads it at that path); name: else the archive's
+        threads: 1                # handler.torch_threads (and the replica's num_cpus), else the model-config's
+        batch_size: 16            # requests per batch at most, else the model-config's batchSize
+        max_batch_delay_ms: 10    # else its maxBatchDelay
+        max_batch_tokens: 8192    # estimated tokens per batch at most, else handler.max_batch_tokens
+        ray_actor_options: {}     # merged over {"num_cpus": threads} (custom resources, ...)
+        autoscaling_config: {}    # merged over AUTOSCALING
+    key_file: /abs/path/key_file.json   # the inference key (TorchServe's shape; written when absent), else
+    no_auth: false                      # $BUCKETING_INFERENCE_KEY; no_auth: true serves without one
+    max_request_bytes: 8388608
+    request_timeout_s: 120              # else the largest model responseTimeout
+
+A deployment's options may also be set by the config's `deployments:` section (by the model's name, `Ingress`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import tempfile
+import uuid
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ray import serve
+from ray.exceptions import RayActorError, WorkerCrashedError
+from ray.serve.exceptions import BackPressureError
+from starlette.requests import Request
+from starlette.responses import Response
+
+from bucketing.hosts.ray.batching import Budget, Item, Waiting
+from bucketing.hosts.ray.front import Front, Limits
+from bucketing.hosts.rows import torchserve_row
+from bucketing.hosts.standalone import models
+from bucketing.hosts.standalone.__main__ import KEY_ENV, read_key
+from bucketing.hosts.standalone.app import Answer, reply_answer, unavailable
+
+logger = logging.getLogger("bucketing.hosts.ray")
+
+# A model deployment's autoscaling unless the args or the config say otherwise: Ray Serve's own rule (replicas =
+# ongoing requests / target), reacting within seconds (the defaults wait 30 s up and 600 s down).
+AUTOSCALING: dict[str, Any] = {
+    "min_replicas": 1,
+    "max_replicas": 4,
+    "target_ongoing_requests": 8,
+    "upscale_delay_s": 3.0,
+    "downscale_delay_s": 30.0,
+    "look_back_period_s": 15.0,  # over Ray's 10 s metrics interval
+}
+QUEUE_SIZE = 256  # requests queued per model at the ingress's handle (TorchServe's job_queue_size): then a 503
+GRACEFUL_SHUTDOWN_S = 25.0  # a replica stopping (scale-down, redeploy) answers what it holds within this
+RETRIES = 2  # a request whose replica died is sent again (embedding is idempotent), this many times
+READY_TIMEOUT_S = 2.0
+
+
+class ArgsError(ValueError):
+    """Application args that cannot be served; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    model: str
+    name: str | None = None
+    threads: int | None = None
+    batch_size: int | None = None
+    max_batch_delay_ms: float | None = None
+    max_batch_tokens: int | None = None
+    ray_actor_options: dict[str, Any] = field(default_factory=dict)
+    autoscaling_config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AppArgs:
+    models: tuple[ModelArgs, ...]
+    key_file: str | None = None
+    no_auth: bool = False
+    max_request_bytes: int = Limits.max_request_bytes
+    request_timeout_s: float | None = None
+
+    @staticmethod
+    def parse(args: Mapping[str, Any]) -> AppArgs:
+        known = {"models", "key_file", "no_auth", "max_request_bytes", "request_timeout_s"}
+        unknown = sorted(set(args) - known)
+        if unknown:
+            raise ArgsError(f"bucketing.hosts.ray args: unknown {unknown}; known: {sorted(known)}")
+        raw = args.get("models")
+        if not isinstance(raw, list) or not raw:
+            raise ArgsError("bucketing.hosts.ray args: `models` must list at least one {model: PATH}")
+        model_keys = set(ModelArgs.__dataclass_fields__)
+        parsed = []
+        for entry in raw:
+            if not isinstance(entry, dict) or "model" not in entry or set(entry) - model_keys:
+                raise ArgsError(
+                    f"bucketing.hosts.ray args: a model is {{model: PATH, ...}} with keys in "
+                    f"{sorted(model_keys)}; got {entry!r:.120}"
+                )
+            if not os.path.isabs(str(entry["model"])):
+                raise ArgsError(
+                    f"bucketing.hosts.ray args: model {entry['model']!r}: give an absolute path (every "
+                    "node, and the process building the app, reads it at that path)"
+                )
+            parsed.append(ModelArgs(**entry))
+        return AppArgs(
+            models=tuple(parsed),
+            key_file=args.get("key_file"),
+            no_auth=bool(args.get("no_auth", False)),
+            max_request_bytes=int(args.get("max_request_bytes", Limits.max_request_bytes)),
+            request_timeout_s=args.get("request_timeout_s"),
+        )
+
+
+def read_spec(margs: ModelArgs, unpack_dir: Path) -> models.ModelSpec:
+    """The model's spec (an archive unpacked into `unpack_dir`), with the args' batching and threads over it."""
+    spec = models.from_path(Path(margs.model), unpack_dir, margs.name)
+    config = spec.config
+    if margs.threads is not None:
+        config = replace(config, torch_threads=margs.threads)
+    if margs.max_batch_tokens is not None:
+        config = replace(config, max_batch_tokens=margs.max_batch_tokens)
+    return replace(
+        spec,
+        config=config,
+        batch_size=margs.batch_size if margs.batch_size is not None else spec.batch_size,
+        max_batch_delay_ms=margs.max_batch_delay_ms
+        if margs.max_batch_delay_ms is not None
+        else spec.max_batch_delay_ms,
+    )
+
+
+def answers(worker: Any, name: str, items: Sequence[Item]) -> list[Answer]:
+    """Serve `items` on `worker` (in its thread): every request answered; one a continuous schedule leaves pending
+    is served again with the others still pending, as the standalone batcher re-sends it."""
+    prepared = [torchserve_row(item.body, item.headers, item.url_path) for item in items]
+    done: list[Answer | None] = [None] * len(items)
+    pending = list(range(len(items)))
+    continuous = getattr(worker, "pool", None) is not None
+    while pending:
+        rows = [prepared[i][0] for i in pending]
+        metas = [prepared[i][1] for i in pending]
+        keys = [items[i].key for i in pending] if continuous else None
+        replies, _stats = worker.serve(rows, metas, keys, name)
+        still = []
+        for i, reply in zip(pending, replies):
+            if reply is None:
+                still.append(i)
+            else:
+                done[i] = reply_answer(reply)
+        pending = still
+    return [a for a in done if a is not None]
+
+
+class Encoder:
+    """One replica of a model: its opened worker, serving on one thread; `serve.batch` (made per replica, with the
+    model's budget) closes batches by requests and tokens (`batching.Budget`)."""
+
+    def __init__(self, margs: ModelArgs) -> None:
+        self._unpacked = tempfile.TemporaryDirectory(prefix="bucketing-ray-")
+        spec = read_spec(margs, Path(self._unpacked.name))
+        self.name = spec.name
+        import torch
+
+        torch.set_num_threads(spec.config.torch_threads)  # as the handler does per worker
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"bucketing-{spec.name}")
+        self.worker = self._thread.submit(_open, spec).result()  # opened on the thread that serves it
+        self.budget = Budget(spec.batch_size, spec.config.max_batch_tokens)
+        self.waiting = Waiting()
+        self.served = 0  # requests answered by this replica
+        self._batched = serve.batch(
+            max_batch_size=spec.batch_size,
+            batch_wait_timeout_s=spec.max_batch_delay_ms / 1000.0,
+            batch_size_fn=self.budget.cost,
+        )(self._serve_batch)
+        logger.info("%s", self.worker.ready_line())
+
+    async def predict(self, item: Item) -> Answer:
+        if self.budget.bypasses(item):  # over the token budget alone: its own batch, around serve.batch
+            return (await self._run([item]))[0]
+        self.waiting.add(item)
+        try:
+            answer: Answer = await self._batched(item)
+            return answer
+        finally:
+            self.waiting.drop(item)
+
+    async def _serve_batch(self, items: list[Item]) -> list[Answer]:
+        self.waiting.take(items)
+        return await self._run(items)
+
+    async def _run(self, items: Sequence[Item]) -> list[Answer]:
+        self.waiting.running += len(items)
+        try:
+            loop = asyncio.get_running_loop()
+            done = await loop.run_in_executor(self._thread, answers, self.worker, self.name, items)
+            self.served += len(done)
+            return done
+        finally:
+            self.waiting.running -= len(items)
+
+    def queue(self) -> dict[str, int]:
+        """Queue depth and tokens waiting, and requests running, on this replica."""
+        return self.waiting.snapshot()
+
+    def ready(self) -> bool:
+        return True  # a replica is routed to only once its constructor (the worker's opening) returned
+
+    def where(self) -> dict[str, Any]:
+        """This replica's process and node (tests, operators)."""
+        import ray
+
+        context = ray.get_runtime_context()
+        node, actor = context.get_node_id(), context.get_actor_id()
+        return {"pid": os.getpid(), "node_id": node, "actor_id": actor, "served": self.served}
+
+    def __del__(self) -> None:
+        self._thread.shutdown(wait=False)
+        self._unpacked.cleanup()
+
+
+def _open(spec: models.ModelSpec) -> Any:
+    from bucketing import worker
+
+    return worker.open(spec.config, spec.model_dir, None, spec.model_yaml)
+
+
+class Ingress:
+    """The HTTP ingress: every path (`route_prefix: /`) through `Front`, each model's requests to its deployment."""
+
+    def __init__(
+        self, handles: Mapping[str, Any], versions: Mapping[str, str], args: AppArgs, timeout_s: float
+    ) -> None:
+        if args.no_auth:
+            key = None
+        elif args.key_file is None and not os.environ.get(KEY_ENV):
+            raise ArgsError(f"authorization is on: give key_file, set ${KEY_ENV}, or no_auth: true")
+        else:
+            key = read_key(Path(args.key_file) if args.key_file else None)
+        self.handles = dict(handles)
+        limits = Limits(key, args.max_request_bytes, args.request_timeout_s or timeout_s)
+        self.front = Front(versions, self._predict, self._ready, limits)
+
+    async def __call__(self, request: Request) -> Response:
+        scope = request.scope
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        answer = await self.front.answer(request.method, scope["path"], headers, request.receive)
+        out = {"content-type": answer.content_type, **dict(answer.headers)}
+        body = b"" if request.method == "HEAD" else answer.body
+        return Response(body, answer.status, headers=out)
+
+    async def _predict(self, name: str, item: Item) -> Answer:
+        handle = self.handles[name]
+        item = replace(item, key=uuid.uuid4().hex)  # unique across ingress replicas (the continuous pool's key)
+        for attempt in range(RETRIES + 1):
+            try:
+                answer: Answer = await handle.predict.remote(item)
+                return answer
+            except BackPressureError:
+                return unavailable(f'Model "{name}": the queue is full ({QUEUE_SIZE} requests waiting); retry shortly')
+            except (RayActorError, WorkerCrashedError) as e:  # the replica died (killed, its node lost)
+                logger.warning("model %s: replica lost (%s), attempt %d", name, type(e).__name__, attempt + 1)
+                if attempt == RETRIES:
+                    return unavailable(f'Model "{name}": its replica was lost ({type(e).__name__}); retry shortly')
+                await asyncio.sleep(0.5 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    async def _ready(self, name: str) -> bool:
+        try:
+            return bool(await asyncio.wait_for(self.handles[name].ready.remote(), READY_TIMEOUT_S))
+        except Exception:  # noqa: BLE001 - not ready, whatever the reason
+            return False
+
+
+def build(args: Mapping[str, Any]) -> Any:
+    """The application of `args` (see the module's docstring): a deployment per model, behind the ingress."""
+    app_args = AppArgs.parse(args)
+    handles: dict[str, Any] = {}
+    versions: dict[str, str] = {}
+    timeout_s = 0.0
+    for margs in app_args.models:
+        with tempfile.TemporaryDirectory(prefix="bucketing-ray-build-") as unpack_dir:
+            spec = read_spec(margs, Path(unpack_dir))
+        if spec.name in versions or spec.name == "Ingress":
+            raise ArgsError(f"bucketing.hosts.ray args: two models named {spec.name!r} (or one named Ingress)")
+        versions[spec.name] = spec.version
+        timeout_s = max(timeout_s, spec.response_timeout_s)
+        actor = {"num_cpus": spec.config.torch_threads, **margs.ray_actor_options}
+        deployment = serve.deployment(
+            name=spec.name,
+            ray_actor_options=actor,
+            autoscaling_config={**AUTOSCALING, **margs.autoscaling_config},
+            max_ongoing_requests=2 * spec.batch_size,  # one batch running, the next one filling
+            max_queued_requests=QUEUE_SIZE,
+            graceful_shutdown_timeout_s=GRACEFUL_SHUTDOWN_S,
+        )(Encoder)
+        # the replica's own args: options left out, so changing them (autoscaling) updates without a restart
+        handles[spec.name] = deployment.bind(
+            replace(margs, name=spec.name, ray_actor_options={}, autoscaling_config={})
+        )
+    ingress = serve.deployment(
+        name="Ingress",
+        ray_actor_options={"num_cpus": 0},  # it only awaits: no CPU held from the replicas
+        max_ongoing_requests=4 * QUEUE_SIZE,
+        num_replicas=1,
+    )(Ingress)
+    return ingress.bind(handles, versions, app_args, timeout_s)
+
+
+__all__ = ["AUTOSCALING", "AppArgs", "ArgsError", "Encoder", "Ingress", "ModelArgs", "answers", "build", "read_spec"]

@@ -1,0 +1,144 @@
+"""The Ray host on one local node (`tsctl.ray.RayServe`: `make serve-ray`'s path, on free ports in a test folder):
+the same requests as `test_hosts.py` answered with the standalone host's status, content type and bytes (which are
+TorchServe's), embeddings within 1e-5 of sentence-transformers', a bulk request over the token budget served
+around `serve.batch`, its own 401, and every Ray process gone after `stop`.
+
+The multi-node checks (replicas on distinct nodes, a replica and a node killed under load, autoscaling) are
+`test_ray_cluster.py`, opt-in (`make ray-test`)."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from tests.e2e.test_hosts import BASE, CASES, JSON, NAME, Host, j, start_standalone, unique
+from tsctl import free_ports, request
+from tsctl.ray import CONFIG, RayServe
+
+pytestmark = pytest.mark.e2e
+TEXTS = ["short query", "a somewhat longer passage about bucketing requests by length", "caf\u00e9 au lait"]
+
+
+def vectors(reply) -> np.ndarray:
+    """The embeddings of a native `{"texts": [...]}` answer (a list of `{"embedding": [...]}`)."""
+    return np.array([row["embedding"] for row in reply.json()])
+
+
+def ray_processes(temp_dir: Path) -> list[str]:
+    """Command lines of live processes naming our Ray temp folder (raylet, GCS, agents), or Ray workers whose
+    parent is gone with it: anything the cluster left."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(temp_dir) in cmd:
+            found.append(f"{proc.name} {cmd[:160]}")
+    return found
+
+
+def shared_batching_config() -> dict:
+    """config/ray/serve.yaml with test_hosts' batching (batch 8, 100 ms), one replica (no autoscaling)."""
+    base = yaml.safe_load(CONFIG.read_text())
+    app = base["applications"][0]
+    app["args"]["models"][0].update({"batch_size": 8, "max_batch_delay_ms": 100, "threads": 1})
+    for deployment in app["deployments"]:
+        if deployment["name"] == "minilm-bucketed":
+            deployment.pop("autoscaling_config")
+            deployment["num_replicas"] = 1
+    return base
+
+
+@pytest.fixture(scope="module")
+def ray_host(tmp_path_factory, model_store):
+    server = RayServe(tmp_path_factory.mktemp("ray"), free_ports(1)[0], num_cpus=1)
+    try:
+        server.start(model_store / "minilm-bucketed.mar", NAME, base=shared_batching_config())
+        yield server
+    finally:
+        server.stop()
+        left = ray_processes(server.temp_dir)
+        assert not left, f"Ray processes left after stop: {left}"
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory, model_store):
+    server = start_standalone(tmp_path_factory.mktemp("standalone-for-ray"), model_store)
+    try:
+        yield server
+    finally:
+        assert server.stop() == 0, server.tail()
+
+
+@pytest.fixture(scope="module")
+def hosts(ray_host, standalone) -> dict[str, Host]:
+    return {
+        "standalone": Host("standalone", standalone.url, standalone.headers()),
+        "ray": Host("ray", ray_host.url, ray_host.headers()),
+    }
+
+
+@pytest.mark.parametrize(("case", "method", "path", "body", "headers"), CASES, ids=[c[0] for c in CASES])
+def test_ray_answers_the_standalone_hosts_bytes(hosts, case, method, path, body, headers):
+    sa = hosts["standalone"].call(method, path, body, headers)
+    ra = hosts["ray"].call(method, path, body, headers)
+    assert (ra.status, ra.headers.get("content-type"), unique(ra.body)) == (
+        sa.status,
+        sa.headers.get("content-type"),
+        unique(sa.body),
+    ), f"{case}: standalone {sa.status} {sa.body[:300]!r}\nray {ra.status} {ra.body[:300]!r}"
+    length = "inference-header-content-length"
+    assert ra.headers.get(length) == sa.headers.get(length)
+
+
+def test_ray_matches_sentence_transformers(hosts):
+    import sentence_transformers
+
+    from model_store.archives import minilm_dir
+
+    model = sentence_transformers.SentenceTransformer(str(minilm_dir()), device="cpu")
+    expected = model.encode(TEXTS, convert_to_numpy=True)
+    reply = hosts["ray"].call("POST", BASE, j({"texts": TEXTS}), {"Content-Type": JSON})
+    assert reply.status == 200, reply.body[:300]
+    got = vectors(reply)
+    assert np.max(np.abs(got - expected)) <= 1e-5
+
+
+def test_ray_serves_concurrent_requests_and_a_bulk_one(hosts):
+    """Concurrent requests batched by serve.batch, and one over the token budget (handler.max_batch_tokens) alone:
+    serve.batch would refuse it, so it goes around, answered as the standalone host answers it."""
+    ray = hosts["ray"]
+    with ThreadPoolExecutor(8) as pool:
+        replies = list(
+            pool.map(lambda i: ray.call("POST", BASE, j({"text": f"text {i}"}), {"Content-Type": JSON}), range(24))
+        )
+    assert [r.status for r in replies] == [200] * 24
+    bulk = j({"texts": [f"passage number {i} " + "word " * 50 for i in range(160)]})
+    assert len(bulk) // 4 > 8192  # over the default max_batch_tokens by the host's estimate
+    sa = hosts["standalone"].call("POST", BASE, bulk, {"Content-Type": JSON})
+    ra = ray.call("POST", BASE, bulk, {"Content-Type": JSON})
+    assert ra.status == sa.status == 200
+    assert np.max(np.abs(vectors(ra) - vectors(sa))) <= 1e-6
+
+
+def test_ray_refuses_a_missing_or_wrong_token_and_serves_probes(ray_host):
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        reply = request(ray_host.url + BASE, "POST", j({"text": "a"}), {"Content-Type": JSON, **headers})
+        assert reply.status == 401 and reply.headers.get("www-authenticate") == "Bearer"
+        assert reply.json()["type"] == "InvalidKeyException"
+    assert request(ray_host.url + "/v2/health/live").json() == {"live": True}
+    assert request(ray_host.url + "/v2/health/ready").json() == {"ready": True}
+    meta = request(ray_host.url + "/v2", headers=ray_host.headers()).json()
+    assert meta["name"] == "bucketing-ray"
+    assert json.loads(request(ray_host.url + f"/v2/models/{NAME}/ready", headers=ray_host.headers()).body) == {
+        "name": NAME,
+        "ready": True,
+    }

@@ -1,0 +1,188 @@
+"""The Ray host without a cluster: the batch cost `serve.batch` closes by (requests and tokens in one unit), what goes
+around it, the queue it reports, the HTTP answers of `front.Front` with fake models, the application's args, and
+the copy of config/ray/serve.yaml `make serve-ray` deploys."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bucketing.hosts.ray.batching import Budget, Item, Waiting, estimate_tokens
+from bucketing.hosts.ray.front import METRICS_MESSAGE, Front, Limits
+from bucketing.hosts.standalone.app import Answer
+from tsctl.ray import CONFIG, is_our_ray, ray_temp_dir, serve_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def item(tokens: int, key: str = "k") -> Item:
+    return Item(b"", {}, None, tokens, key)
+
+
+@given(
+    st.integers(1, 64),
+    st.integers(1, 20000),
+    st.lists(st.integers(0, 5000), min_size=1, max_size=80),
+)
+def test_cost_fits_exactly_when_both_limits_hold(batch_size, max_tokens, tokens):
+    budget = Budget(batch_size, max_tokens)
+    fits = budget.cost([item(t) for t in tokens]) <= batch_size
+    assert fits == (len(tokens) <= batch_size and sum(tokens) <= max_tokens)
+
+
+def test_cost_examples_and_the_bypass():
+    budget = Budget(16, 8192)
+    assert budget.cost([item(10)] * 3) == 3  # requests dominate
+    assert budget.cost([item(4096)]) == 8  # half the tokens: half the batch
+    assert budget.cost([item(8192)]) == 16
+    assert budget.cost([item(8193)]) == 17  # alone over the budget: serve.batch would refuse it
+    assert budget.bypasses(item(8193)) and not budget.bypasses(item(8192))
+    assert math.ceil(100 * 16 / 8192) == budget.cost([item(100)])
+    with pytest.raises(ValueError):
+        Budget(0, 10)
+
+
+def test_waiting_counts_requests_and_tokens():
+    waiting = Waiting()
+    a, b, c = item(5, "a"), item(7, "b"), item(11, "c")
+    for x in (a, b, c):
+        waiting.add(x)
+    assert (waiting.requests, waiting.tokens) == (3, 23)
+    waiting.take([a, b])
+    assert waiting.snapshot() == {"requests": 1, "tokens": 11, "running": 0}
+    waiting.drop(c)
+    waiting.drop(a)  # after it ran: nothing
+    assert (waiting.requests, waiting.tokens) == (0, 0)
+    assert estimate_tokens(b"x" * 41) == 10
+
+
+class Receiver:
+    def __init__(self, body: bytes) -> None:
+        self.chunks = [body]
+
+    async def __call__(self):
+        chunk = self.chunks.pop(0) if self.chunks else b""
+        return {"type": "http.request", "body": chunk, "more_body": False}
+
+
+def front(key: str | None = "secret", delay: float = 0.0, timeout: float = 5.0, ready: bool = True) -> Front:
+    async def predict(name: str, it: Item) -> Answer:
+        await asyncio.sleep(delay)
+        return Answer(200, json.dumps({"model": name, "url_path": it.url_path, "tokens": it.tokens}).encode())
+
+    async def is_ready(name: str) -> bool:
+        return ready
+
+    return Front({"m": "1.0", "other": "2.0"}, predict, is_ready, Limits(key, 100, timeout))
+
+
+def call(f: Front, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None) -> Answer:
+    return asyncio.run(f.answer(method, path, headers or {}, Receiver(body)))
+
+
+AUTH = {"authorization": "Bearer secret"}
+
+
+def test_front_authorizes_like_the_standalone_host():
+    f = front()
+    refused = call(f, "POST", "/predictions/m", b"{}")
+    assert refused.status == 401 and ("WWW-Authenticate", "Bearer") in refused.headers
+    assert json.loads(refused.body)["type"] == "InvalidKeyException"
+    assert call(f, "POST", "/predictions/m", b"{}", {"authorization": "Bearer wrong"}).status == 401
+    assert call(f, "GET", "/ping").status == 200  # probes: no token
+    assert call(f, "GET", "/v2/health/ready").status == 200
+    assert call(front(key=None), "POST", "/predictions/m", b"{}").status == 200
+
+
+def test_front_routes_to_the_worker_with_torchserves_url_path():
+    f = front()
+    answer = call(f, "POST", "/predictions/m/1.0/v1/embeddings", b'{"input": "a"}', AUTH)
+    assert json.loads(answer.body) == {"model": "m", "url_path": "v1/embeddings", "tokens": 3}
+    assert json.loads(call(f, "POST", "/v2/models/m/infer", b"{}", AUTH).body)["url_path"] is None
+    # a root OpenAI route with several models: the body's model picks one
+    assert json.loads(call(f, "POST", "/v1/embeddings", b'{"model": "other"}', AUTH).body)["model"] == "other"
+    assert call(f, "POST", "/predictions/nope", b"{}", AUTH).status == 404
+    assert json.loads(call(f, "POST", "/predictions/m/9.9", b"{}", AUTH).body)["type"] == (
+        "ModelVersionNotFoundException"
+    )
+    assert call(f, "DELETE", "/metrics", b"", AUTH).status == 405
+    metrics = call(f, "GET", "/metrics", b"", AUTH)
+    assert metrics.status == 404 and json.loads(metrics.body)["message"] == METRICS_MESSAGE
+
+
+def test_front_limits_body_timeout_and_readiness():
+    f = front()
+    too_big = call(f, "POST", "/predictions/m", b"x" * 101, AUTH)
+    assert too_big.status == 413 and json.loads(too_big.body)["type"] == "RequestEntityTooLarge"
+    slow = call(front(delay=0.5, timeout=0.05), "POST", "/predictions/m", b"{}", AUTH)
+    assert slow.status == 504 and ("Retry-After", "1") in slow.headers
+    not_ready = front(ready=False)
+    assert call(not_ready, "GET", "/v2/health/ready").status == 503
+    assert json.loads(call(not_ready, "GET", "/v2/models/m/ready", b"", AUTH).body) == {"name": "m", "ready": False}
+
+
+def test_app_args_are_checked():
+    from bucketing.hosts.ray.app import AppArgs, ArgsError
+
+    with pytest.raises(ArgsError, match="models"):
+        AppArgs.parse({})
+    with pytest.raises(ArgsError, match="absolute"):
+        AppArgs.parse({"models": [{"model": "relative.mar"}]})
+    with pytest.raises(ArgsError, match="unknown"):
+        AppArgs.parse({"models": [{"model": "/m.mar"}], "colour": 1})
+    with pytest.raises(ArgsError, match="keys"):
+        AppArgs.parse({"models": [{"model": "/m.mar", "workers": 2}]})
+    parsed = AppArgs.parse({"models": [{"model": "/m.mar", "threads": 2}], "no_auth": True})
+    assert parsed.models[0].threads == 2 and parsed.no_auth
+
+
+def test_shipped_config_names_the_application():
+    config = yaml.safe_load(CONFIG.read_text())
+    app = config["applications"][0]
+    assert app["import_path"] == "bucketing.hosts.ray.app:build" and app["route_prefix"] == "/"
+    assert app["args"]["models"][0]["name"] == "minilm-bucketed"
+    scaling = next(d for d in app["deployments"] if d["name"] == "minilm-bucketed")["autoscaling_config"]
+    assert scaling["min_replicas"] < scaling["max_replicas"] and scaling["target_ongoing_requests"] > 0
+    from ray.serve.schema import ServeDeploySchema
+
+    ServeDeploySchema.model_validate(config)  # Ray's own schema of `serve deploy` files
+
+
+def test_serve_config_for_this_machine(tmp_path):
+    base = yaml.safe_load(CONFIG.read_text())
+    archive = tmp_path / "x.mar"
+    config = serve_config(base, archive, "batch", 12345, tmp_path / "key.json", threads=2)
+    app = config["applications"][0]
+    assert config["http_options"]["host"] == "127.0.0.1" and config["http_options"]["port"] == 12345
+    assert app["args"]["models"][0] == {"model": str(archive.resolve()), "name": "batch", "threads": 2}
+    assert app["args"]["key_file"] == str((tmp_path / "key.json").resolve())
+    assert "batch" in [d["name"] for d in app["deployments"]]
+    assert base["applications"][0]["args"]["models"][0]["name"] == "minilm-bucketed"  # the base is not changed
+    open_config = serve_config(base, archive, "batch", 1, None)
+    assert open_config["applications"][0]["args"]["no_auth"] is True
+    assert "key_file" not in open_config["applications"][0]["args"]
+
+
+def test_ray_identity_refuses_other_processes(tmp_path):
+    import os
+
+    assert not is_our_ray(os.getpid(), tmp_path)  # pytest is not a Ray head
+    temp = ray_temp_dir(tmp_path)
+    assert temp == ray_temp_dir(tmp_path) and temp != ray_temp_dir(tmp_path / "other")
+    assert len(str(temp)) < 60  # Ray's socket paths (its temp folder + ~60 bytes) must fit 107 bytes
+
+
+def test_nothing_below_hosts_imports_the_ray_host():
+    handler = ROOT / "handler"
+    for path in handler.rglob("*.py"):
+        if "hosts" in path.relative_to(handler).parts:
+            continue
+        text = path.read_text()
+        assert "hosts.ray" not in text and "import ray" not in text, path
