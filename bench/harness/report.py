@@ -103,6 +103,55 @@ def render_comparison(cmp: Comparison) -> str:
     )
 
 
+def ratio(a: float | None, b: float | None) -> str:
+    """`a / b` to two decimals, or `n/a` (either unknown or NaN, or `b` zero)."""
+    if a is None or b is None or not b or math.isnan(a) or math.isnan(b):
+        return "n/a"
+    return f"{a / b:.2f}"
+
+
+def load_label(c: Configuration) -> str:
+    """`longtail, closed 32 clients` or `longtail, open 10 req/s`."""
+    how = f"closed {c.concurrency} clients" if c.mode == "closed" else f"open {c.rate:g} req/s"
+    return f"{c.workload_label}, {how}"
+
+
+def host_sections(pairs: Sequence[Comparison]) -> list[str]:
+    """One section per host pair (`stats.host_comparisons`): each configuration's figures on both hosts and their
+    ratio, other host over the baseline."""
+    out = []
+    for other, base in dict.fromkeys((c.a.config.host, c.b.config.host) for c in pairs):
+        group = [c for c in pairs if (c.a.config.host, c.b.config.host) == (other, base)]
+        per = f"{other} / {base}"
+        headers = ["config", "load"]
+        for what in ("req/s", "p50 ms", "p99 ms"):
+            headers += [f"{base} {what}", f"{other} {what}", f"{per} {what.removesuffix(' ms')}"]
+        cores = any(c.a.server_cpu_cores is not None and c.b.server_cpu_cores is not None for c in group)
+        searched = any(c.capacity_ratio is not None for c in group)
+        headers += [f"{per} server cores"] * cores + [f"{per} capacity"] * searched
+        rows = []
+        for c in group:
+            a, b = c.a, c.b
+            row: list[object] = [b.config.name, load_label(b.config)]
+            for x, y in ((a.rps, b.rps), (a.p50_ms, b.p50_ms), (a.p99_ms, b.p99_ms)):
+                row += [num(y), num(x), ratio(x, y)]
+            row += [ratio(a.server_cpu_cores, b.server_cpu_cores)] * cores + [num(c.capacity_ratio, ".2f")] * searched
+            rows.append(row)
+        out.append(
+            "\n".join(
+                [
+                    f"## Hosts: {other} against {base}",
+                    "",
+                    f"The same configuration (archive, engine, precision, batch settings, workers x threads) and the "
+                    f"same load on each host in turn (`--hosts`); `{per}` is the {other} figure over the {base} one.",
+                    "",
+                    table(headers, rows),
+                ]
+            )
+        )
+    return out
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A markdown table."""
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
@@ -193,15 +242,18 @@ def render_markdown(
     bounds: Sequence[Mapping[str, object]],
     plots: Sequence[str],
     extra: Sequence[str] = (),
+    host_pairs: Sequence[Comparison] = (),
 ) -> str:
-    """report.md: what was run where, the results table, comparisons, extra sections (the tune suite's
-    recommendation), capacity steps, length histograms and plots."""
+    """report.md: what was run where, the results table, comparisons, the hosts side by side (when more than one
+    ran), extra sections (the tune suite's recommendation), capacity steps, length histograms and plots."""
     parts = [f"# {title}", ""]
     parts += [f"- **{k}**: {v}" for k, v in header.items()]
     if summaries:
         parts += ["", "## Results", "", results_table(summaries)]
     if comparisons:
         parts += ["", "## Comparisons", ""] + [f"- {render_comparison(c)}" for c in comparisons]
+    for section in host_sections(host_pairs):
+        parts += ["", section]
     for section in extra:
         parts += ["", section.rstrip("\n")]
     searched = [s for s in summaries if s.capacity]

@@ -102,8 +102,9 @@ class ReportInputs:
     extra: list[str] = field(default_factory=list)  # sections after the comparisons (the tune recommendation)
 
     def write(self, out: Path) -> list[stats.Comparison]:
-        """Plots and report.md into `out`; the comparisons it shows."""
+        """Plots and report.md into `out`; the comparisons it shows (within each host, then across hosts)."""
         comparisons = stats.comparisons(self.summaries)
+        host_pairs = stats.host_comparisons(self.summaries)
         made = plots.all_plots(self.summaries, self.offline_rows, out)
         histograms = {label: length_histogram(tokens) for label, tokens in self.sent.items()}
         md = report.render_markdown(
@@ -116,6 +117,7 @@ class ReportInputs:
             self.bounds,
             made,
             self.extra,
+            host_pairs,
         )
         (out / "report.md").write_text(md)
-        return comparisons
+        return comparisons + host_pairs
