@@ -61,14 +61,15 @@ FLAGS = HostFlags
 def across(
     configs: Sequence[Configuration], given: str | None, registry: Mapping[str, Host] = HOSTS
 ) -> tuple[Configuration, ...]:
-    """Each configuration once per host of `given` (a comma list), hosts in turn; `given` None: as they are."""
+    """Each configuration once per host of `given` (a comma list), hosts in turn (a configuration that differed
+    only in its host is measured once); `given` None: as they are."""
     names = list(dict.fromkeys(csv_list(given, str) or []))
     if not names:
         return tuple(configs)
     bad = [n for n in names if n not in registry]
     if bad:
         raise SystemExit(f"--hosts: got {', '.join(bad)}; allowed: {' | '.join(registry)}")
-    return tuple(replace(c, host=name) for c in configs for name in names)
+    return tuple(dict.fromkeys(replace(c, host=name) for c in configs for name in names))
 
 
 def check(configs: Sequence[Configuration], registry: Mapping[str, Host] = HOSTS) -> None:
