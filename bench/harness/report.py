@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from bench.harness.stats import Comparison, Summary
-from bench.inputs.configuration import Configuration
+from bench.inputs.configuration import TORCHSERVE, Configuration
 
 
 def num(value: float | None, fmt: str = ".1f") -> str:
@@ -61,7 +61,7 @@ def render_block(s: Summary) -> str:
             f"  CPU:         {server}load generator {s.client_cpu_cores:.2f} cores",
             *([capacity_line(s)] if s.capacity else []),
             *(
-                [f"  Memory:      worker peak RSS {s.worker_peak_rss_mb:.0f} MB (the largest of its workers)"]
+                [f"  Memory:      worker peak RSS {s.worker_peak_rss_mb:.0f} MB ({memory_of(c)})"]
                 if s.worker_peak_rss_mb is not None
                 else []
             ),
@@ -72,6 +72,12 @@ def render_block(s: Summary) -> str:
             ),
         ]
     )
+
+
+def memory_of(c: Configuration) -> str:
+    """What the peak RSS read: TorchServe's largest worker, or another host's processes that run the model (the
+    standalone server's one process, whose workers are threads)."""
+    return "the largest of its workers" if c.host == TORCHSERVE else "the largest of the processes running its model"
 
 
 def capacity_line(s: Summary) -> str:

@@ -157,8 +157,8 @@ class FakeHost:
 
 
 def fake_run(tmp_path: Path, names: tuple[str, ...], configs: tuple[Configuration, ...]) -> list[str]:
-    fake, started = Fake(tmp_path), []
-    registry = {name: FakeHost(fake, name, started) for name in names}
+    fake, started = Fake(tmp_path), list[str]()
+    registry: dict[str, hosts.Host] = {name: FakeHost(fake, name, started) for name in names}
     crossed = hosts.across(configs, ",".join(names), registry)
     run_plan = RunPlan("fake", "a fake plan", crossed, False, None)
 
