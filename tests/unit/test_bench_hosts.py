@@ -254,3 +254,11 @@ def test_the_bulk_section_names_the_host_when_another_ran():
 def test_hosts_registry_modules_have_what_a_host_needs():
     for name, host in hosts.HOSTS.items():
         assert host.NAME == name and callable(host.target)
+
+
+def test_the_report_header_names_the_hosts_where_another_ran():
+    from bench.harness.results import run_header
+
+    assert "hosts" not in run_header([], plan(SMALL))
+    both = run_header([], plan([*SMALL, "--hosts", "torchserve,standalone"]))
+    assert both["hosts"] == "torchserve, standalone (each configuration on each, in turn)"
