@@ -5,11 +5,12 @@ measured (client latencies, the handler's Prometheus counters, server CPU) and u
 bench/results/<timestamp>/ after every configuration: results.csv, results.json, then report.md and SVG plots.
 
 This module is the command line (parse, check, run), the top floor of the bench (bench/__init__.py): the only
-module that reads both the harness and the run kinds' registry (`kinds.RUN_KINDS`). The flags are parsed once into
-`harness.options.Options` (each run kind's own beside the bench's), the run plan is `harness.run_plan`, a run kind's
-loop, flags, checks, own workloads and report sections are its module in `kinds/` (`matrix`, `tune`, `bulk`,
-`long`), each configuration becomes a job in `harness.jobs`, a job is measured by `harness.measure` on a target of
-`harness.targets` (a TorchServe model) or of `peers/`, and the results and report inputs are `harness.results`.
+module that reads the harness, the run kinds' registry (`kinds.RUN_KINDS`) and the hosts' (`hosts.HOSTS`) together.
+The flags are parsed once into `harness.options.Options` (each run kind's own and the hosts' beside the bench's),
+the run plan is `harness.run_plan` crossed with `--hosts` (`hosts.across`), a run kind's loop, flags, checks, own
+workloads and report sections are its module in `kinds/` (`matrix`, `tune`, `bulk`, `long`), each configuration
+becomes a job in `harness.jobs`, a job is measured by `harness.measure` on a target of its host (`hosts/`: a
+TorchServe model, a standalone server) or of `peers/`, and the results and report inputs are `harness.results`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import datetime as dt
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
+from bench import hosts
 from bench.harness import capacity, report
 from bench.harness import options as harness_options
 from bench.harness.capacity import STEP_REQUESTS, CapacitySettings
@@ -30,7 +33,9 @@ from bench.harness.results import ReportInputs, ResultsWriter, run_header, run_o
 from bench.harness.run_plan import RunPlan, suites
 from bench.harness.stats import Summary
 from bench.harness.targets import TorchServeSite, build_archives
+from bench.hosts import HostFlags, HostRun
 from bench.inputs import models, traffic
+from bench.inputs.configuration import TORCHSERVE
 from bench.inputs.workloads import NOT_EMBEDDINGS, Workload
 from bench.kinds import RUN_KINDS, RunContext
 from bench.peers import PEERS, peer_configs
@@ -54,9 +59,9 @@ __all__ = [
 
 
 def parse_args(argv: Sequence[str] | None) -> Options:
-    """The flags, parsed once: the bench's and each run kind's own (`options`)."""
+    """The flags, parsed once: the bench's, each run kind's own and the hosts' (`options`)."""
     kind_flags = [kind.FLAGS for kind in RUN_KINDS.values() if kind.FLAGS is not None]
-    return parse_options(argv, __doc__.splitlines()[0], kind_flags)
+    return parse_options(argv, __doc__.splitlines()[0], [*kind_flags, hosts.FLAGS])
 
 
 def owners() -> dict[str, str]:
@@ -65,8 +70,10 @@ def owners() -> dict[str, str]:
 
 
 def plan_from_args(options: Options) -> RunPlan:
-    """The run plan from the flags (`options.plan_from_args`), a workload a run kind owns running its suite."""
-    return harness_options.plan_from_args(options, owners())
+    """The run plan from the flags (`options.plan_from_args`), a workload a run kind owns running its suite; each
+    configuration on each host of `--hosts` in turn (`hosts.across`)."""
+    plan = harness_options.plan_from_args(options, owners())
+    return replace(plan, configs=hosts.across(plan.configs, options.of(HostFlags).hosts))
 
 
 def user_texts(options: Options) -> Workload | None:
@@ -87,6 +94,7 @@ def check_args(options: Options, plan: RunPlan) -> CapacitySettings | None:
     step defaults)."""
     if plan.kind not in RUN_KINDS:
         raise SystemExit(f"kind: got {plan.kind!r}; allowed: {' | '.join(RUN_KINDS)}")
+    hosts.check(plan.configs)
     RUN_KINDS[plan.kind].check(options, plan)
     for name, kind in RUN_KINDS.items():
         if name != plan.kind:
@@ -187,11 +195,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     with exit_on_signals():  # SIGTERM/SIGHUP stop our servers like Ctrl-C does
         client, server = open_target(options, plan, stamp)
         site = TorchServeSite(client, server)
+        run = HostRun(site, archives.STORE, ROOT / ".tmp" / f"bench-{stamp}-hosts")
         progress = not options.no_progress and sys.stderr.isatty()
         ctx = RunContext(
             plan=plan,
             resolver=Resolver(out, options.seed, texts, options.docs_per_request),
-            target=site.model,
+            target=hosts.targets(run),
             measurer=Measurer(send_http(options.seed, progress), settings),
             inputs=inputs,
             record=lambda summary: None,  # set by measure_all
@@ -202,7 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             options=options,
             progress=progress,
         )
-        return measure_all(ctx, server)
+        on_torchserve = any(c.host == TORCHSERVE for c in plan.configs)  # else no TorchServe is started
+        return measure_all(ctx, server if on_torchserve else None)
 
 
 def measure_all(ctx: RunContext, server: TorchServe | None = None) -> int:

@@ -11,8 +11,25 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from bench.harness.stats import Summary  # noqa: E402
+from bench.inputs.configuration import TORCHSERVE  # noqa: E402
 
 COLORS = {"bucketed": "#1b9e77", "dynamic": "#d95f02", "static": "#7570b3", "infinity": "#e7298a"}
+HOST_STYLES = ("-", "--", ":", "-.")  # a line style per host, in the order they ran (TorchServe's solid)
+
+
+def series(s: Summary) -> tuple[str, str]:
+    """A plot's series: the strategy, and the host our worker ran on."""
+    return s.config.strategy, s.config.host
+
+
+def series_label(strategy: str, host: str) -> str:
+    """`bucketed`, or `bucketed on standalone` off TorchServe."""
+    return strategy if host == TORCHSERVE else f"{strategy} on {host}"
+
+
+def host_style(summaries: Sequence[Summary], host: str) -> str:
+    hosts = list(dict.fromkeys([TORCHSERVE] + [s.config.host for s in summaries]))
+    return HOST_STYLES[hosts.index(host) % len(HOST_STYLES)]
 
 
 def _save(fig: plt.Figure, out: Path, name: str) -> str:
@@ -42,11 +59,12 @@ def batch_size_comparison(summaries: Sequence[Summary], out: Path) -> str | None
     if len({s.config.batch_size for s in closed}) < 2:
         return None
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    for strategy in sorted({s.config.strategy for s in closed}):
-        pts = sorted((s.config.batch_size, s.rps, s.p99_ms) for s in closed if s.config.strategy == strategy)
+    for strategy, host in sorted({series(s) for s in closed}):
+        pts = sorted((s.config.batch_size, s.rps, s.p99_ms) for s in closed if series(s) == (strategy, host))
         xs = [p[0] for p in pts]
-        left.plot(xs, [p[1] for p in pts], "o-", label=strategy, color=COLORS.get(strategy))
-        right.plot(xs, [p[2] for p in pts], "o-", label=strategy, color=COLORS.get(strategy))
+        style, label = f"o{host_style(closed, host)}", series_label(strategy, host)
+        left.plot(xs, [p[1] for p in pts], style, label=label, color=COLORS.get(strategy))
+        right.plot(xs, [p[2] for p in pts], style, label=label, color=COLORS.get(strategy))
     for ax, ylabel in ((left, "requests/s"), (right, "p99 latency (ms)")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size")
@@ -62,14 +80,15 @@ def queue_wait_comparison(summaries: Sequence[Summary], out: Path) -> str | None
     if not opened:
         return None
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    keys = sorted({(s.config.strategy, s.config.max_batch_delay) for s in opened})
-    for strategy, delay in keys:
+    keys = sorted({(*series(s), s.config.max_batch_delay) for s in opened})
+    for strategy, host, delay in keys:
         pts = sorted(
             (s.config.rate or 0, s.rps, s.p99_ms)
             for s in opened
-            if (s.config.strategy, s.config.max_batch_delay) == (strategy, delay)
+            if (*series(s), s.config.max_batch_delay) == (strategy, host, delay)
         )
-        ax.plot([p[1] for p in pts], [p[2] for p in pts], "o-", label=f"{strategy} delay {delay} ms")
+        style, label = f"o{host_style(opened, host)}", f"{series_label(strategy, host)} delay {delay} ms"
+        ax.plot([p[1] for p in pts], [p[2] for p in pts], style, label=label)
     ax.set_xlabel("achieved requests/s")
     ax.set_ylabel("p99 latency (ms, from intended send time)")
     ax.set_yscale("log")
@@ -84,18 +103,20 @@ def padding_comparison(summaries: Sequence[Summary], out: Path) -> str | None:
     if not pts:
         return None
     workloads = sorted({s.config.workload_label for s in pts})
-    strategies = sorted({s.config.strategy for s in pts})
+    strategies = sorted({series(s) for s in pts})
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     width = 0.8 / len(strategies)
-    for k, strategy in enumerate(strategies):
+    for k, (strategy, host) in enumerate(strategies):
         eff, rps = [], []
         for w in workloads:
-            match = [s for s in pts if s.config.strategy == strategy and s.config.workload_label == w]
+            match = [s for s in pts if series(s) == (strategy, host) and s.config.workload_label == w]
             eff.append(match[0].handler.padding_efficiency or 0 if match else 0)
             rps.append(match[0].rps if match else 0)
         xs = [i + k * width for i in range(len(workloads))]
-        left.bar(xs, eff, width, label=strategy, color=COLORS.get(strategy))
-        right.bar(xs, rps, width, label=strategy, color=COLORS.get(strategy))
+        hatch = None if host == TORCHSERVE else "//"
+        label, color = series_label(strategy, host), COLORS.get(strategy)
+        left.bar(xs, eff, width, label=label, color=color, hatch=hatch)
+        right.bar(xs, rps, width, label=label, color=color, hatch=hatch)
     for ax, ylabel in ((left, "padding efficiency (real / padded)"), (right, "requests/s")):
         ax.set_xticks([i + 0.4 - width / 2 for i in range(len(workloads))], workloads, rotation=15, fontsize=8)
         ax.set_ylabel(ylabel)

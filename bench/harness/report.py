@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from bench.harness.stats import Comparison, Summary
-from bench.inputs.configuration import Configuration
+from bench.inputs.configuration import TORCHSERVE, Configuration
 
 
 def num(value: float | None, fmt: str = ".1f") -> str:
@@ -61,7 +61,7 @@ def render_block(s: Summary) -> str:
             f"  CPU:         {server}load generator {s.client_cpu_cores:.2f} cores",
             *([capacity_line(s)] if s.capacity else []),
             *(
-                [f"  Memory:      worker peak RSS {s.worker_peak_rss_mb:.0f} MB (the largest of its workers)"]
+                [f"  Memory:      worker peak RSS {s.worker_peak_rss_mb:.0f} MB ({memory_of(c)})"]
                 if s.worker_peak_rss_mb is not None
                 else []
             ),
@@ -72,6 +72,12 @@ def render_block(s: Summary) -> str:
             ),
         ]
     )
+
+
+def memory_of(c: Configuration) -> str:
+    """What the peak RSS read: TorchServe's largest worker, or another host's processes that run the model (the
+    standalone server's one process, whose workers are threads)."""
+    return "the largest of its workers" if c.host == TORCHSERVE else "the largest of the processes running its model"
 
 
 def capacity_line(s: Summary) -> str:
@@ -101,6 +107,55 @@ def render_comparison(cmp: Comparison) -> str:
         f"{cmp.a.config.name} ran {cmp.throughput_ratio:.2f}x the throughput of {cmp.b.config.name}, "
         f"at {num(cmp.p99_ratio, '.2f')}x its p99 ({cmp.a.config.workload_label}, {cmp.a.config.mode} loop){held}"
     )
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    """`a / b` to two decimals, or `n/a` (either unknown or NaN, or `b` zero)."""
+    if a is None or b is None or not b or math.isnan(a) or math.isnan(b):
+        return "n/a"
+    return f"{a / b:.2f}"
+
+
+def load_label(c: Configuration) -> str:
+    """`longtail, closed 32 clients` or `longtail, open 10 req/s`."""
+    how = f"closed {c.concurrency} clients" if c.mode == "closed" else f"open {c.rate:g} req/s"
+    return f"{c.workload_label}, {how}"
+
+
+def host_sections(pairs: Sequence[Comparison]) -> list[str]:
+    """One section per host pair (`stats.host_comparisons`): each configuration's figures on both hosts and their
+    ratio, other host over the baseline."""
+    out = []
+    for other, base in dict.fromkeys((c.a.config.host, c.b.config.host) for c in pairs):
+        group = [c for c in pairs if (c.a.config.host, c.b.config.host) == (other, base)]
+        per = f"{other} / {base}"
+        headers = ["config", "load"]
+        for what in ("req/s", "p50 ms", "p99 ms"):
+            headers += [f"{base} {what}", f"{other} {what}", f"{per} {what.removesuffix(' ms')}"]
+        cores = any(c.a.server_cpu_cores is not None and c.b.server_cpu_cores is not None for c in group)
+        searched = any(c.capacity_ratio is not None for c in group)
+        headers += [f"{per} server cores"] * cores + [f"{per} capacity"] * searched
+        rows = []
+        for c in group:
+            a, b = c.a, c.b
+            row: list[object] = [b.config.name, load_label(b.config)]
+            for x, y in ((a.rps, b.rps), (a.p50_ms, b.p50_ms), (a.p99_ms, b.p99_ms)):
+                row += [num(y), num(x), ratio(x, y)]
+            row += [ratio(a.server_cpu_cores, b.server_cpu_cores)] * cores + [num(c.capacity_ratio, ".2f")] * searched
+            rows.append(row)
+        out.append(
+            "\n".join(
+                [
+                    f"## Hosts: {other} against {base}",
+                    "",
+                    f"The same configuration (archive, engine, precision, batch settings, workers x threads) and the "
+                    f"same load on each host in turn (`--hosts`); `{per}` is the {other} figure over the {base} one.",
+                    "",
+                    table(headers, rows),
+                ]
+            )
+        )
+    return out
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -193,15 +248,18 @@ def render_markdown(
     bounds: Sequence[Mapping[str, object]],
     plots: Sequence[str],
     extra: Sequence[str] = (),
+    host_pairs: Sequence[Comparison] = (),
 ) -> str:
-    """report.md: what was run where, the results table, comparisons, extra sections (the tune suite's
-    recommendation), capacity steps, length histograms and plots."""
+    """report.md: what was run where, the results table, comparisons, the hosts side by side (when more than one
+    ran), extra sections (the tune suite's recommendation), capacity steps, length histograms and plots."""
     parts = [f"# {title}", ""]
     parts += [f"- **{k}**: {v}" for k, v in header.items()]
     if summaries:
         parts += ["", "## Results", "", results_table(summaries)]
     if comparisons:
         parts += ["", "## Comparisons", ""] + [f"- {render_comparison(c)}" for c in comparisons]
+    for section in host_sections(host_pairs):
+        parts += ["", section]
     for section in extra:
         parts += ["", section.rstrip("\n")]
     searched = [s for s in summaries if s.capacity]

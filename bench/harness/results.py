@@ -20,6 +20,7 @@ from typing import Any
 from bench.harness import offline, plots, report, stats
 from bench.harness.capacity import CapacitySettings
 from bench.harness.run_plan import RunPlan
+from bench.inputs.configuration import TORCHSERVE
 from bucketing.planning.planner import CostModel
 from model_store.archives import SERVED
 
@@ -56,8 +57,8 @@ def run_header(
     texts: str = "",
     settings: CapacitySettings | None = None,
 ) -> dict[str, str]:
-    """What the report says about the run: date, machine, the command that reproduces it, the suite, the user's
-    texts and the p99 target."""
+    """What the report says about the run: date, machine, the command that reproduces it, the suite, the hosts
+    (where other than TorchServe alone), the user's texts and the p99 target."""
     command = "python bench/compare.py " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
     )
@@ -67,6 +68,9 @@ def run_header(
         "command": f"`{command.strip()}`",
         "suite": f"{plan.name}: {plan.description}".strip(),
     }
+    hosts = list(dict.fromkeys(c.host for c in plan.configs))
+    if hosts != [TORCHSERVE]:  # said where another host ran (`--hosts`)
+        header["hosts"] = ", ".join(hosts) + " (each configuration on each, in turn)" * (len(hosts) > 1)
     if texts:
         header["texts"] = texts
     if settings:
@@ -102,8 +106,9 @@ class ReportInputs:
     extra: list[str] = field(default_factory=list)  # sections after the comparisons (the tune recommendation)
 
     def write(self, out: Path) -> list[stats.Comparison]:
-        """Plots and report.md into `out`; the comparisons it shows."""
+        """Plots and report.md into `out`; the comparisons it shows (within each host, then across hosts)."""
         comparisons = stats.comparisons(self.summaries)
+        host_pairs = stats.host_comparisons(self.summaries)
         made = plots.all_plots(self.summaries, self.offline_rows, out)
         histograms = {label: length_histogram(tokens) for label, tokens in self.sent.items()}
         md = report.render_markdown(
@@ -116,6 +121,7 @@ class ReportInputs:
             self.bounds,
             made,
             self.extra,
+            host_pairs,
         )
         (out / "report.md").write_text(md)
-        return comparisons
+        return comparisons + host_pairs

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from bench.harness.capacity import Capacity
-from bench.inputs.configuration import Configuration
+from bench.inputs.configuration import TORCHSERVE, Configuration
 from bucketing.config import STRATEGY_RULES
 from bucketing.engine_registry import is_reduced
 from bucketing.metrics import METRICS, BatchStats
@@ -22,10 +22,11 @@ HandlerDelta = BatchStats  # what the handler's counters moved by during one mea
 
 
 def parse_prometheus(text: str, model: str) -> dict[str, float]:
-    """The handler counters of one model from TorchServe's Prometheus text."""
+    """The handler counters of one model from Prometheus text: TorchServe's (`ModelName` then its other labels) or
+    the standalone server's (`ModelName` alone)."""
     out = {}
     for name in HANDLER_METRICS:
-        m = re.search(rf'^{name}{{ModelName="{re.escape(model)}",[^}}]*}} ([0-9.eE+-]+)$', text, re.M)
+        m = re.search(rf'^{name}{{ModelName="{re.escape(model)}"(?:,[^}}]*)?}} ([0-9.eE+-]+)$', text, re.M)
         out[name] = float(m.group(1)) if m else 0.0
     return out
 
@@ -89,6 +90,7 @@ class Summary:
         return {
             "config": c.name,
             "server": c.served_by,
+            "host": "" if c.peer else c.host,  # what served our worker (a peer is its own server)
             "strategy": c.peer or c.strategy,
             "batch_size": c.batch_size,
             "max_batch_delay": c.max_batch_delay,
@@ -217,8 +219,8 @@ def comparisons(summaries: Sequence[Summary]) -> list[Comparison]:
     """Each bucketed configuration against the others of its workload, mode and rate that differ in one way.
 
     Pairs: same batch size with another strategy, batch size 1 (direct inference) of any strategy, and the same
-    configuration on another engine, or in bfloat16 against float32. A peer is compared only with our
-    configurations of its own dtype (equal precision).
+    configuration on another engine, or in bfloat16 against float32, each within one host. A peer is compared only
+    with our configurations of its own dtype (equal precision), on any host.
     """
     out = []
     for a in summaries:
@@ -235,6 +237,8 @@ def comparisons(summaries: Sequence[Summary]) -> list[Comparison]:
                 continue
             if b.config.peer is not None and (b.config.dtype or "float32") != (a.config.dtype or "float32"):
                 continue  # a peer against ours at its own precision only
+            if b.config.peer is None and b.config.host != a.config.host:
+                continue  # ours within a host; across hosts: `host_comparisons`
             same_engine = (b.config.engine, b.config.dtype) == (
                 a.config.engine,
                 a.config.dtype,
@@ -253,5 +257,25 @@ def comparisons(summaries: Sequence[Summary]) -> list[Comparison]:
                 and replace(b.config, dtype=a.config.dtype, engine=a.config.engine) == a.config
             )
             if other_strategy or b.config.batch_size == 1 or other_engine or other_dtype:
+                out.append(Comparison(a, b))
+    return out
+
+
+def baseline_host(summaries: Sequence[Summary]) -> str:
+    """The host others are compared with: TorchServe where it ran, else the first host measured."""
+    hosts = [s.config.host for s in summaries if s.config.peer is None]
+    return TORCHSERVE if TORCHSERVE in hosts or not hosts else hosts[0]
+
+
+def host_comparisons(summaries: Sequence[Summary]) -> list[Comparison]:
+    """Each configuration on another host against the same configuration on the baseline host (`a`: the other
+    host, `b`: the baseline), in the order measured; none where one host ran."""
+    base = baseline_host(summaries)
+    by_config = {s.config: s for s in summaries if s.config.peer is None and s.config.host == base}
+    out = []
+    for a in summaries:
+        if a.config.peer is None and a.config.host != base:
+            b = by_config.get(replace(a.config, host=base))
+            if b is not None:
                 out.append(Comparison(a, b))
     return out

@@ -1,6 +1,9 @@
 """The target seam: where a job's load goes. A target is a context manager (entered: ready to answer; left:
-stopped or unregistered) with one interface, the `Target` protocol; the run loop knows no other. Two kinds serve
-it: a model registered on a TorchServe (`TorchServeModel`, here) and a peer server (`peers.PeerServer`)."""
+stopped or unregistered) with one interface, the `Target` protocol; the run loop knows no other. Three kinds serve
+it: a model registered on a TorchServe (`TorchServeModel`, here), our worker on another host (`hosts/`: the
+standalone server), and a peer server (`peers.PeerServer`). What every host of our worker shares is here too: the
+archive a configuration runs (`archive`), the registered name (`model_name`), the engine (`engine_of`) and the
+fidelity check of its answers (`answers_cosine`)."""
 
 from __future__ import annotations
 
@@ -122,6 +125,36 @@ def model_name(config: Configuration) -> str:
     )
 
 
+def archive(store: Path | None, config: Configuration) -> str:
+    """The configuration's archive file name in `store`, built first when missing or stale (None: a store not
+    ours, which must already hold it)."""
+    prefix = models.prefix(config.model, config.engine, config.schedule, config.dtype)
+    name = archives.name(config.strategy, config.threads, prefix)
+    if store is not None:
+        task = models.task(config.workload)
+        strategies = [config.strategy]
+        build_archives(
+            store, config.threads, strategies, config.engine, config.model, task, config.schedule, config.dtype
+        )
+    return f"{name}.mar"
+
+
+def answers_cosine(url: str, headers: dict[str, str], job: Job) -> float | None:
+    """The lowest cosine of the answers at `url` to the job's picks (our JSON body, one request) against their
+    float32 references (None: the job has none); an answer other than 200 ends the run with its one line."""
+    if job.references is None:
+        return None
+    from tsctl.client import request
+
+    reply = request(
+        url, "POST", json.dumps({"texts": list(job.picks)}), {"Content-Type": "application/json", **headers}
+    )
+    if reply.status != 200:
+        raise SystemExit(f"{job.config.name}: the fidelity check got HTTP {reply.status}: {reply.body[:200]!r}")
+    answers = [a["embedding"] for a in json.loads(reply.body)]
+    return min(cosine(a, b) for a, b in zip(answers, job.references, strict=True))
+
+
 class TorchServeSite:
     """A TorchServe the bench talks to: its client, and the server itself when the bench started it (None: a
     running server given by URL, whose model store must already hold the archives)."""
@@ -141,16 +174,9 @@ class TorchServeSite:
         return Endpoints.from_properties(read_properties(DEFAULT_PROPERTIES)).management
 
     def archive(self, config: Configuration) -> str:
-        """The configuration's archive file name (built first, when the store is ours)."""
-        prefix = models.prefix(config.model, config.engine, config.schedule, config.dtype)
-        name = archives.name(config.strategy, config.threads, prefix)
-        if self.store is not None:
-            task = models.task(config.workload)
-            strategies = [config.strategy]
-            build_archives(
-                self.store, config.threads, strategies, config.engine, config.model, task, config.schedule, config.dtype
-            )
-        return f"{name}.mar"  # a server of someone else's must have it in its model store
+        """The configuration's archive file name (built first, when the store is ours; a server of someone else's
+        must have it in its model store)."""
+        return archive(self.store, config)
 
     def device(self, model: str) -> str:
         """Where the model's workers run, as TorchServe's describe API says (`gpu` per worker)."""
@@ -215,13 +241,4 @@ class TorchServeModel:
 
     def fidelity(self, job: Job) -> float | None:
         """The lowest cosine of the model's answers to the job's picks against their references."""
-        if job.references is None:
-            return None
-        from tsctl.client import request
-
-        headers = {"Content-Type": "application/json", **self.headers()}
-        reply = request(self.url, "POST", json.dumps({"texts": list(job.picks)}), headers)
-        if reply.status != 200:
-            raise SystemExit(f"{job.config.name}: the fidelity check got HTTP {reply.status}: {reply.body[:200]!r}")
-        answers = [a["embedding"] for a in json.loads(reply.body)]
-        return min(cosine(a, b) for a, b in zip(answers, job.references, strict=True))
+        return answers_cosine(self.url, self.headers(), job)

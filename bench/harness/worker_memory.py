@@ -1,4 +1,5 @@
-"""The peak RSS of a running TorchServe's workers, read from /proc (the compare bench's `Memory:` line)."""
+"""The peak RSS of a running TorchServe's workers, or of one process (the standalone server, whose workers are its
+threads), read from /proc (the compare bench's `Memory:` line)."""
 
 from __future__ import annotations
 
@@ -32,3 +33,12 @@ def workers_peak_rss_mb(pgid: int, proc: Path = Path("/proc")) -> float | None:
         if peak is not None:
             peaks.append(peak / 1024)
     return max(peaks) if peaks else None
+
+
+def process_peak_rss_mb(pid: int, proc: Path = Path("/proc")) -> float | None:
+    """The peak RSS (MB) of one process; None: gone, or not read."""
+    try:
+        peak = vm_hwm_kb((proc / str(pid) / "status").read_text())
+    except OSError:
+        return None
+    return peak / 1024 if peak is not None else None

@@ -1,10 +1,13 @@
-"""One configuration to measure: what is registered (strategy, batch size, layout, engine, schedule, dtype, model)
-and how it is loaded (workload, mode, clients or rate, duration)."""
+"""One configuration to measure: what is registered (strategy, batch size, layout, engine, schedule, dtype, model),
+on which host (TorchServe, the standalone server), and how it is loaded (workload, mode, clients or rate,
+duration)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
+TORCHSERVE = "torchserve"  # the default host (`hosts.HOSTS`): the worker under TorchServe
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,7 @@ class Configuration:
     dtype: str | None = None  # float32 | bfloat16 (handler.dtype; bfloat16 runs on torch); None: float32
     model: str | None = None  # None: the bundled MiniLM; `bert-base-random`; or a model folder
     peer: str | None = None  # another server measured on the same load (`peers.PEERS`); strategy is its name
+    host: str = TORCHSERVE  # what serves our worker (`hosts.HOSTS`); a peer's is the default (it is its own server)
     label: str = ""  # appended to the name, e.g. `from YAML` for the tuned configuration's re-measurement
 
     @property
@@ -47,6 +51,8 @@ class Configuration:
             label += f" {self.dtype}"
         if self.model is not None:
             label += f" [{Path(self.model).name}]"
+        if self.host != TORCHSERVE and self.peer is None:
+            label += f" on {self.host}"
         if self.label:
             label += f" ({self.label})"
         return label
@@ -57,4 +63,5 @@ class Configuration:
 
     @property
     def served_by(self) -> str:
-        return self.peer or "torchserve"
+        """The server measured: the peer, else the host our worker ran on."""
+        return self.peer or self.host

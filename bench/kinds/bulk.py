@@ -6,6 +6,9 @@
 - **small p99 during bulk**: the same single-text load while one bulk request runs (it starts first; the small
   load stops before the bulk request is expected to end, so every small request shares the server with it).
 
+Each configuration runs on its host (`--hosts torchserve,standalone`: on each in turn, a row each), the token-budget
+check per host: e.g. `--bulk-texts 512 --small-clients 32`.
+
 The two ratios (bulk / split texts/s, during / alone p99) are the report's section, and `bulk.json` in the run's
 folder. Every load is bounded in count and time; the bulk request's texts are the workload's, repeated if fewer.
 
@@ -30,7 +33,7 @@ from bench.harness.measure import WARMUP_S, Load
 from bench.harness.options import Options, flag
 from bench.harness.run_plan import RunPlan
 from bench.harness.targets import Target
-from bench.inputs.configuration import Configuration
+from bench.inputs.configuration import TORCHSERVE, Configuration
 from bench.inputs.job import Job
 from bench.inputs.workloads import NOT_EMBEDDINGS
 from bench.kinds.context import RunContext
@@ -98,6 +101,7 @@ class BulkRow:
     """One configuration's figures."""
 
     config: str
+    host: str  # what served our worker (`hosts.HOSTS`)
     bulk_to: str  # where the bulk requests went: same, or the second registration's WxT
     texts: int
     bulk_s: float
@@ -118,7 +122,7 @@ def check(options: Options, plan: RunPlan) -> None:
     flags = options.of(BulkFlags)
     layouts(flags, plan)
     if options.peer:
-        raise SystemExit("--peer: not with --suite bulk (it measures TorchServe configurations)")
+        raise SystemExit("--peer: not with --suite bulk (it measures our configurations, on their hosts)")
     if options.p99_ms is not None:
         raise SystemExit("--p99-ms: not with --suite bulk (it reports the p99 of single-text requests itself)")
     for c in plan.configs:
@@ -211,6 +215,7 @@ def measure(
     p99_alone, p99_during = p99(small_alone), p99(small_during)
     return BulkRow(
         config=config.name,
+        host=config.host,
         bulk_to=bulk_to,
         texts=len(texts),
         bulk_s=round(bulk_s, 3),
@@ -237,6 +242,7 @@ def line(row: BulkRow) -> str:
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("config", "config"),
+    ("host", "host"),
     ("bulk_to", "bulk requests to"),
     ("bulk_s", "bulk request s"),
     ("bulk_texts_per_s", "bulk texts/s"),
@@ -252,12 +258,14 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 
 
 def section(rows: list[BulkRow]) -> str:
-    """The report's section: one row per configuration."""
+    """The report's section: one row per configuration (and host, `--hosts`)."""
     texts = rows[0].texts if rows else 0
     split = rows[0].split_requests if rows else 0
     head = (
         f"## Bulk requests\n\nOne request of {texts} texts against the same texts as {split} requests; the p99 of "
         "single-text requests alone and while one bulk request runs (`bench/kinds/bulk.py`).\n\n"
     )
-    cells = [[asdict(r)[k] for k, _ in COLUMNS] for r in rows]
-    return head + report.table([h for _, h in COLUMNS], cells) + "\n"
+    hosts = {r.host for r in rows} != {TORCHSERVE}  # the host column where another host ran
+    columns = [(k, h) for k, h in COLUMNS if k != "host" or hosts]
+    cells = [[asdict(r)[k] for k, _ in columns] for r in rows]
+    return head + report.table([h for _, h in columns], cells) + "\n"

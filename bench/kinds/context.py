@@ -48,7 +48,7 @@ class RunContext:
 
     plan: RunPlan
     resolver: Resolves
-    target: Callable[[Job], Target]  # a job's own target: its model on our TorchServe
+    target: Callable[[Job], Target]  # a job's own target: its model on its configuration's host (`hosts.targets`)
     measurer: Measures
     inputs: ReportInputs
     record: Callable[[Summary], None]  # a summary into the report and the results files, as soon as it is measured

@@ -38,7 +38,7 @@ from bench.harness.options import Options, flag
 from bench.harness.run_plan import RunPlan
 from bench.harness.targets import TorchServeModel, TorchServeSite, model_name
 from bench.inputs import models
-from bench.inputs.configuration import Configuration
+from bench.inputs.configuration import TORCHSERVE, Configuration
 from bench.inputs.workloads import LONG, LONG_DOCS, LONG_TOKENS, Workload, long_documents
 from bench.kinds.context import RunContext
 from bucketing import chunks
@@ -95,7 +95,8 @@ class LongRow:
 
 
 def check(options: Options, plan: RunPlan) -> None:
-    """The long workload alone (no peer, capacity search or exact-length bound); flags within their ranges."""
+    """The long workload alone (no peer, capacity search, exact-length bound or host other than TorchServe); flags
+    within their ranges."""
     flags = options.of(LongFlags)
     if options.peer:
         raise SystemExit("--peer: not with --workload long (it measures TorchServe registrations)")
@@ -108,6 +109,8 @@ def check(options: Options, plan: RunPlan) -> None:
             raise SystemExit(f"--suite long: got --workload {c.workload}; allowed: long")
         if c.mode != "closed":
             raise SystemExit("--workload long: runs a closed loop (--mode closed, no --rates)")
+        if c.host != TORCHSERVE:
+            raise SystemExit(f"--hosts {c.host}: not with --workload long (it registers on TorchServe itself)")
     if not 1 <= flags.long_docs <= 1000:
         raise SystemExit(f"--long-docs: got {flags.long_docs}; allowed: 1 to 1000")
     if not 1 <= flags.long_cycles <= 100:

@@ -20,7 +20,7 @@ from bench.harness.options import Options, flag
 from bench.harness.run_plan import RunPlan
 from bench.harness.targets import TorchServeModel, TorchServeSite
 from bench.inputs import models
-from bench.inputs.configuration import Configuration
+from bench.inputs.configuration import TORCHSERVE, Configuration
 from bench.inputs.workloads import NOT_EMBEDDINGS
 from bench.kinds import tune_choice as choice
 from bench.kinds import tune_search as tune
@@ -64,8 +64,8 @@ def deploy_commands(yaml_shown: str, management_url: str, name: str = TUNED_NAME
 
 
 def check(options: Options, plan: RunPlan) -> None:
-    """A p99 target is needed; a peer, a workload whose answers are not embeddings (rerank, sparse) and a floor
-    outside (0, 1] are refused."""
+    """A p99 target is needed; a peer, a workload whose answers are not embeddings (rerank, sparse), a host other
+    than TorchServe and a floor outside (0, 1] are refused."""
     min_cosine = options.of(TuneFlags).min_cosine
     if not options.p99_ms:
         raise SystemExit("--suite tune needs --p99-ms: the p99 latency target (ms) to tune for")
@@ -76,6 +76,8 @@ def check(options: Options, plan: RunPlan) -> None:
             raise SystemExit(
                 f"--workload {c.workload}: not with --peer, --suite tune or --bound (they measure embeddings)"
             )
+        if c.host != TORCHSERVE:
+            raise SystemExit(f"--hosts {c.host}: not with --suite tune (it deploys its winner on TorchServe)")
     if min_cosine is not None and not 0 < min_cosine <= 1:
         raise SystemExit(_floor_refused(min_cosine))
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench.inputs.configuration import Configuration
+from bench.inputs.configuration import TORCHSERVE, Configuration
 from bucketing.engine_registry import is_reduced
 from bucketing.engines import precision
 from model_store.archives import ROOT
@@ -89,7 +89,7 @@ class PeerKind:
 
     def config(self, ours: Configuration, dtype: str) -> Configuration:
         """The configuration it is measured in on one of our loads: our batch size, delay and load, its layout
-        on the same cores, `dtype` (None for float32, as ours)."""
+        on the same cores, `dtype` (None for float32, as ours); the same whichever host ours ran on."""
         workers, threads = self.layout(ours.workers, ours.threads)
         return replace(
             ours,
@@ -100,6 +100,7 @@ class PeerKind:
             dtype=dtype if is_reduced(dtype) else None,
             workers=workers,
             threads=threads,
+            host=TORCHSERVE,  # its own server, whichever host ours ran on: one peer row per load
             label="",
         )
 

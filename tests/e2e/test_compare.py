@@ -114,6 +114,28 @@ def test_sparse_workload_on_its_own_server(tmp_path):
     assert processes_under(ROOT / ".tmp") == []
 
 
+def test_hosts_side_by_side_on_servers_of_its_own(tmp_path):
+    """`--hosts torchserve,standalone`: the configuration on TorchServe, then on a standalone server of the same
+    archive and settings; both answer as the float32 reference, the standalone's /metrics gives the handler's
+    figures, the report compares the hosts, and nothing is left running."""
+    argv = ["--hosts", "torchserve,standalone", "--strategies", "bucketed", "--batch-sizes", "4", "--workers", "1"]
+    argv += ["--duration", "2", "--concurrency", "4", "--no-progress", "--out", str(tmp_path)]
+    assert compare.main(argv) == 0
+    run = only_run(tmp_path)
+    rows = list(csv.DictReader(open(run / "results.csv")))
+    assert [(r["config"], r["host"]) for r in rows] == [
+        ("bucketed bs4 1x1", "torchserve"),
+        ("bucketed bs4 1x1 on standalone", "standalone"),
+    ]
+    for r in rows:
+        assert r["errors"] == "0" and float(r["rps"]) > 0 and float(r["min_cosine"]) > 0.999
+        assert 0 < float(r["padding_efficiency"]) <= 1 and float(r["mean_batch_size"]) >= 1  # the handler's counters
+        assert float(r["server_cpu_cores"]) > 0 and float(r["worker_peak_rss_mb"]) > 100
+    report = (run / "report.md").read_text()
+    assert "## Hosts: standalone against torchserve" in report and "| standalone / torchserve req/s |" in report
+    assert processes_under(ROOT / ".tmp") == []
+
+
 def test_offline_mode(tmp_path, capsys):
     assert compare.main(["--offline", "--out", str(tmp_path)]) == 0
     run = only_run(tmp_path)

@@ -108,7 +108,10 @@ FLOORS: dict[str, tuple[Floor, ...]] = {
         Floor("inputs: what is measured (workloads, models, configurations, references)", ("bench.inputs.*",)),
         Floor("peers: other servers on the same load", ("bench.peers.*",)),
         Floor("harness: one compare run (flags, plan, load, measurement, results, report)", ("bench.harness.*",)),
-        Floor("run kinds and in-process probes, side by side", ("bench.kinds.*", "bench.probes.*")),
+        Floor(
+            "run kinds, hosts and in-process probes, side by side",
+            ("bench.kinds.*", "bench.hosts.*", "bench.probes.*"),
+        ),
         Floor("the CLI", ("bench.compare",)),
     ),
 }
