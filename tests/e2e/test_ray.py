@@ -175,3 +175,4 @@ def test_ray_metrics_show_the_queue_signals_back_to_zero_after_load(ray_host):
         time.sleep(0.5)
     assert wanted <= {line.split("{")[0] for line in text.splitlines() if line.startswith("bucket_")}, text
     assert settled, text
+    assert values.get("bucket_requests_total", 0) >= 16, text  # the handler's counters, summed likewise

@@ -20,10 +20,11 @@ replica) behind one HTTP ingress (`Ingress`, the shared route table through `fro
 
 A deployment's options may also be set by the config's `deployments:` section (by the model's name, `Ingress`).
 
-Queue signals: each replica keeps a `bucketing.metrics.QueueSignals` fed by its batcher (`batching.Waiting`) and
+Metrics: each replica keeps a `bucketing.metrics.QueueSignals` fed by its batcher (`batching.Waiting`) and
 pushes its samples every `PUSH_S` to one small named actor (`Board`, 0 CPU); the ingress's `GET /metrics` reads the
 board once and answers every model's series summed over the replicas that pushed within `STALE_S` (`summed`), with
-the standalone host's names and `ModelName` label. Fresh to about `PUSH_S`; it costs one small actor call per replica
+the standalone host's names and `ModelName` label; the handler's counters (`bucket_*_total`, the pass histograms)
+likewise. Fresh to about `PUSH_S`; it costs one small actor call per replica
 per `PUSH_S`, and one per scrape.
 """
 
@@ -36,7 +37,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -55,7 +56,7 @@ from bucketing.hosts.standalone import models
 from bucketing.hosts.standalone.__main__ import KEY_ENV, read_key
 from bucketing.hosts.standalone.app import Answer, reply_answer, unavailable
 from bucketing.hosts.standalone.prometheus import Registry
-from bucketing.metrics import QueueSignals, Sample
+from bucketing.metrics import BatchStats, QueueSignals, Sample
 
 logger = logging.getLogger("bucketing.hosts.ray")
 
@@ -152,9 +153,12 @@ def read_spec(margs: ModelArgs, unpack_dir: Path) -> models.ModelSpec:
     )
 
 
-def answers(worker: Any, name: str, items: Sequence[Item]) -> list[Answer]:
+def answers(
+    worker: Any, name: str, items: Sequence[Item], record: Callable[[BatchStats], None] | None = None
+) -> list[Answer]:
     """Serve `items` on `worker` (in its thread): every request answered; one a continuous schedule leaves pending
-    is served again with the others still pending, as the standalone batcher re-sends it."""
+    is served again with the others still pending, as the standalone batcher re-sends it; `record`: given each
+    call's figures (the handler's counters)."""
     prepared = [torchserve_row(item.body, item.headers, item.url_path) for item in items]
     done: list[Answer | None] = [None] * len(items)
     pending = list(range(len(items)))
@@ -163,7 +167,9 @@ def answers(worker: Any, name: str, items: Sequence[Item]) -> list[Answer]:
         rows = [prepared[i][0] for i in pending]
         metas = [prepared[i][1] for i in pending]
         keys = [items[i].key for i in pending] if continuous else None
-        replies, _stats = worker.serve(rows, metas, keys, name)
+        replies, stats = worker.serve(rows, metas, keys, name)
+        if record is not None:
+            record(stats)
         still = []
         for i, reply in zip(pending, replies):
             if reply is None:
@@ -217,6 +223,8 @@ class Encoder:
         self.signals = QueueSignals(spec.config.capacity_tokens_per_s)
         self.waiting = Waiting(signals=self.signals)
         self.served = 0  # requests answered by this replica
+        self.counts = Registry()  # the handler's counters on this replica (`bucket_*_total`, pass histograms)
+        self._counts_lock = threading.Lock()
         self._stop = threading.Event()
         threading.Thread(target=self._push, name=f"bucketing-signals-{spec.name}", daemon=True).start()
         self._batched = serve.batch(
@@ -247,7 +255,7 @@ class Encoder:
         self.waiting.start(items)
         try:
             loop = asyncio.get_running_loop()
-            done = await loop.run_in_executor(self._thread, answers, self.worker, self.name, items)
+            done = await loop.run_in_executor(self._thread, answers, self.worker, self.name, items, self._record)
             self.served += len(done)
             return done
         finally:
@@ -257,9 +265,19 @@ class Encoder:
         """Queue depth and tokens waiting, and requests running, on this replica."""
         return self.waiting.snapshot()
 
+    def _record(self, stats: BatchStats) -> None:
+        with self._counts_lock:
+            self.counts.record(self.name, stats)
+
     def signal_samples(self) -> list[Sample]:
-        """This replica's queue signals now (unlabelled)."""
-        return self.signals.samples()
+        """This replica's queue signals and handler counters now (unlabelled: summed per model by the ingress)."""
+        with self._counts_lock:
+            counters = [
+                (name, "counter", tuple(kv for kv in labels if kv[0] != "ModelName"), value)
+                for name, series in self.counts.counters.items()
+                for labels, value in series.items()
+            ]
+        return [*self.signals.samples(), *counters]
 
     def _push(self) -> None:
         """Every `PUSH_S`: this replica's queue signals to the board (until the replica goes)."""
@@ -270,7 +288,7 @@ class Encoder:
         while True:
             try:
                 handle = handle or board()
-                ray.get(handle.put.remote(self.name, replica, self.signals.samples()), timeout=STALE_S)
+                ray.get(handle.put.remote(self.name, replica, self.signal_samples()), timeout=STALE_S)
             except Exception:  # noqa: BLE001 - the board went away (its owner did): made again next time
                 handle = None
             if self._stop.wait(PUSH_S):
