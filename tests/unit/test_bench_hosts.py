@@ -17,7 +17,7 @@ from bench.harness import stats
 from bench.harness.measure import Measurer
 from bench.harness.results import ReportInputs
 from bench.harness.run_plan import RunPlan
-from bench.harness.targets import TorchServeSite
+from bench.harness.targets import TorchServeSite, model_name
 from bench.hosts import HostRun
 from bench.hosts.ray import RayModel, application
 from bench.hosts.standalone import StandaloneModel
@@ -179,12 +179,13 @@ def test_the_ray_target_starts_and_stops_through_tsctl_and_reads_its_metrics(tmp
     def fake_request(url, headers=None):
         seen.append(url)
         reply = Reply()
-        reply.body = reply.body.replace(b"NAME", target.name.encode())
+        reply.body = reply.body.replace(b"NAME", model_name(config).encode())
         return reply
 
     monkeypatch.setattr("bench.hosts.ray.request", fake_request)
     config = Configuration("bucketed", 4, max_batch_delay=5, workers=1, threads=1, host="ray")
     target = hosts.targets(host_run(tmp_path))(Job(config, FakeResolver().load(config)))
+    assert isinstance(target, RayModel)
     with pytest.raises(RuntimeError), target:
         assert target.counters()["bucket_real_tokens_total"] == 42
         assert target.cpu() is None and target.peak_rss_mb() is None
