@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,7 +21,7 @@ from bench.harness.results import ReportInputs
 from bench.harness.run_plan import RunPlan
 from bench.harness.targets import TorchServeSite, model_name
 from bench.hosts import HostRun
-from bench.hosts.ray import RayModel, application
+from bench.hosts.ray import RayModel, application, tree_cpu_seconds
 from bench.hosts.standalone import StandaloneModel
 from bench.inputs.configuration import TORCHSERVE, Configuration
 from bench.inputs.job import Job
@@ -193,6 +195,25 @@ def test_the_ray_target_starts_and_stops_through_tsctl_and_reads_its_metrics(tmp
     assert seen == ["http://127.0.0.1:1/metrics"]
     assert calls[0][:4] == ("start", "a.mar", target.name, 1)
     assert calls[0][4]["batch_size"] == 4 and calls[-1] == ("stop",)
+
+
+def test_the_ray_cpu_counts_the_process_tree():
+    import subprocess
+    import sys
+
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(30)",
+        ]
+    )
+    try:
+        time.sleep(1.0)
+        assert tree_cpu_seconds(os.getpid()) >= tree_cpu_seconds(child.pid) >= 0.2
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_the_standalone_metrics_give_the_handler_counters():
