@@ -5,8 +5,9 @@ name the host (`host` column, `... on standalone` in names and plots) and the re
 pair (`report.host_sections`).
 
 `HOSTS` is the registry, one module a host (`host.Host`): `torchserve` (the configuration's archive registered on
-the run's TorchServe) and `standalone` (the same archive on a standalone server of its own, started and stopped
-through tsctl's safe start and stop on a free loopback port).
+the run's TorchServe), `standalone` (the same archive on a standalone server of its own, started and stopped
+through tsctl's safe start and stop on a free loopback port) and `ray` (the same archive on a local single-node Ray
+Serve cluster of its own, workers x threads as replicas x threads, through `tsctl.ray`'s safe start and stop).
 
 A new host is one module here and one line in `HOSTS`. The module has:
 
@@ -33,7 +34,7 @@ from dataclasses import dataclass, replace
 from bench.harness.options import flag
 from bench.harness.run_plan import csv_list
 from bench.harness.targets import Target
-from bench.hosts import standalone, torchserve
+from bench.hosts import ray, standalone, torchserve
 from bench.hosts.host import Host, HostRun
 from bench.inputs.configuration import TORCHSERVE, Configuration
 from bench.inputs.job import Job
@@ -41,6 +42,7 @@ from bench.inputs.job import Job
 HOSTS: dict[str, Host] = {
     torchserve.NAME: torchserve,  # the archive registered on the run's TorchServe (the default)
     standalone.NAME: standalone,  # the same archive on a standalone server of its own
+    ray.NAME: ray,  # the same archive on a local single-node Ray Serve cluster of its own
 }
 
 

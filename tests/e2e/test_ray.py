@@ -1,7 +1,8 @@
 """The Ray host on one local node (`tsctl.ray.RayServe`: `make serve-ray`'s path, on free ports in a test folder):
 the same requests as `test_hosts.py` answered with the standalone host's status, content type and bytes (which are
 TorchServe's), embeddings within 1e-5 of sentence-transformers', a bulk request over the token budget served
-around `serve.batch`, its own 401, and every Ray process gone after `stop`.
+around `serve.batch`, its own 401, its `/metrics` (the queue signals and handler counters summed over replicas, the
+gauges back to 0 after load), and every Ray process gone after `stop`.
 
 The multi-node checks (replicas on distinct nodes, a replica and a node killed under load, autoscaling) are
 `test_ray_cluster.py`, opt-in (`make ray-test`)."""
@@ -9,6 +10,7 @@ The multi-node checks (replicas on distinct nodes, a replica and a node killed u
 from __future__ import annotations
 
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
+from bucketing.metrics import CAPACITY, QUEUE_GAUGES, signal_names
 from tests.e2e.test_hosts import BASE, CASES, JSON, NAME, Host, j, start_standalone, unique
 from tsctl import free_ports, request
 from tsctl.ray import CONFIG, RayServe
@@ -142,3 +145,35 @@ def test_ray_refuses_a_missing_or_wrong_token_and_serves_probes(ray_host):
         "name": NAME,
         "ready": True,
     }
+
+
+def test_ray_metrics_show_the_queue_signals_back_to_zero_after_load(ray_host):
+    """`GET /metrics` on the ingress: the standalone host's queue series (`bucketing.metrics.signal_names`), summed
+    over the model's replicas, back to 0 once the load is answered (the replicas push every PUSH_S)."""
+    url, headers = ray_host.url, ray_host.headers()
+    with ThreadPoolExecutor(8) as pool:
+        replies = list(
+            pool.map(
+                lambda i: request(url + BASE, "POST", j({"text": f"text {i}"}), {"Content-Type": JSON, **headers}),
+                range(16),
+            )
+        )
+    assert [r.status for r in replies] == [200] * 16
+    wanted = signal_names() - {CAPACITY}  # capacity only when handler.capacity_tokens_per_s is set
+    deadline = time.monotonic() + 15
+    while True:
+        reply = request(url + "/metrics", headers=headers)
+        assert reply.status == 200, reply.body[:300]
+        text = reply.body.decode()
+        values = {
+            line.split("{")[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("bucket_") and f'ModelName="{NAME}"' in line and "le=" not in line
+        }
+        settled = values.get("bucket_queue_seconds_count", 0) >= 16 and not any(values.get(g) for g in QUEUE_GAUGES)
+        if settled or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert wanted <= {line.split("{")[0] for line in text.splitlines() if line.startswith("bucket_")}, text
+    assert settled, text
+    assert values.get("bucket_requests_total", 0) >= 16, text  # the handler's counters, summed likewise

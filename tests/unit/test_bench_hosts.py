@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,8 +19,9 @@ from bench.harness import stats
 from bench.harness.measure import Measurer
 from bench.harness.results import ReportInputs
 from bench.harness.run_plan import RunPlan
-from bench.harness.targets import TorchServeSite
+from bench.harness.targets import TorchServeSite, model_name
 from bench.hosts import HostRun
+from bench.hosts.ray import RayModel, application, tree_cpu_seconds
 from bench.hosts.standalone import StandaloneModel
 from bench.inputs.configuration import TORCHSERVE, Configuration
 from bench.inputs.job import Job
@@ -125,6 +128,92 @@ def test_the_standalone_server_gets_the_archive_and_the_registration_settings(tm
     assert flags["--batch-size"] == "8" and flags["--max-batch-delay"] == "20"
     assert target.url.startswith("http://127.0.0.1:") and target.url.endswith(f"/predictions/{target.name}")
     assert target.server.workdir == (tmp_path / "work" / "standalone" / target.name).resolve()
+
+
+def test_the_ray_cluster_gets_the_archive_and_workers_x_threads_as_replicas_x_threads(tmp_path, monkeypatch):
+    monkeypatch.setattr("bench.hosts.ray.archive", lambda store, config: "minilm-bucketed-t2.mar")
+    config = Configuration("bucketed", 8, max_batch_delay=20, workers=3, threads=2, host="ray")
+    job = Job(config, FakeResolver().load(config))
+    target = hosts.targets(host_run(tmp_path))(job)
+    assert isinstance(target, RayModel)
+    assert target.archive_path() == tmp_path / "store" / "minilm-bucketed-t2.mar"
+    assert target.server.num_cpus == 6 and target.server.url.startswith("http://127.0.0.1:")
+    assert target.url == f"{target.server.url}/predictions/{target.name}"
+    assert target.server.workdir == (tmp_path / "work" / "ray" / target.name).resolve()
+    app = application(config, target.name)["applications"][0]
+    model = app["args"]["models"][0]
+    assert (model["batch_size"], model["max_batch_delay_ms"], model["threads"]) == (8, 20, 2)
+    (deployment,) = [d for d in app["deployments"] if d["name"] == model["name"]]
+    assert deployment["num_replicas"] == 3 and "autoscaling_config" not in deployment
+    assert deployment["max_ongoing_requests"] == 16
+
+
+def test_the_ray_target_starts_and_stops_through_tsctl_and_reads_its_metrics(tmp_path, monkeypatch):
+    """Entered: `RayServe.start` on the archive under the model's name with the batch settings; `counters` from
+    the ingress's /metrics; left: stopped, on an exception too."""
+    calls: list[tuple] = []
+
+    class FakeRayServe:
+        url, log, process = "http://127.0.0.1:1", tmp_path / "ray.out", None
+
+        def __init__(self, workdir, port, num_cpus):
+            self.num_cpus = num_cpus
+
+        def start(self, archive, name, threads=None, base=None, timeout=0.0):
+            calls.append(("start", archive.name, name, threads, base["applications"][0]["args"]["models"][0]))
+            return self
+
+        def stop(self):
+            calls.append(("stop",))
+
+        def headers(self):
+            return {"Authorization": "Bearer k"}
+
+    class Reply:
+        status = 200
+        body = b'bucket_real_tokens_total{ModelName="NAME"} 42\nbucket_queue_requests{ModelName="NAME"} 0\n'
+
+    monkeypatch.setattr("bench.hosts.ray.RayServe", FakeRayServe)
+    monkeypatch.setattr("bench.hosts.ray.archive", lambda store, config: "a.mar")
+    monkeypatch.setattr("bench.hosts.ray.COUNTERS_WAIT_S", 0.0)
+    seen: list[str] = []
+
+    def fake_request(url, headers=None):
+        seen.append(url)
+        reply = Reply()
+        reply.body = reply.body.replace(b"NAME", model_name(config).encode())
+        return reply
+
+    monkeypatch.setattr("bench.hosts.ray.request", fake_request)
+    config = Configuration("bucketed", 4, max_batch_delay=5, workers=1, threads=1, host="ray")
+    target = hosts.targets(host_run(tmp_path))(Job(config, FakeResolver().load(config)))
+    assert isinstance(target, RayModel)
+    with pytest.raises(RuntimeError), target:
+        assert target.counters()["bucket_real_tokens_total"] == 42
+        assert target.cpu() is None and target.peak_rss_mb() is None
+        raise RuntimeError("the load failed")
+    assert seen == ["http://127.0.0.1:1/metrics"]
+    assert calls[0][:4] == ("start", "a.mar", target.name, 1)
+    assert calls[0][4]["batch_size"] == 4 and calls[-1] == ("stop",)
+
+
+def test_the_ray_cpu_counts_the_process_tree():
+    import subprocess
+    import sys
+
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(30)",
+        ]
+    )
+    try:
+        time.sleep(1.0)
+        assert tree_cpu_seconds(os.getpid()) >= tree_cpu_seconds(child.pid) >= 0.2
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_the_standalone_metrics_give_the_handler_counters():

@@ -14,9 +14,10 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bucketing.hosts.ray.batching import Budget, Item, Waiting, estimate_tokens
+from bucketing.hosts.ray.batching import Budget, Item, Waiting, estimate_tokens, model_signals, summed
 from bucketing.hosts.ray.front import METRICS_MESSAGE, Front, Limits
 from bucketing.hosts.standalone.app import Answer
+from bucketing.metrics import CAPACITY, QueueSignals, signal_names
 from tsctl.ray import CONFIG, is_our_ray, ray_temp_dir, serve_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,6 +62,73 @@ def test_waiting_counts_requests_and_tokens():
     waiting.drop(a)  # after it ran: nothing
     assert (waiting.requests, waiting.tokens) == (0, 0)
     assert estimate_tokens(b"x" * 41) == 10
+
+
+class FakeSignals:
+    """Records the calls a `Waiting` makes into its `QueueSignals`."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def admitted(self, tokens: int) -> None:
+        self.calls.append(("admitted", tokens))
+
+    def left(self, tokens: int) -> None:
+        self.calls.append(("left", tokens))
+
+    def started(self, tokens: int, waited_s: float) -> None:
+        self.calls.append(("started", tokens, waited_s))
+
+    def finished(self, count: int = 1) -> None:
+        self.calls.append(("finished", count))
+
+
+def test_waiting_feeds_the_queue_signals():
+    """Admitted on entering the replica's batcher, started (with its wait) when its batch starts, finished when
+    answered, left when dropped unrun; a drop after it ran tells nothing."""
+    now = [10.0]
+    fake = FakeSignals()
+    waiting = Waiting(signals=fake, clock=lambda: now[0])
+    a, b, c = item(5, "a"), item(7, "b"), item(11, "c")
+    for x in (a, b, c):
+        waiting.add(x)
+    now[0] = 10.25
+    waiting.start([a, b])
+    assert waiting.snapshot() == {"requests": 1, "tokens": 11, "running": 2}
+    waiting.drop(c)  # its caller gave up
+    waiting.finish([a, b])
+    waiting.drop(a)  # after it ran: nothing
+    assert fake.calls == [
+        ("admitted", 5),
+        ("admitted", 7),
+        ("admitted", 11),
+        ("started", 5, 0.25),
+        ("started", 7, 0.25),
+        ("left", 11),
+        ("finished", 2),
+    ]
+    assert waiting.snapshot() == {"requests": 0, "tokens": 0, "running": 0}
+
+
+def test_replicas_signals_are_summed_per_model():
+    """Two replicas' `QueueSignals` as one model's series (the standalone host's names and label); capacity is one
+    replica's; a model no replica reported shows zeros."""
+    one, two = QueueSignals(900.0), QueueSignals(900.0)
+    for signals, waits in ((one, (0.002, 0.3)), (two, (0.002,))):
+        for waited in waits:
+            signals.admitted(10)
+            signals.started(10, waited)
+    two.admitted(4)
+    got = {(n, labels): v for n, _, labels, v in summed([one.samples(), two.samples()], (("ModelName", "m"),))}
+    m = (("ModelName", "m"),)
+    assert got[("bucket_queue_requests", m)] == 1 and got[("bucket_queue_tokens", m)] == 4
+    assert got[("bucket_inflight_requests", m)] == 3 and got[(CAPACITY, m)] == 900.0
+    assert got[("bucket_queue_seconds_count", m)] == 3
+    assert got[("bucket_queue_seconds_bucket", (*m, ("le", "0.005")))] == 2
+    assert {n for n, _ in got} == signal_names()
+    empty = model_signals(["m", "other"], {"m": [one.samples()]})
+    zeros = {n: v for n, _, labels, v in empty if labels == (("ModelName", "other"),)}
+    assert zeros["bucket_queue_requests"] == zeros["bucket_inflight_requests"] == 0
 
 
 class Receiver:
@@ -115,6 +183,16 @@ def test_front_routes_to_the_worker_with_torchserves_url_path():
     assert call(f, "DELETE", "/metrics", b"", AUTH).status == 405
     metrics = call(f, "GET", "/metrics", b"", AUTH)
     assert metrics.status == 404 and json.loads(metrics.body)["message"] == METRICS_MESSAGE
+
+
+def test_front_serves_the_metrics_it_is_given():
+    async def text() -> str:
+        return 'bucket_queue_requests{ModelName="m"} 0\n'
+
+    f = Front({"m": "1.0"}, front().predict, front().ready, Limits("secret"), text)
+    reply = call(f, "GET", "/metrics", b"", AUTH)
+    assert reply.status == 200 and reply.body.startswith(b"bucket_queue_requests")
+    assert reply.content_type.startswith("text/plain")
 
 
 def test_front_limits_body_timeout_and_readiness():

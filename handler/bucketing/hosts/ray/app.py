@@ -19,6 +19,13 @@ replica) behind one HTTP ingress (`Ingress`, the shared route table through `fro
     request_timeout_s: 120              # else the largest model responseTimeout
 
 A deployment's options may also be set by the config's `deployments:` section (by the model's name, `Ingress`).
+
+Metrics: each replica keeps a `bucketing.metrics.QueueSignals` fed by its batcher (`batching.Waiting`) and
+pushes its samples every `PUSH_S` to one small named actor (`Board`, 0 CPU); the ingress's `GET /metrics` reads the
+board once and answers every model's series summed over the replicas that pushed within `STALE_S` (`summed`), with
+the standalone host's names and `ModelName` label; the handler's counters (`bucket_*_total`, the pass histograms)
+likewise. Fresh to about `PUSH_S`; it costs one small actor call per replica
+per `PUSH_S`, and one per scrape.
 """
 
 from __future__ import annotations
@@ -27,8 +34,10 @@ import asyncio
 import logging
 import os
 import tempfile
+import threading
+import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -40,12 +49,14 @@ from ray.serve.exceptions import BackPressureError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from bucketing.hosts.ray.batching import Budget, Item, Waiting
+from bucketing.hosts.ray.batching import Budget, Item, Waiting, model_signals
 from bucketing.hosts.ray.front import Front, Limits
 from bucketing.hosts.rows import torchserve_row
 from bucketing.hosts.standalone import models
 from bucketing.hosts.standalone.__main__ import KEY_ENV, read_key
 from bucketing.hosts.standalone.app import Answer, reply_answer, unavailable
+from bucketing.hosts.standalone.prometheus import Registry
+from bucketing.metrics import BatchStats, QueueSignals, Sample
 
 logger = logging.getLogger("bucketing.hosts.ray")
 
@@ -63,6 +74,9 @@ QUEUE_SIZE = 256  # requests queued per model at the ingress's handle (TorchServ
 GRACEFUL_SHUTDOWN_S = 25.0  # a replica stopping (scale-down, redeploy) answers what it holds within this
 RETRIES = 2  # a request whose replica died is sent again (embedding is idempotent), this many times
 READY_TIMEOUT_S = 2.0
+PUSH_S = 1.0  # a replica pushes its queue signals to the board this often
+STALE_S = 5.0  # a replica silent this long (gone: scaled down, dead) is left out of /metrics
+BOARD = "bucketing-queue-signals"  # the board's actor name (one per Ray namespace: one application)
 
 
 class ArgsError(ValueError):
@@ -139,9 +153,12 @@ def read_spec(margs: ModelArgs, unpack_dir: Path) -> models.ModelSpec:
     )
 
 
-def answers(worker: Any, name: str, items: Sequence[Item]) -> list[Answer]:
+def answers(
+    worker: Any, name: str, items: Sequence[Item], record: Callable[[BatchStats], None] | None = None
+) -> list[Answer]:
     """Serve `items` on `worker` (in its thread): every request answered; one a continuous schedule leaves pending
-    is served again with the others still pending, as the standalone batcher re-sends it."""
+    is served again with the others still pending, as the standalone batcher re-sends it; `record`: given each
+    call's figures (the handler's counters)."""
     prepared = [torchserve_row(item.body, item.headers, item.url_path) for item in items]
     done: list[Answer | None] = [None] * len(items)
     pending = list(range(len(items)))
@@ -150,7 +167,9 @@ def answers(worker: Any, name: str, items: Sequence[Item]) -> list[Answer]:
         rows = [prepared[i][0] for i in pending]
         metas = [prepared[i][1] for i in pending]
         keys = [items[i].key for i in pending] if continuous else None
-        replies, _stats = worker.serve(rows, metas, keys, name)
+        replies, stats = worker.serve(rows, metas, keys, name)
+        if record is not None:
+            record(stats)
         still = []
         for i, reply in zip(pending, replies):
             if reply is None:
@@ -159,6 +178,32 @@ def answers(worker: Any, name: str, items: Sequence[Item]) -> list[Answer]:
                 done[i] = reply_answer(reply)
         pending = still
     return [a for a in done if a is not None]
+
+
+class Board:
+    """The replicas' latest queue signals (a Ray actor, named `BOARD`): replica id -> (model, when, samples)."""
+
+    def __init__(self) -> None:
+        self.latest: dict[str, tuple[str, float, list[Sample]]] = {}
+
+    def put(self, model: str, replica: str, samples: list[Sample]) -> None:
+        self.latest[replica] = (model, time.monotonic(), samples)
+
+    def read(self, max_age_s: float) -> dict[str, list[list[Sample]]]:
+        """Each model's replicas' samples, of those that pushed within `max_age_s` (the others are forgotten)."""
+        now = time.monotonic()
+        self.latest = {k: v for k, v in self.latest.items() if now - v[1] <= max_age_s}
+        out: dict[str, list[list[Sample]]] = {}
+        for model, _when, samples in self.latest.values():
+            out.setdefault(model, []).append(samples)
+        return out
+
+
+def board() -> Any:
+    """The board's handle, made by whichever asks first (0 CPU; made again if its owner went away)."""
+    import ray
+
+    return ray.remote(Board).options(name=BOARD, get_if_exists=True, num_cpus=0).remote()
 
 
 class Encoder:
@@ -175,8 +220,13 @@ class Encoder:
         self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"bucketing-{spec.name}")
         self.worker = self._thread.submit(_open, spec).result()  # opened on the thread that serves it
         self.budget = Budget(spec.batch_size, spec.config.max_batch_tokens)
-        self.waiting = Waiting()
+        self.signals = QueueSignals(spec.config.capacity_tokens_per_s)
+        self.waiting = Waiting(signals=self.signals)
         self.served = 0  # requests answered by this replica
+        self.counts = Registry()  # the handler's counters on this replica (`bucket_*_total`, pass histograms)
+        self._counts_lock = threading.Lock()
+        self._stop = threading.Event()
+        threading.Thread(target=self._push, name=f"bucketing-signals-{spec.name}", daemon=True).start()
         self._batched = serve.batch(
             max_batch_size=spec.batch_size,
             batch_wait_timeout_s=spec.max_batch_delay_ms / 1000.0,
@@ -186,7 +236,11 @@ class Encoder:
 
     async def predict(self, item: Item) -> Answer:
         if self.budget.bypasses(item):  # over the token budget alone: its own batch, around serve.batch
-            return (await self._run([item]))[0]
+            self.waiting.add(item)
+            try:
+                return (await self._run([item]))[0]
+            finally:
+                self.waiting.drop(item)
         self.waiting.add(item)
         try:
             answer: Answer = await self._batched(item)
@@ -195,22 +249,50 @@ class Encoder:
             self.waiting.drop(item)
 
     async def _serve_batch(self, items: list[Item]) -> list[Answer]:
-        self.waiting.take(items)
         return await self._run(items)
 
     async def _run(self, items: Sequence[Item]) -> list[Answer]:
-        self.waiting.running += len(items)
+        self.waiting.start(items)
         try:
             loop = asyncio.get_running_loop()
-            done = await loop.run_in_executor(self._thread, answers, self.worker, self.name, items)
+            done = await loop.run_in_executor(self._thread, answers, self.worker, self.name, items, self._record)
             self.served += len(done)
             return done
         finally:
-            self.waiting.running -= len(items)
+            self.waiting.finish(items)
 
     def queue(self) -> dict[str, int]:
         """Queue depth and tokens waiting, and requests running, on this replica."""
         return self.waiting.snapshot()
+
+    def _record(self, stats: BatchStats) -> None:
+        with self._counts_lock:
+            self.counts.record(self.name, stats)
+
+    def signal_samples(self) -> list[Sample]:
+        """This replica's queue signals and handler counters now (unlabelled: summed per model by the ingress)."""
+        with self._counts_lock:
+            counters = [
+                (name, "counter", tuple(kv for kv in labels if kv[0] != "ModelName"), value)
+                for name, series in self.counts.counters.items()
+                for labels, value in series.items()
+            ]
+        return [*self.signals.samples(), *counters]
+
+    def _push(self) -> None:
+        """Every `PUSH_S`: this replica's queue signals to the board (until the replica goes)."""
+        import ray
+
+        replica = ray.get_runtime_context().get_actor_id() or str(os.getpid())
+        handle = None
+        while True:
+            try:
+                handle = handle or board()
+                ray.get(handle.put.remote(self.name, replica, self.signal_samples()), timeout=STALE_S)
+            except Exception:  # noqa: BLE001 - the board went away (its owner did): made again next time
+                handle = None
+            if self._stop.wait(PUSH_S):
+                return
 
     def ready(self) -> bool:
         return True  # a replica is routed to only once its constructor (the worker's opening) returned
@@ -224,6 +306,7 @@ class Encoder:
         return {"pid": os.getpid(), "node_id": node, "actor_id": actor, "served": self.served}
 
     def __del__(self) -> None:
+        self._stop.set()
         self._thread.shutdown(wait=False)
         self._unpacked.cleanup()
 
@@ -247,8 +330,10 @@ class Ingress:
         else:
             key = read_key(Path(args.key_file) if args.key_file else None)
         self.handles = dict(handles)
+        self.names = list(versions)
+        self._board: Any = None
         limits = Limits(key, args.max_request_bytes, args.request_timeout_s or timeout_s)
-        self.front = Front(versions, self._predict, self._ready, limits)
+        self.front = Front(versions, self._predict, self._ready, limits, self._metrics)
 
     async def __call__(self, request: Request) -> Response:
         scope = request.scope
@@ -273,6 +358,16 @@ class Ingress:
                     return unavailable(f'Model "{name}": its replica was lost ({type(e).__name__}); retry shortly')
                 await asyncio.sleep(0.5 * (attempt + 1))
         raise AssertionError("unreachable")
+
+    async def _metrics(self) -> str:
+        """`/metrics`: the queue signals of every model, summed over its replicas (read from the board)."""
+        latest: dict[str, list[list[Sample]]] = {}
+        try:
+            self._board = self._board or board()
+            latest = await asyncio.wait_for(self._board.read.remote(STALE_S), READY_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - no board now: zeros, and it is asked for again next time
+            self._board = None
+        return Registry().render(samples=model_signals(self.names, latest))
 
     async def _ready(self, name: str) -> bool:
         try:
@@ -316,4 +411,16 @@ def build(args: Mapping[str, Any]) -> Any:
     return ingress.bind(handles, versions, app_args, timeout_s)
 
 
-__all__ = ["AUTOSCALING", "AppArgs", "ArgsError", "Encoder", "Ingress", "ModelArgs", "answers", "build", "read_spec"]
+__all__ = [
+    "AUTOSCALING",
+    "AppArgs",
+    "ArgsError",
+    "Board",
+    "Encoder",
+    "Ingress",
+    "ModelArgs",
+    "answers",
+    "build",
+    "model_signals",
+    "read_spec",
+]

@@ -14,9 +14,12 @@ on the replica's one worker thread, as the standalone batcher serves it alone. P
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
+
+from bucketing.metrics import CAPACITY, Labels, QueueSignals, Sample
 
 BYTES_PER_TOKEN = 4  # the token estimate: body bytes / 4, as the standalone batcher's (never a tokenizer call)
 
@@ -58,13 +61,28 @@ class Budget:
         return item.tokens > self.max_tokens
 
 
+class Signals(Protocol):
+    """What a `Waiting` tells as requests move (`bucketing.metrics.QueueSignals`'s calls)."""
+
+    def admitted(self, tokens: int) -> None: ...
+    def left(self, tokens: int) -> None: ...
+    def started(self, tokens: int, waited_s: float) -> None: ...
+    def finished(self, count: int = 1) -> None: ...
+
+
 @dataclass
 class Waiting:
     """What waits in a replica's batcher (admitted, not yet in a running batch), by request key: `requests` and
-    `tokens` are the queue gauges (and autoscaling signals) to export; `running` counts requests being served."""
+    `tokens` are the queue gauges (and autoscaling signals) to export; `running` counts requests being served.
+
+    Each move is told to `signals` (the replica's `QueueSignals`): `add` admits, `start` starts (with the seconds
+    since `add`), `finish` finishes, `drop` of one still queued leaves."""
 
     queued: dict[str, int] = field(default_factory=dict)  # key -> estimated tokens
     running: int = 0
+    signals: Signals | None = None
+    clock: Callable[[], float] = time.monotonic
+    arrived: dict[str, float] = field(default_factory=dict)  # key -> clock() at add
 
     @property
     def requests(self) -> int:
@@ -76,18 +94,64 @@ class Waiting:
 
     def add(self, item: Item) -> None:
         self.queued[item.key] = item.tokens
+        self.arrived[item.key] = self.clock()
+        if self.signals is not None:
+            self.signals.admitted(item.tokens)
 
     def take(self, items: Sequence[Item]) -> None:
-        """A batch starts: its requests leave the queue."""
+        """A batch starts: its requests leave the queue (started, with the seconds each waited)."""
+        now = self.clock()
         for item in items:
-            self.queued.pop(item.key, None)
+            tokens = self.queued.pop(item.key, None)
+            arrived = self.arrived.pop(item.key, now)
+            if tokens is not None and self.signals is not None:
+                self.signals.started(tokens, max(0.0, now - arrived))
+
+    def start(self, items: Sequence[Item]) -> None:
+        """A batch runs: its requests leave the queue (`take`) and count as running."""
+        self.take(items)
+        self.running += len(items)
+
+    def finish(self, items: Sequence[Item]) -> None:
+        """A batch is answered (or failed): its requests stop running."""
+        self.running -= len(items)
+        if self.signals is not None and items:
+            self.signals.finished(len(items))
 
     def drop(self, item: Item) -> None:
         """A request leaves without running (its caller gave up), or after it ran (a no-op then)."""
-        self.queued.pop(item.key, None)
+        tokens = self.queued.pop(item.key, None)
+        self.arrived.pop(item.key, None)
+        if tokens is not None and self.signals is not None:
+            self.signals.left(tokens)
 
     def snapshot(self) -> dict[str, int]:
         return {"requests": self.requests, "tokens": self.tokens, "running": self.running}
 
 
-__all__ = ["BYTES_PER_TOKEN", "Budget", "Item", "Waiting", "estimate_tokens"]
+def summed(replicas: Iterable[Iterable[Sample]], labels: Labels = ()) -> list[Sample]:
+    """Replicas' queue signals (`QueueSignals.samples()`, unlabelled) as one model's, `labels` put first: each
+    series' values summed (gauges and histogram counts alike), but the capacity gauge, one replica's (`max`): the
+    autoscaling ratios divide by one pod's capacity (docs/operations/autoscaling.md)."""
+    out: dict[tuple[str, Labels], Sample] = {}
+    for samples in replicas:
+        for name, kind, own, value in samples:
+            key = (name, own)
+            if key in out:
+                before = out[key][3]
+                value = max(before, value) if name == CAPACITY else before + value
+            out[key] = (name, kind, (*labels, *own), value)
+    return list(out.values())
+
+
+def model_signals(names: Sequence[str], latest: Mapping[str, list[list[Sample]]]) -> list[Sample]:
+    """Every model's queue signals summed over its replicas, labelled by model; zeros for one none reported."""
+    out: list[Sample] = []
+    for name in names:
+        labels = (("ModelName", name),)
+        replicas = latest.get(name)
+        out += summed(replicas, labels) if replicas else QueueSignals().samples(labels)
+    return out
+
+
+__all__ = ["BYTES_PER_TOKEN", "Budget", "Item", "Signals", "Waiting", "estimate_tokens", "model_signals", "summed"]

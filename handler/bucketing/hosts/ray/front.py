@@ -31,15 +31,17 @@ from bucketing.hosts.standalone.app import (
     ts_error,
     unavailable,
 )
+from bucketing.hosts.standalone.prometheus import CONTENT_TYPE as METRICS_TYPE
 
 logger = logging.getLogger("bucketing.hosts.ray")
 
 Predict = Callable[[str, Item], Awaitable[Answer]]
 Ready = Callable[[str], Awaitable[bool]]
+Metrics = Callable[[], Awaitable[str]]  # the `/metrics` text (Prometheus' exposition format)
 SERVER_NAME = "bucketing-ray"
 METRICS_MESSAGE = (
-    "Not served by the Ray host: Ray exports its serve_* series on each node's metrics port "
-    "(ray start --metrics-export-port); the bucket_* series are not exported through Ray yet"
+    "Not served by this Ray ingress: no queue signals were given to it (Ray exports its serve_* series on each "
+    "node's metrics port, ray start --metrics-export-port)"
 )
 
 
@@ -55,8 +57,16 @@ class Limits:
 class Front:
     """The HTTP side of the Ray host: one per ingress replica."""
 
-    def __init__(self, versions: Mapping[str, str], predict: Predict, ready: Ready, limits: Limits) -> None:
+    def __init__(
+        self,
+        versions: Mapping[str, str],
+        predict: Predict,
+        ready: Ready,
+        limits: Limits,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.versions = dict(versions)
+        self.metrics = metrics
         self.predict = predict
         self.ready = ready
         self.limits = limits
@@ -129,6 +139,8 @@ class Front:
                 "outputs": [],
             }
             return Answer(200, json.dumps(meta).encode())
+        if action == "metrics" and self.metrics is not None:
+            return Answer(200, (await self.metrics()).encode(), METRICS_TYPE)
         if action == "metrics":
             return Answer(404, ts_error(404, "ResourceNotFoundException", METRICS_MESSAGE))
         if action == "model_not_found":
@@ -143,4 +155,4 @@ class Front:
         return Answer(404, ts_error(404, "ResourceNotFoundException", NOT_FOUND_MESSAGE))
 
 
-__all__ = ["METRICS_MESSAGE", "SERVER_NAME", "Front", "Limits", "Predict", "Ready"]
+__all__ = ["METRICS_MESSAGE", "SERVER_NAME", "Front", "Limits", "Metrics", "Predict", "Ready"]
