@@ -1,9 +1,9 @@
 """Writes the `handler:` settings table of docs/configuration/settings.md from bucketing/config.py's declarations.
 
 `make docs-settings` (`.venv/bin/python docs/settings_table.py`) replaces what lies between the page's
-`config-table` markers with `bucketing.config.markdown_table()` (what `python -m bucketing.config` prints): one
-source. tests/unit/test_config.py fails when the page and the declarations differ. Not part of the site (mkdocs.yml
-excludes docs/*.py).
+`config-table` markers with `bucketing.settings_reference.markdown_table()` (what
+`python -m bucketing.settings_reference` prints): one source. tests/unit/test_config.py fails when the page and the
+declarations differ. Not part of the site (mkdocs.yml excludes docs/*.py).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from bucketing.config import markdown_table
+from bucketing.settings_reference import markdown_table
 
 PAGE = Path(__file__).resolve().parent / "configuration" / "settings.md"
 START, END = "<!-- config-table", "<!-- /config-table -->"

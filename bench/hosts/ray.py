@@ -30,6 +30,7 @@ from bench.hosts.host import HostRun
 from bench.inputs.configuration import Configuration
 from bench.inputs.job import Job
 from bench.inputs.workloads import RERANK
+from bucketing.hosts.ray.board import PUSH_S
 from bucketing.protocols import cohere_rerank
 from tsctl import ServerError, free_ports, request
 from tsctl.identity import stat_fields
@@ -37,7 +38,6 @@ from tsctl.ray import CONFIG, RayServe
 
 NAME = "ray"
 START_TIMEOUT_S = 600.0  # the head, `serve run`, then every replica's worker opened
-PUSH_S = 1.0  # bucketing.hosts.ray.app.PUSH_S (not imported: that module imports Ray)
 COUNTERS_WAIT_S = 2 * PUSH_S + 0.5
 
 

@@ -1,14 +1,13 @@
 """Typed handler configuration, read once from model-config.yaml's `handler:` section.
 
 One declaration per key: the dataclass field carries its default, its allowed values and its documentation;
-the validator and the settings reference's table (docs/configuration/settings.md, `python -m bucketing.config`)
-are both built from it.
+the validator and the settings reference's table (docs/configuration/settings.md,
+`python -m bucketing.settings_reference`) are both built from it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
@@ -371,38 +370,3 @@ def _value(f: dataclasses.Field[Any], value: Any, key: str) -> Any:
     if not isinstance(value, str) or not value:
         raise ConfigError(f"{key}: got {value!r}; allowed: a non-empty string")
     return value
-
-
-def markdown_table() -> str:
-    """The table of `handler:` keys in docs/configuration/settings.md, built from the declarations."""
-    lines = ["| key | default | meaning |", "|---|---|---|"]
-    for name, f, default in _leaves(HandlerConfig):
-        lines.append(f"| `{name}` | {_shown(default)} | {f.metadata['doc']} |")
-    return "\n".join(lines) + "\n"
-
-
-def _shown(default: Any) -> str:
-    if isinstance(default, dict):
-        return "{}"
-    if isinstance(default, str) and not default:
-        return '""'
-    if isinstance(default, bool):
-        return str(default).lower()
-    if isinstance(default, str):
-        return f"`{default}`"
-    return f"{default:g}" if isinstance(default, float) else str(default)
-
-
-def _leaves(cls: type, prefix: str = "") -> list[tuple[str, dataclasses.Field[Any], Any]]:
-    out = []
-    for f in fields(cls):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        if dataclasses.is_dataclass(default):
-            out.extend(_leaves(type(default), f"{prefix}{f.name}."))
-        else:
-            out.append((f"{prefix}{f.name}", f, default))
-    return out
-
-
-if __name__ == "__main__":
-    sys.stdout.write(markdown_table())

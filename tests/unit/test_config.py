@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bucketing.config import STRATEGIES, ConfigError, CostConfig, HandlerConfig, markdown_table
+from bucketing.config import STRATEGIES, ConfigError, CostConfig, HandlerConfig
+from bucketing.settings_reference import markdown_table
 from model_store import archives
 from model_store.archives import ROOT
 

@@ -207,7 +207,7 @@ def test_front_limits_body_timeout_and_readiness():
 
 
 def test_app_args_are_checked():
-    from bucketing.hosts.ray.app import AppArgs, ArgsError
+    from bucketing.hosts.ray.args import AppArgs, ArgsError
 
     with pytest.raises(ArgsError, match="models"):
         AppArgs.parse({})

@@ -78,6 +78,7 @@ FLOORS: dict[str, tuple[Floor, ...]] = {
                 "bucketing.engine_registry",
                 "bucketing.model_kinds",
                 "bucketing.config",
+                "bucketing.settings_reference",  # the settings table, from config's declarations
             ),
         ),
         Floor("planning: the cost model, planner, scheduler and calibration (pure)", ("bucketing.planning.*",)),

@@ -32,7 +32,7 @@ def test_rayservice_parses_and_names_the_application():
     assert model["model"].startswith("/mnt/models/")
     names = {d["name"] for d in app["deployments"]}
     assert names == {"minilm-bucketed", "Ingress"}
-    from bucketing.hosts.ray.app import AppArgs
+    from bucketing.hosts.ray.args import AppArgs
 
     AppArgs.parse(app["args"])  # the builder's own check of its args
 

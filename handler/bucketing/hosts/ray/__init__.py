@@ -3,6 +3,8 @@ over the shared route table (`bucketing.hosts.routes`, `bucketing.hosts.rows`). 
 
 - `batching`: the batch cost `serve.batch` closes batches by (requests and estimated tokens in one unit), and what
   goes around the batcher (a request over the token budget: a bulk request is its own batch);
+- `args`: the application's args, parsed and checked before any replica starts;
+- `board`: the replicas' queue signals, gathered for the ingress's `/metrics`;
 - `front`: the HTTP answers (authorization, body limit, routes, TorchServe's error bodies), no Ray in it;
 - `app`: the Ray Serve deployments (one per model, and the ingress) and the application builder that `serve run`,
   `serve deploy` and KubeRay's `RayService` name (`bucketing.hosts.ray.app:build`).

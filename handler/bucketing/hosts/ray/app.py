@@ -35,11 +35,10 @@ import logging
 import os
 import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +48,9 @@ from ray.serve.exceptions import BackPressureError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from bucketing.hosts.ray.args import AppArgs, ArgsError, ModelArgs, read_spec
 from bucketing.hosts.ray.batching import Budget, Item, Waiting, model_signals
+from bucketing.hosts.ray.board import PUSH_S, STALE_S, board
 from bucketing.hosts.ray.front import Front, Limits
 from bucketing.hosts.rows import torchserve_row
 from bucketing.hosts.standalone import models
@@ -74,83 +75,6 @@ QUEUE_SIZE = 256  # requests queued per model at the ingress's handle (TorchServ
 GRACEFUL_SHUTDOWN_S = 25.0  # a replica stopping (scale-down, redeploy) answers what it holds within this
 RETRIES = 2  # a request whose replica died is sent again (embedding is idempotent), this many times
 READY_TIMEOUT_S = 2.0
-PUSH_S = 1.0  # a replica pushes its queue signals to the board this often
-STALE_S = 5.0  # a replica silent this long (gone: scaled down, dead) is left out of /metrics
-BOARD = "bucketing-queue-signals"  # the board's actor name (one per Ray namespace: one application)
-
-
-class ArgsError(ValueError):
-    """Application args that cannot be served; the message says what to fix."""
-
-
-@dataclass(frozen=True)
-class ModelArgs:
-    model: str
-    name: str | None = None
-    threads: int | None = None
-    batch_size: int | None = None
-    max_batch_delay_ms: float | None = None
-    max_batch_tokens: int | None = None
-    ray_actor_options: dict[str, Any] = field(default_factory=dict)
-    autoscaling_config: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class AppArgs:
-    models: tuple[ModelArgs, ...]
-    key_file: str | None = None
-    no_auth: bool = False
-    max_request_bytes: int = Limits.max_request_bytes
-    request_timeout_s: float | None = None
-
-    @staticmethod
-    def parse(args: Mapping[str, Any]) -> AppArgs:
-        known = {"models", "key_file", "no_auth", "max_request_bytes", "request_timeout_s"}
-        unknown = sorted(set(args) - known)
-        if unknown:
-            raise ArgsError(f"bucketing.hosts.ray args: unknown {unknown}; known: {sorted(known)}")
-        raw = args.get("models")
-        if not isinstance(raw, list) or not raw:
-            raise ArgsError("bucketing.hosts.ray args: `models` must list at least one {model: PATH}")
-        model_keys = set(ModelArgs.__dataclass_fields__)
-        parsed = []
-        for entry in raw:
-            if not isinstance(entry, dict) or "model" not in entry or set(entry) - model_keys:
-                raise ArgsError(
-                    f"bucketing.hosts.ray args: a model is {{model: PATH, ...}} with keys in "
-                    f"{sorted(model_keys)}; got {entry!r:.120}"
-                )
-            if not os.path.isabs(str(entry["model"])):
-                raise ArgsError(
-                    f"bucketing.hosts.ray args: model {entry['model']!r}: give an absolute path (every "
-                    "node, and the process building the app, reads it at that path)"
-                )
-            parsed.append(ModelArgs(**entry))
-        return AppArgs(
-            models=tuple(parsed),
-            key_file=args.get("key_file"),
-            no_auth=bool(args.get("no_auth", False)),
-            max_request_bytes=int(args.get("max_request_bytes", Limits.max_request_bytes)),
-            request_timeout_s=args.get("request_timeout_s"),
-        )
-
-
-def read_spec(margs: ModelArgs, unpack_dir: Path) -> models.ModelSpec:
-    """The model's spec (an archive unpacked into `unpack_dir`), with the args' batching and threads over it."""
-    spec = models.from_path(Path(margs.model), unpack_dir, margs.name)
-    config = spec.config
-    if margs.threads is not None:
-        config = replace(config, torch_threads=margs.threads)
-    if margs.max_batch_tokens is not None:
-        config = replace(config, max_batch_tokens=margs.max_batch_tokens)
-    return replace(
-        spec,
-        config=config,
-        batch_size=margs.batch_size if margs.batch_size is not None else spec.batch_size,
-        max_batch_delay_ms=margs.max_batch_delay_ms
-        if margs.max_batch_delay_ms is not None
-        else spec.max_batch_delay_ms,
-    )
 
 
 def answers(
@@ -178,32 +102,6 @@ def answers(
                 done[i] = reply_answer(reply)
         pending = still
     return [a for a in done if a is not None]
-
-
-class Board:
-    """The replicas' latest queue signals (a Ray actor, named `BOARD`): replica id -> (model, when, samples)."""
-
-    def __init__(self) -> None:
-        self.latest: dict[str, tuple[str, float, list[Sample]]] = {}
-
-    def put(self, model: str, replica: str, samples: list[Sample]) -> None:
-        self.latest[replica] = (model, time.monotonic(), samples)
-
-    def read(self, max_age_s: float) -> dict[str, list[list[Sample]]]:
-        """Each model's replicas' samples, of those that pushed within `max_age_s` (the others are forgotten)."""
-        now = time.monotonic()
-        self.latest = {k: v for k, v in self.latest.items() if now - v[1] <= max_age_s}
-        out: dict[str, list[list[Sample]]] = {}
-        for model, _when, samples in self.latest.values():
-            out.setdefault(model, []).append(samples)
-        return out
-
-
-def board() -> Any:
-    """The board's handle, made by whichever asks first (0 CPU; made again if its owner went away)."""
-    import ray
-
-    return ray.remote(Board).options(name=BOARD, get_if_exists=True, num_cpus=0).remote()
 
 
 class Encoder:
@@ -415,7 +313,6 @@ __all__ = [
     "AUTOSCALING",
     "AppArgs",
     "ArgsError",
-    "Board",
     "Encoder",
     "Ingress",
     "ModelArgs",
