@@ -121,7 +121,7 @@ status:
 	@$(BIN)/python -m tsctl status
 
 test: venv
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=25   # the slowest 25 named: CI's time budget is 20 minutes
 
 unit: venv
 	$(BIN)/python -m pytest tests/unit tests/handler
