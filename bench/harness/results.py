@@ -21,6 +21,7 @@ from bench.harness import offline, plots, report, stats
 from bench.harness.capacity import CapacitySettings
 from bench.harness.run_plan import RunPlan
 from bench.inputs.configuration import TORCHSERVE
+from bucketing.engines.precision import cpu_info, cpu_name
 from bucketing.planning.planner import CostModel
 from model_store.archives import SERVED
 
@@ -64,7 +65,8 @@ def run_header(
     )
     header = {
         "date": dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "machine": f"{cpu_name(cpu_info())}; {platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}",
         "command": f"`{command.strip()}`",
         "suite": f"{plan.name}: {plan.description}".strip(),
     }

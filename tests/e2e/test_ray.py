@@ -1,7 +1,7 @@
 """The Ray host on one local node (`tsctl.ray.RayServe`: `make serve-ray`'s path, on free ports in a test folder):
 the same requests as `test_hosts.py` answered with the standalone host's status, content type and bytes (which are
 TorchServe's), embeddings within 1e-5 of sentence-transformers', a bulk request over the token budget served
-around `serve.batch`, its own 401, its `/metrics` (the queue signals and handler counters summed over replicas, the
+alone by the replica's batcher, its own 401, its `/metrics` (the queue signals and handler counters summed over replicas, the
 gauges back to 0 after load), and every Ray process gone after `stop`.
 
 The multi-node checks (replicas on distinct nodes, a replica and a node killed under load, autoscaling) are
@@ -116,8 +116,8 @@ def test_ray_matches_sentence_transformers(hosts):
 
 
 def test_ray_serves_concurrent_requests_and_a_bulk_one(hosts):
-    """Concurrent requests batched by serve.batch, and one over the token budget (handler.max_batch_tokens) alone:
-    serve.batch would refuse it, so it goes around, answered as the standalone host answers it."""
+    """Concurrent requests batched by the replica's batcher, and one over the token budget (handler.max_batch_tokens),
+    a batch alone, answered as the standalone host answers it."""
     ray = hosts["ray"]
     with ThreadPoolExecutor(8) as pool:
         replies = list(

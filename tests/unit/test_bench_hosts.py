@@ -70,14 +70,16 @@ def test_the_hosts_suite_pairs_closed_loop_and_light_open_loop_per_host():
     assert [(c.host, c.mode, c.rate) for c in configs] == [
         ("torchserve", "closed", None),
         ("standalone", "closed", None),
+        ("ray", "closed", None),
         ("torchserve", "open", 10),
         ("standalone", "open", 10),
+        ("ray", "open", 10),
     ]
     assert plan(["--suite", "hosts", "--hosts", "standalone,torchserve"]).configs == (  # crossed once each
         configs[1],
         configs[0],
+        configs[4],
         configs[3],
-        configs[2],
     )
 
 

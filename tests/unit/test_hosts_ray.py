@@ -1,20 +1,16 @@
-"""The Ray host without a cluster: the batch cost `serve.batch` closes by (requests and tokens in one unit), what goes
-around it, the queue it reports, the HTTP answers of `front.Front` with fake models, the application's args, and
+"""The Ray host without a cluster: the token estimate, the replicas' queue signals summed per model, the HTTP answers of `front.Front` with fake models, the application's args, and
 the copy of config/ray/serve.yaml `make serve-ray` deploys."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import math
 from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import given
-from hypothesis import strategies as st
 
-from bucketing.hosts.ray.batching import Budget, Item, Waiting, estimate_tokens, model_signals, summed
+from bucketing.hosts.ray.batching import Item, estimate_tokens, model_signals, summed
 from bucketing.hosts.ray.front import METRICS_MESSAGE, Front, Limits
 from bucketing.hosts.standalone.app import Answer
 from bucketing.metrics import CAPACITY, QueueSignals, signal_names
@@ -27,87 +23,8 @@ def item(tokens: int, key: str = "k") -> Item:
     return Item(b"", {}, None, tokens, key)
 
 
-@given(
-    st.integers(1, 64),
-    st.integers(1, 20000),
-    st.lists(st.integers(0, 5000), min_size=1, max_size=80),
-)
-def test_cost_fits_exactly_when_both_limits_hold(batch_size, max_tokens, tokens):
-    budget = Budget(batch_size, max_tokens)
-    fits = budget.cost([item(t) for t in tokens]) <= batch_size
-    assert fits == (len(tokens) <= batch_size and sum(tokens) <= max_tokens)
-
-
-def test_cost_examples_and_the_bypass():
-    budget = Budget(16, 8192)
-    assert budget.cost([item(10)] * 3) == 3  # requests dominate
-    assert budget.cost([item(4096)]) == 8  # half the tokens: half the batch
-    assert budget.cost([item(8192)]) == 16
-    assert budget.cost([item(8193)]) == 17  # alone over the budget: serve.batch would refuse it
-    assert budget.bypasses(item(8193)) and not budget.bypasses(item(8192))
-    assert math.ceil(100 * 16 / 8192) == budget.cost([item(100)])
-    with pytest.raises(ValueError):
-        Budget(0, 10)
-
-
-def test_waiting_counts_requests_and_tokens():
-    waiting = Waiting()
-    a, b, c = item(5, "a"), item(7, "b"), item(11, "c")
-    for x in (a, b, c):
-        waiting.add(x)
-    assert (waiting.requests, waiting.tokens) == (3, 23)
-    waiting.take([a, b])
-    assert waiting.snapshot() == {"requests": 1, "tokens": 11, "running": 0}
-    waiting.drop(c)
-    waiting.drop(a)  # after it ran: nothing
-    assert (waiting.requests, waiting.tokens) == (0, 0)
+def test_the_token_estimate_is_body_bytes_over_four():
     assert estimate_tokens(b"x" * 41) == 10
-
-
-class FakeSignals:
-    """Records the calls a `Waiting` makes into its `QueueSignals`."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple] = []
-
-    def admitted(self, tokens: int) -> None:
-        self.calls.append(("admitted", tokens))
-
-    def left(self, tokens: int) -> None:
-        self.calls.append(("left", tokens))
-
-    def started(self, tokens: int, waited_s: float) -> None:
-        self.calls.append(("started", tokens, waited_s))
-
-    def finished(self, count: int = 1) -> None:
-        self.calls.append(("finished", count))
-
-
-def test_waiting_feeds_the_queue_signals():
-    """Admitted on entering the replica's batcher, started (with its wait) when its batch starts, finished when
-    answered, left when dropped unrun; a drop after it ran tells nothing."""
-    now = [10.0]
-    fake = FakeSignals()
-    waiting = Waiting(signals=fake, clock=lambda: now[0])
-    a, b, c = item(5, "a"), item(7, "b"), item(11, "c")
-    for x in (a, b, c):
-        waiting.add(x)
-    now[0] = 10.25
-    waiting.start([a, b])
-    assert waiting.snapshot() == {"requests": 1, "tokens": 11, "running": 2}
-    waiting.drop(c)  # its caller gave up
-    waiting.finish([a, b])
-    waiting.drop(a)  # after it ran: nothing
-    assert fake.calls == [
-        ("admitted", 5),
-        ("admitted", 7),
-        ("admitted", 11),
-        ("started", 5, 0.25),
-        ("started", 7, 0.25),
-        ("left", 11),
-        ("finished", 2),
-    ]
-    assert waiting.snapshot() == {"requests": 0, "tokens": 0, "running": 0}
 
 
 def test_replicas_signals_are_summed_per_model():

@@ -84,6 +84,36 @@ def test_a_request_waits_at_most_the_delay_measured_from_its_arrival():
     asyncio.run(run())
 
 
+def test_a_request_waits_for_company_only_while_no_other_worker_is_free():
+    """With two workers free a request goes at once (the delay would only hold it back); while the other worker is
+    busy it waits for company, and goes as soon as that worker is free."""
+    release = threading.Event()
+    seen: list[list[str]] = []
+
+    def serve(worker: int, jobs: list[Job]) -> list[str]:
+        seen.append([j.payload for j in jobs])
+        if jobs[0].payload == "first":
+            release.wait(5.0)
+        return [j.payload for j in jobs]
+
+    async def run() -> None:
+        clock = Clock()  # frozen: the delay (10 s) never passes
+        b = batcher(serve, workers=2, batch_size=4, max_delay_s=10.0, clock=clock)
+        b.start()
+        first = b.submit("first", 1)
+        await asyncio.sleep(0.2)
+        assert first.started and seen == [["first"]]  # both workers were free: it went at once, alone
+        second = b.submit("second", 1)
+        await asyncio.sleep(0.2)
+        assert not second.started  # the other worker is busy: it waits for company
+        release.set()
+        assert await asyncio.wait_for(second.future, 2.0) == "second"  # that worker came free: it went
+        assert await first.future == "first" and seen == [["first"], ["second"]]
+        await b.close()
+
+    asyncio.run(run())
+
+
 def test_batches_close_by_count_then_by_delay_and_every_request_is_answered():
     seen: list[list[str]] = []
 

@@ -7,7 +7,15 @@ import numpy as np
 import pytest
 
 from bucketing.config import ConfigError, HandlerConfig
-from bucketing.engines.precision import Fidelity, check_cpu_dtype, cpu_flags, measure, native_bf16, order_changes
+from bucketing.engines.precision import (
+    Fidelity,
+    check_cpu_dtype,
+    cpu_flags,
+    cpu_name,
+    measure,
+    native_bf16,
+    order_changes,
+)
 
 SAPPHIRE_RAPIDS = (
     "processor\t: 0\nvendor_id\t: GenuineIntel\n"
@@ -25,6 +33,13 @@ def test_native_bfloat16_is_read_from_the_flags_lines():
     assert native_bf16("") is None  # no /proc/cpuinfo (not Linux)
     assert native_bf16("model name\t: amx_bf16 inside a name\nvmx flags\t: amx_bf16\n") is None  # only `flags`
     assert {"amx_tile", "fpu", "avx512_bf16"} <= cpu_flags(SAPPHIRE_RAPIDS)
+
+
+def test_the_cpu_a_figure_is_named_beside():
+    named = "model name\t: Intel(R) Xeon(R) Platinum 8480+\n" + SAPPHIRE_RAPIDS
+    assert cpu_name(named) == "Intel(R) Xeon(R) Platinum 8480+, amx_bf16 avx512_bf16"
+    assert cpu_name("model name\t: AMD EPYC 7B13\n" + MILAN) == "AMD EPYC 7B13, no native bfloat16"
+    assert cpu_name("") == "unknown CPU, no native bfloat16"
 
 
 def test_what_the_cpu_refuses():

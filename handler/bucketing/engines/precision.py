@@ -89,6 +89,19 @@ def cpu_info() -> str:
         return ""
 
 
+def cpu_name(cpuinfo: str) -> str:
+    """The CPU's model name and what it multiplies bfloat16 with (e.g. `Intel(R) Xeon(R) Processor, amx_bf16
+    avx512_bf16`, `AMD EPYC 7B13, no native bfloat16`): what a figure is named beside."""
+    names = [
+        v.strip()
+        for k, sep, v in (ln.partition(":") for ln in cpuinfo.splitlines())
+        if sep and k.strip() == "model name"
+    ]
+    flags = cpu_flags(cpuinfo)
+    native = [f for f in NATIVE_BF16 if f in flags]
+    return f"{names[0] if names else 'unknown CPU'}, {' '.join(native) if native else 'no native bfloat16'}"
+
+
 def cpu_flags(cpuinfo: str) -> frozenset[str]:
     """The CPU's feature flags: the words of every `flags` line of /proc/cpuinfo's text."""
     found: set[str] = set()

@@ -1,8 +1,9 @@
 """The Ray Serve host: the same worker as TorchServe's handler, one opened worker per replica, behind an HTTP ingress
 over the shared route table (`bucketing.hosts.routes`, `bucketing.hosts.rows`). docs/hosts/ray.md.
 
-- `batching`: the batch cost `serve.batch` closes batches by (requests and estimated tokens in one unit), and what
-  goes around the batcher (a request over the token budget: a bulk request is its own batch);
+- `batching`: what a request to a replica carries (its estimated tokens among it), and the replicas' queue signals
+  summed per model; a replica batches with the standalone host's batcher (by requests, tokens and delay, when its
+  worker is free);
 - `args`: the application's args, parsed and checked before any replica starts;
 - `board`: the replicas' queue signals, gathered for the ingress's `/metrics`;
 - `front`: the HTTP answers (authorization, body limit, routes, TorchServe's error bodies), no Ray in it;

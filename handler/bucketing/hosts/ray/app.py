@@ -20,7 +20,7 @@ replica) behind one HTTP ingress (`Ingress`, the shared route table through `fro
 
 A deployment's options may also be set by the config's `deployments:` section (by the model's name, `Ingress`).
 
-Metrics: each replica keeps a `bucketing.metrics.QueueSignals` fed by its batcher (`batching.Waiting`) and
+Metrics: each replica keeps a `bucketing.metrics.QueueSignals` fed by its batcher (the standalone host's) and
 pushes its samples every `PUSH_S` to one small named actor (`Board`, 0 CPU); the ingress's `GET /metrics` reads the
 board once and answers every model's series summed over the replicas that pushed within `STALE_S` (`summed`), with
 the standalone host's names and `ModelName` label; the handler's counters (`bucket_*_total`, the pass histograms)
@@ -37,7 +37,6 @@ import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -49,13 +48,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from bucketing.hosts.ray.args import AppArgs, ArgsError, ModelArgs, read_spec
-from bucketing.hosts.ray.batching import Budget, Item, Waiting, model_signals
+from bucketing.hosts.ray.batching import Item, model_signals
 from bucketing.hosts.ray.board import PUSH_S, STALE_S, board
 from bucketing.hosts.ray.front import Front, Limits
 from bucketing.hosts.rows import torchserve_row
 from bucketing.hosts.standalone import models
 from bucketing.hosts.standalone.__main__ import KEY_ENV, read_key
 from bucketing.hosts.standalone.app import Answer, reply_answer, unavailable
+from bucketing.hosts.standalone.batcher import Batcher, Job, Refused
 from bucketing.hosts.standalone.prometheus import Registry
 from bucketing.metrics import BatchStats, QueueSignals, Sample
 
@@ -105,8 +105,8 @@ def answers(
 
 
 class Encoder:
-    """One replica of a model: its opened worker, serving on one thread; `serve.batch` (made per replica, with the
-    model's budget) closes batches by requests and tokens (`batching.Budget`)."""
+    """One replica of a model: its opened worker on one thread, behind the standalone host's batcher (one worker):
+    a batch is closed by requests, tokens or delay when the worker is free to take it, never while it is busy."""
 
     def __init__(self, margs: ModelArgs) -> None:
         self._unpacked = tempfile.TemporaryDirectory(prefix="bucketing-ray-")
@@ -115,53 +115,45 @@ class Encoder:
         import torch
 
         torch.set_num_threads(spec.config.torch_threads)  # as the handler does per worker
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"bucketing-{spec.name}")
-        self.worker = self._thread.submit(_open, spec).result()  # opened on the thread that serves it
-        self.budget = Budget(spec.batch_size, spec.config.max_batch_tokens)
         self.signals = QueueSignals(spec.config.capacity_tokens_per_s)
-        self.waiting = Waiting(signals=self.signals)
+        self.batcher = Batcher(
+            serve=self._serve,
+            workers=1,
+            batch_size=spec.batch_size,
+            max_delay_s=spec.max_batch_delay_ms / 1000.0,
+            max_batch_tokens=spec.config.max_batch_tokens,
+            queue_size=QUEUE_SIZE,
+            signals=self.signals,
+        )
+        self.worker = self.batcher.executor(0).submit(_open, spec).result()  # opened on the thread that serves it
+        self._started = False
         self.served = 0  # requests answered by this replica
         self.counts = Registry()  # the handler's counters on this replica (`bucket_*_total`, pass histograms)
         self._counts_lock = threading.Lock()
         self._stop = threading.Event()
         threading.Thread(target=self._push, name=f"bucketing-signals-{spec.name}", daemon=True).start()
-        self._batched = serve.batch(
-            max_batch_size=spec.batch_size,
-            batch_wait_timeout_s=spec.max_batch_delay_ms / 1000.0,
-            batch_size_fn=self.budget.cost,
-        )(self._serve_batch)
         logger.info("%s", self.worker.ready_line())
 
     async def predict(self, item: Item) -> Answer:
-        if self.budget.bypasses(item):  # over the token budget alone: its own batch, around serve.batch
-            self.waiting.add(item)
-            try:
-                return (await self._run([item]))[0]
-            finally:
-                self.waiting.drop(item)
-        self.waiting.add(item)
+        if not self._started:  # the batcher's task, on the loop Ray runs this replica's requests on
+            self.batcher.start()
+            self._started = True
         try:
-            answer: Answer = await self._batched(item)
-            return answer
-        finally:
-            self.waiting.drop(item)
+            job = self.batcher.submit(item, item.tokens)
+        except Refused as e:
+            return unavailable(f'Model "{self.name}": {e}; retry shortly')
+        answer: Answer = await job.future
+        self.served += 1
+        return answer
 
-    async def _serve_batch(self, items: list[Item]) -> list[Answer]:
-        return await self._run(items)
-
-    async def _run(self, items: Sequence[Item]) -> list[Answer]:
-        self.waiting.start(items)
-        try:
-            loop = asyncio.get_running_loop()
-            done = await loop.run_in_executor(self._thread, answers, self.worker, self.name, items, self._record)
-            self.served += len(done)
-            return done
-        finally:
-            self.waiting.finish(items)
+    def _serve(self, worker: int, jobs: Sequence[Job]) -> list[Answer]:
+        """The batcher's call, on the worker's thread: every request of the batch answered."""
+        return answers(self.worker, self.name, [job.payload for job in jobs], self._record)
 
     def queue(self) -> dict[str, int]:
         """Queue depth and tokens waiting, and requests running, on this replica."""
-        return self.waiting.snapshot()
+        waiting = list(self.batcher.queue)
+        return {"requests": len(waiting), "tokens": sum(j.tokens for j in waiting), "running": self.batcher.in_flight}
 
     def _record(self, stats: BatchStats) -> None:
         with self._counts_lock:
@@ -205,7 +197,7 @@ class Encoder:
 
     def __del__(self) -> None:
         self._stop.set()
-        self._thread.shutdown(wait=False)
+        self.batcher.executor(0).shutdown(wait=False)
         self._unpacked.cleanup()
 
 

@@ -5,7 +5,9 @@ The closing rule (`fill`): a batch takes queued requests in arrival order and cl
 requests, or when the next request's tokens would take it past `max_batch_tokens` (a request alone is always
 taken: a bulk request is its own batch), or when its first request has waited `max_delay_s` since it arrived
 (TorchServe's `maxBatchDelay`; a request that waited while every worker was busy closes its batch at once with
-what is queued). Tokens are the caller's cheap estimate (the app's: body bytes / 4), never a tokenizer call on
+what is queued), or at once while another worker is free too: waiting for company only pays when no other
+worker could take the next request (under load every worker is busy and batches fill; at a light rate a request
+does not wait the delay for nothing). Tokens are the caller's cheap estimate (the app's: body bytes / 4), never a tokenizer call on
 the event loop.
 
 Admission: at most `queue_size` requests wait (`QueueFull` past it, TorchServe's `job_queue_size`); while draining
@@ -117,6 +119,7 @@ class Batcher:
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _executors: list[ThreadPoolExecutor] = field(default_factory=list)
     _carry: list[list[Job]] = field(default_factory=list)
+    _free: int = 0  # workers in `collect` (not running a batch)
     _keys: itertools.count[int] = field(default_factory=itertools.count)
 
     def __post_init__(self) -> None:
@@ -154,6 +157,14 @@ class Batcher:
     async def collect(self, worker: int = 0) -> list[Job]:
         """The worker's next batch by the closing rule (its pending jobs first, then at once what is queued); empty
         only when draining with nothing left."""
+        self._free += 1
+        self._arrived.set()  # a worker waiting for company re-checks: this one is free now
+        try:
+            return await self._collect(worker)
+        finally:
+            self._free -= 1
+
+    async def _collect(self, worker: int) -> list[Job]:
         batch = list(self._carry[worker])
         self._carry[worker] = []
         async with self._lock:
@@ -163,7 +174,7 @@ class Batcher:
                 return self._taken(batch)
             while True:
                 tokens, closed = self._fill(batch, tokens)
-                if closed or (batch and self.draining):
+                if closed or (batch and (self.draining or self._free > 1)):  # another worker free: no wait
                     return self._taken(batch)
                 if not batch:
                     if self.draining:
