@@ -27,10 +27,11 @@ from typing import Any
 
 import yaml
 
-from .client import KeyFile, ServerError, free_ports, port_in_use, request
-from .identity import argv, cwd_of, describe, exe_name, state
-from .ownfiles import open_own, read_small_file, refuse_symlinks, write_own
+from .client import ServerError, free_ports, port_in_use, request
+from .identity import argv, cwd_of, exe_name, state
+from .ownfiles import open_own, refuse_symlinks, write_own
 from .process import ROOT
+from .served import ServedFolder
 from .signals import Checked, deferred_signals
 
 RAY_MODULE = "ray.scripts.scripts"
@@ -88,9 +89,13 @@ def serve_config(
     return config
 
 
-class RayServe:
+class RayServe(ServedFolder):
     """One local Ray cluster (a head node) serving the Ray host, in its own folder (pid file, log, key file, the
     application's config) and session."""
+
+    NAME = "ray"
+    PID_FILE_BYTES = PID_FILE_BYTES
+    PORTS = 2  # the HTTP port, then the GCS port
 
     def __init__(
         self,
@@ -99,32 +104,20 @@ class RayServe:
         num_cpus: int = 2,
         object_store_bytes: int = OBJECT_STORE_BYTES,
     ) -> None:
-        self.workdir = workdir.resolve()
-        self.port = port
+        super().__init__(workdir, port)
         self.num_cpus = num_cpus
         self.object_store_bytes = object_store_bytes
         self.gcs_port: int | None = None
-        self.process: subprocess.Popen[bytes] | None = None  # when started by this process
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    def is_ours(self, pid: int) -> bool:
+        return is_our_ray(pid, self.workdir)
+
+    def adopt(self, ports: tuple[int, ...]) -> None:
+        self.port, self.gcs_port = ports
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.gcs_port}"
-
-    @property
-    def pid_file(self) -> Path:
-        return self.workdir / "ray.pid"
-
-    @property
-    def key_file(self) -> Path:
-        return self.workdir / "key_file.json"
-
-    @property
-    def log(self) -> Path:
-        return self.workdir / "ray.out"
 
     @property
     def auth_token(self) -> Path:
@@ -139,39 +132,6 @@ class RayServe:
     @property
     def temp_dir(self) -> Path:
         return ray_temp_dir(self.workdir)
-
-    def key(self) -> str | None:
-        return KeyFile(self.key_file).key("inference")
-
-    def headers(self) -> dict[str, str]:
-        key = self.key()
-        return {"Authorization": f"Bearer {key}"} if key else {}
-
-    def recorded(self) -> tuple[int, int, int] | None:
-        """The (pid, HTTP port, GCS port) the pid file names, whatever they are now (None without one)."""
-        text = read_small_file(self.pid_file, PID_FILE_BYTES, "pid file")
-        try:
-            pid, port, gcs = (int(x) for x in (text or "").split()[:3])
-        except ValueError:
-            return None
-        return pid, port, gcs
-
-    def pid(self) -> int | None:
-        """The pid of our running Ray head (the pid file's, checked), else None; its ports become ours."""
-        recorded = self.recorded()
-        if recorded is None or not is_our_ray(recorded[0], self.workdir):
-            return None
-        self.port, self.gcs_port = recorded[1], recorded[2]
-        return recorded[0]
-
-    def clear_stale(self) -> str | None:
-        """Remove a pid file whose pid is not our Ray head; say what it pointed at (None if there was none)."""
-        recorded = self.recorded()
-        if recorded is None or is_our_ray(recorded[0], self.workdir):
-            return None
-        what = describe(recorded[0])
-        self.pid_file.unlink(missing_ok=True)
-        return f"stale pid file {self.pid_file} named pid {recorded[0]} ({what}): removed, nothing signalled"
 
     def start(
         self,
@@ -307,9 +267,7 @@ class RayServe:
                     code = self.process.wait(10.0)
                 except subprocess.TimeoutExpired:
                     code = None
-            recorded = self.recorded()
-            if recorded is None or recorded[0] == pid:
-                self.pid_file.unlink(missing_ok=True)
+            self.forget(pid)
             return code
 
 

@@ -16,10 +16,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from .client import KeyFile, ServerError, port_in_use, request
-from .identity import argv, cwd_of, describe, exe_name, state
-from .ownfiles import open_own, read_small_file, refuse_symlinks, write_own
+from .client import ServerError, port_in_use, request
+from .identity import argv, cwd_of, exe_name, state
+from .ownfiles import open_own, refuse_symlinks, write_own
 from .process import ROOT
+from .served import ServedFolder
 from .signals import Checked, deferred_signals
 
 MODULE = "bucketing.hosts.standalone"
@@ -44,63 +45,17 @@ def is_our_standalone(pid: int, workdir: Path) -> bool:
     return cwd_of(pid) == workdir.resolve()
 
 
-class Standalone:
+class Standalone(ServedFolder):
     """One standalone server, in its own folder (pid file, log, key file) and session."""
 
+    NAME = "standalone"
+    PID_FILE_BYTES = PID_FILE_BYTES
+
     def __init__(self, workdir: Path = SERVE_DIR, port: int = DEFAULT_PORT, host: str = "127.0.0.1") -> None:
-        self.workdir = workdir.resolve()
-        self.port = port
-        self.host = host
-        self.process: subprocess.Popen[bytes] | None = None  # when started by this process
+        super().__init__(workdir, port, host)
 
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def pid_file(self) -> Path:
-        return self.workdir / "standalone.pid"
-
-    @property
-    def key_file(self) -> Path:
-        return self.workdir / "key_file.json"
-
-    @property
-    def log(self) -> Path:
-        return self.workdir / "standalone.out"
-
-    def key(self) -> str | None:
-        return KeyFile(self.key_file).key("inference")
-
-    def headers(self) -> dict[str, str]:
-        key = self.key()
-        return {"Authorization": f"Bearer {key}"} if key else {}
-
-    def recorded(self) -> tuple[int, int] | None:
-        """The (pid, port) the pid file names, whatever they are now (None without one)."""
-        text = read_small_file(self.pid_file, PID_FILE_BYTES, "pid file")
-        try:
-            pid, port = (int(x) for x in (text or "").split()[:2])
-        except ValueError:
-            return None
-        return pid, port
-
-    def pid(self) -> int | None:
-        """The pid of our running server (the pid file's, checked), else None; its port becomes ours."""
-        recorded = self.recorded()
-        if recorded is None or not is_our_standalone(recorded[0], self.workdir):
-            return None
-        self.port = recorded[1]
-        return recorded[0]
-
-    def clear_stale(self) -> str | None:
-        """Remove a pid file whose pid is not our server; say what it pointed at (None if there was none)."""
-        recorded = self.recorded()
-        if recorded is None or is_our_standalone(recorded[0], self.workdir):
-            return None
-        what = describe(recorded[0])
-        self.pid_file.unlink(missing_ok=True)
-        return f"stale pid file {self.pid_file} named pid {recorded[0]} ({what}): removed, nothing signalled"
+    def is_ours(self, pid: int) -> bool:
+        return is_our_standalone(pid, self.workdir)
 
     def start(self, source: Sequence[str], extra: Sequence[str] = (), timeout: float = 300.0) -> Standalone:
         """Launch on `source` (`--archive X.mar`, ...) and wait until every model is ready; on any failure or
@@ -171,9 +126,7 @@ class Standalone:
                     code = self.process.wait(10.0)
                 except subprocess.TimeoutExpired:
                     code = None
-            recorded = self.recorded()
-            if recorded is None or recorded[0] == pid:
-                self.pid_file.unlink(missing_ok=True)
+            self.forget(pid)
             return code
 
 

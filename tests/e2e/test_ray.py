@@ -1,8 +1,8 @@
 """The Ray host on one local node (`tsctl.ray.RayServe`: `make serve-ray`'s path, on free ports in a test folder):
 the same requests as `test_hosts.py` answered with the standalone host's status, content type and bytes (which are
 TorchServe's), embeddings within 1e-5 of sentence-transformers', a bulk request over the token budget served
-alone by the replica's batcher, its own 401, its `/metrics` (the queue signals and handler counters summed over replicas, the
-gauges back to 0 after load), and every Ray process gone after `stop`.
+alone by the replica's batcher, its own 401, its `/metrics` (the queue signals and handler counters summed over
+replicas, the gauges back to 0 after load), and every Ray process gone after `stop`.
 
 The multi-node checks (replicas on distinct nodes, a replica and a node killed under load, autoscaling) are
 `test_ray_cluster.py`, opt-in (`make ray-test`)."""

@@ -1,4 +1,5 @@
-"""The Ray host without a cluster: the token estimate, the replicas' queue signals summed per model, the HTTP answers of `front.Front` with fake models, the application's args, and
+"""The Ray host without a cluster: the token estimate, the replicas' queue signals summed per model, the HTTP
+answers of `front.Front` with fake models, the application's args, and
 the copy of config/ray/serve.yaml `make serve-ray` deploys."""
 
 from __future__ import annotations

@@ -167,6 +167,34 @@ def test_a_pending_request_is_served_again_on_its_worker():
     assert calls[0] == ["long", "short"] and calls[1][0] == "long"
 
 
+def test_a_pending_bulk_request_does_not_shut_new_requests_out():
+    """A pending request over the token budget goes on with the requests that arrived meanwhile (counted by
+    requests: the worker's pool serves it a slice a call), not alone until it is done."""
+    calls: list[list[str]] = []
+    first_call = threading.Event()
+    small_sent = threading.Event()
+
+    def serve(worker: int, jobs: list[Job]) -> list[str | None]:
+        calls.append([j.payload for j in jobs])
+        first_call.set()
+        small_sent.wait(5.0)  # the small request arrives while the bulk one's first slice runs
+        return [None if j.payload == "bulk" and len(calls) < 3 else j.payload for j in jobs]
+
+    async def run() -> list[str]:
+        b = batcher(serve, batch_size=4, max_delay_s=0.0, max_batch_tokens=100)
+        bulk = b.submit("bulk", 5000)
+        b.start()
+        await asyncio.get_running_loop().run_in_executor(None, first_call.wait, 5.0)
+        small = b.submit("small", 10)
+        small_sent.set()
+        answers = await asyncio.gather(bulk.future, small.future)
+        await b.close()
+        return list(answers)
+
+    assert asyncio.run(run()) == ["bulk", "small"]
+    assert calls == [["bulk"], ["bulk", "small"], ["bulk"]]  # before: the bulk alone, then the small one
+
+
 # -- the app --------------------------------------------------------------------------------------------------
 class FakeWorker:
     """Answers each row with its body echoed; `gate` (when set) holds every call until it is opened."""

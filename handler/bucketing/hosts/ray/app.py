@@ -79,29 +79,16 @@ READY_TIMEOUT_S = 2.0
 
 def answers(
     worker: Any, name: str, items: Sequence[Item], record: Callable[[BatchStats], None] | None = None
-) -> list[Answer]:
-    """Serve `items` on `worker` (in its thread): every request answered; one a continuous schedule leaves pending
-    is served again with the others still pending, as the standalone batcher re-sends it; `record`: given each
-    call's figures (the handler's counters)."""
+) -> list[Answer | None]:
+    """Serve `items` on `worker` once (in its thread): each request's answer, None for one a continuous schedule
+    leaves pending (the batcher sends it again with its next batch, as the standalone host's does); `record`: given
+    the call's figures (the handler's counters)."""
     prepared = [torchserve_row(item.body, item.headers, item.url_path) for item in items]
-    done: list[Answer | None] = [None] * len(items)
-    pending = list(range(len(items)))
-    continuous = getattr(worker, "pool", None) is not None
-    while pending:
-        rows = [prepared[i][0] for i in pending]
-        metas = [prepared[i][1] for i in pending]
-        keys = [items[i].key for i in pending] if continuous else None
-        replies, stats = worker.serve(rows, metas, keys, name)
-        if record is not None:
-            record(stats)
-        still = []
-        for i, reply in zip(pending, replies):
-            if reply is None:
-                still.append(i)
-            else:
-                done[i] = reply_answer(reply)
-        pending = still
-    return [a for a in done if a is not None]
+    keys = [item.key for item in items] if getattr(worker, "pool", None) is not None else None
+    replies, stats = worker.serve([p[0] for p in prepared], [p[1] for p in prepared], keys, name)
+    if record is not None:
+        record(stats)
+    return [None if reply is None else reply_answer(reply) for reply in replies]
 
 
 class Encoder:
@@ -146,8 +133,8 @@ class Encoder:
         self.served += 1
         return answer
 
-    def _serve(self, worker: int, jobs: Sequence[Job]) -> list[Answer]:
-        """The batcher's call, on the worker's thread: every request of the batch answered."""
+    def _serve(self, worker: int, jobs: Sequence[Job]) -> list[Answer | None]:
+        """The batcher's call, on the worker's thread: the batch's answers (None: pending, sent again)."""
         return answers(self.worker, self.name, [job.payload for job in jobs], self._record)
 
     def queue(self) -> dict[str, int]:

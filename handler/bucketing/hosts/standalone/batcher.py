@@ -7,8 +7,8 @@ taken: a bulk request is its own batch), or when its first request has waited `m
 (TorchServe's `maxBatchDelay`; a request that waited while every worker was busy closes its batch at once with
 what is queued), or at once while another worker is free too: waiting for company only pays when no other
 worker could take the next request (under load every worker is busy and batches fill; at a light rate a request
-does not wait the delay for nothing). Tokens are the caller's cheap estimate (the app's: body bytes / 4), never a tokenizer call on
-the event loop.
+does not wait the delay for nothing). Tokens are the caller's cheap estimate (the app's: body bytes / 4), never a
+tokenizer call on the event loop.
 
 Admission: at most `queue_size` requests wait (`QueueFull` past it, TorchServe's `job_queue_size`); while draining
 (`drain`, SIGTERM) nothing is admitted (`Draining`) and what was admitted is run to its answer. A request whose
@@ -168,10 +168,10 @@ class Batcher:
         batch = list(self._carry[worker])
         self._carry[worker] = []
         async with self._lock:
-            tokens = sum(j.tokens for j in batch)
-            if batch:  # continuous: pending requests go on now, with whatever has arrived
-                self._fill(batch, tokens)
-                return self._taken(batch)
+            if batch:  # continuous: pending requests go on now, with whatever has arrived, counted by requests
+                self._fill(batch, 0)  # only: the worker's pool serves the pending texts a slice a call, under its
+                return self._taken(batch)  # own token budget (a bulk request pending must not shut others out)
+            tokens = 0
             while True:
                 tokens, closed = self._fill(batch, tokens)
                 if closed or (batch and (self.draining or self._free > 1)):  # another worker free: no wait
