@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -32,7 +31,6 @@ from .identity import argv, cwd_of, exe_name, state
 from .ownfiles import open_own, refuse_symlinks, write_own
 from .process import ROOT
 from .served import ServedFolder
-from .signals import Checked, deferred_signals
 
 RAY_MODULE = "ray.scripts.scripts"
 SERVE_DIR = ROOT / ".tmp" / "ray"
@@ -243,32 +241,6 @@ class RayServe(ServedFolder):
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
-
-    def stop(self, timeout: float = 60.0) -> int | None:
-        """SIGTERM our Ray head (it ends every Ray process it started: GCS, raylet, workers, replicas), SIGKILL if it
-        outlives `timeout` (Ray's reaper then ends the rest); safe to call twice; its exit status when this process
-        started it (else None)."""
-        with deferred_signals():
-            pid = self.pid() if self.process is None else self.process.pid
-            held = Checked.open(pid, lambda p: is_our_ray(p, self.workdir)) if pid is not None else None
-            if held is not None:
-                try:
-                    held.signal(signal.SIGTERM)
-                    if not held.wait(timeout):
-                        held.signal(signal.SIGKILL)
-                        held.wait(10.0)
-                finally:
-                    held.close()
-            elif pid is None:
-                self.clear_stale()
-            code = None
-            if self.process is not None:
-                try:
-                    code = self.process.wait(10.0)
-                except subprocess.TimeoutExpired:
-                    code = None
-            self.forget(pid)
-            return code
 
 
 __all__ = [

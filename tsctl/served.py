@@ -4,12 +4,14 @@ is checked (`is_ours`); a pid file naming anything else is removed, never signal
 
 from __future__ import annotations
 
+import signal
 import subprocess
 from pathlib import Path
 
 from .client import KeyFile
 from .identity import describe
 from .ownfiles import read_small_file
+from .signals import Checked, deferred_signals
 
 
 class ServedFolder:
@@ -82,11 +84,33 @@ class ServedFolder:
         self.pid_file.unlink(missing_ok=True)
         return f"stale pid file {self.pid_file} named pid {recorded[0]} ({what}): removed, nothing signalled"
 
-    def forget(self, pid: int | None) -> None:
-        """After a stop: the pid file goes if it still names the stopped server (or nothing)."""
-        recorded = self.recorded()
-        if recorded is None or recorded[0] == pid:
-            self.pid_file.unlink(missing_ok=True)
+    def stop(self, timeout: float = 60.0) -> int | None:
+        """SIGTERM our server (the standalone server drains, then exits; a Ray head ends every Ray process it
+        started), SIGKILL if it outlives `timeout`; only through a pidfd opened before its identity was checked;
+        safe to call twice; its exit status when this process started it (else None)."""
+        with deferred_signals():
+            pid = self.pid() if self.process is None else self.process.pid
+            held = Checked.open(pid, self.is_ours) if pid is not None else None
+            if held is not None:
+                try:
+                    held.signal(signal.SIGTERM)
+                    if not held.wait(timeout):
+                        held.signal(signal.SIGKILL)
+                        held.wait(10.0)
+                finally:
+                    held.close()
+            elif pid is None:
+                self.clear_stale()
+            code = None
+            if self.process is not None:
+                try:
+                    code = self.process.wait(10.0)
+                except subprocess.TimeoutExpired:
+                    code = None
+            recorded = self.recorded()
+            if recorded is None or recorded[0] == pid:  # the pid file goes if it still names the stopped server
+                self.pid_file.unlink(missing_ok=True)
+            return code
 
 
 __all__ = ["ServedFolder"]

@@ -9,7 +9,6 @@ bucketing.hosts.standalone` with `--key-file <our folder>/key_file.json`, workin
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,7 +20,6 @@ from .identity import argv, cwd_of, exe_name, state
 from .ownfiles import open_own, refuse_symlinks, write_own
 from .process import ROOT
 from .served import ServedFolder
-from .signals import Checked, deferred_signals
 
 MODULE = "bucketing.hosts.standalone"
 SERVE_DIR = ROOT / ".tmp" / "standalone"
@@ -103,31 +101,6 @@ class Standalone(ServedFolder):
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
-
-    def stop(self, timeout: float = 60.0) -> int | None:
-        """SIGTERM our server (it drains, then exits), SIGKILL if it outlives `timeout`; safe to call twice; its
-        exit status when this process started it (else None)."""
-        with deferred_signals():
-            pid = self.pid() if self.process is None else self.process.pid
-            held = Checked.open(pid, lambda p: is_our_standalone(p, self.workdir)) if pid is not None else None
-            if held is not None:
-                try:
-                    held.signal(signal.SIGTERM)
-                    if not held.wait(timeout):
-                        held.signal(signal.SIGKILL)
-                        held.wait(10.0)
-                finally:
-                    held.close()
-            elif pid is None:
-                self.clear_stale()
-            code = None
-            if self.process is not None:
-                try:
-                    code = self.process.wait(10.0)
-                except subprocess.TimeoutExpired:
-                    code = None
-            self.forget(pid)
-            return code
 
 
 __all__ = ["DEFAULT_PORT", "MODULE", "SERVE_DIR", "Standalone", "is_our_standalone"]
