@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from .client import ServerError, free_ports, port_in_use, request
+from .client import ServerError, free_ports, port_in_use
 from .identity import argv, cwd_of, exe_name, state
 from .ownfiles import open_own, refuse_symlinks, write_own
 from .process import ROOT
@@ -39,7 +39,6 @@ DEFAULT_PORT = 8592  # beside `make serve` (8580-8584) and `make serve-standalon
 PID_FILE_BYTES = 96
 OWN_PATHS = ("ray.pid", "ray.out", "key_file.json", "serve.yaml", "ray_auth_token")
 OBJECT_STORE_BYTES = 200 * 1024 * 1024
-TAIL_LINES = 20
 
 
 def ray_temp_dir(workdir: Path) -> Path:
@@ -94,6 +93,10 @@ class RayServe(ServedFolder):
     NAME = "ray"
     PID_FILE_BYTES = PID_FILE_BYTES
     PORTS = 2  # the HTTP port, then the GCS port
+    PROCESS = "the Ray head"
+    SERVICE = "the Ray application"
+    TAIL_LINES = 20
+    POLL_S = 0.5
 
     def __init__(
         self,
@@ -182,21 +185,16 @@ class RayServe(ServedFolder):
             write_own(self.workdir / "serve.yaml", yaml.safe_dump(config, sort_keys=False).encode())
             self._wait_gcs(timeout)
             self._deploy(env, timeout)
-            self._wait_ready(timeout)
+            self.wait_ready(timeout)
         except BaseException:
             self.stop()
             raise
         return self
 
-    def _alive_or_raise(self) -> None:
-        if self.process is not None and self.process.poll() is not None:
-            code = self.process.returncode
-            raise ServerError(f"the Ray head exited during start ({code}):\n{self.tail()}")
-
     def _wait_gcs(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            self._alive_or_raise()
+            self.alive_or_raise()
             with socket.socket() as s:
                 s.settimeout(1.0)
                 if s.connect_ex(("127.0.0.1", self.gcs_port or 0)) == 0:
@@ -220,27 +218,6 @@ class RayServe(ServedFolder):
             )
         if done.returncode != 0:
             raise ServerError(f"serve run failed ({done.returncode}):\n{self.tail()}")
-
-    def ready(self) -> bool:
-        try:
-            return request(f"{self.url}/v2/health/ready", timeout=5).status == 200
-        except OSError:
-            return False
-
-    def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self._alive_or_raise()
-            if self.ready():
-                return
-            time.sleep(0.5)
-        raise ServerError(f"the Ray application was not ready in {timeout:.0f} s; see {self.log}")
-
-    def tail(self, lines: int = TAIL_LINES) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
 
 
 __all__ = [

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import time
 from pathlib import Path
 
-from .client import KeyFile
+from .client import KeyFile, ServerError, request
 from .identity import describe
 from .ownfiles import read_small_file
 from .signals import Checked, deferred_signals
@@ -20,6 +21,10 @@ class ServedFolder:
     NAME = "server"  # the pid file's and log's stem
     PID_FILE_BYTES = 64
     PORTS = 1  # ports the pid file names after the pid (the first is `port`)
+    PROCESS = "the server"  # what the launched process is, in errors
+    SERVICE = "the server"  # what answers `/v2/health/ready`, in errors
+    TAIL_LINES = 15  # the log's last lines an error shows
+    POLL_S = 0.25  # readiness asked this often during a start
 
     def __init__(self, workdir: Path, port: int, host: str = "127.0.0.1") -> None:
         self.workdir = workdir.resolve()
@@ -57,6 +62,34 @@ class ServedFolder:
     def headers(self) -> dict[str, str]:
         key = self.key()
         return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def tail(self, lines: int | None = None) -> str:
+        """The log's last lines ("" without one)."""
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-(lines or self.TAIL_LINES) :])
+        except OSError:
+            return ""
+
+    def ready(self) -> bool:
+        try:
+            return request(f"{self.url}/v2/health/ready", timeout=5).status == 200
+        except OSError:
+            return False
+
+    def alive_or_raise(self) -> None:
+        """During a start: the launched process has not exited (else a ServerError with its log's tail)."""
+        if self.process is not None and self.process.poll() is not None:
+            code = self.process.returncode
+            raise ServerError(f"{self.PROCESS} exited during start ({code}):\n{self.tail()}")
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.alive_or_raise()
+            if self.ready():
+                return
+            time.sleep(self.POLL_S)
+        raise ServerError(f"{self.SERVICE} was not ready in {timeout:.0f} s; see {self.log}")
 
     def recorded(self) -> tuple[int, ...] | None:
         """The pid and ports the pid file names, whatever they are now (None without one)."""

@@ -11,11 +11,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from .client import ServerError, port_in_use, request
+from .client import ServerError, port_in_use
 from .identity import argv, cwd_of, exe_name, state
 from .ownfiles import open_own, refuse_symlinks, write_own
 from .process import ROOT
@@ -26,7 +25,6 @@ SERVE_DIR = ROOT / ".tmp" / "standalone"
 DEFAULT_PORT = 8590  # beside `make serve`'s TorchServe (8580-8584)
 PID_FILE_BYTES = 64
 OWN_PATHS = ("standalone.pid", "standalone.out", "key_file.json")
-TAIL_LINES = 15
 
 
 def is_our_standalone(pid: int, workdir: Path) -> bool:
@@ -48,6 +46,7 @@ class Standalone(ServedFolder):
 
     NAME = "standalone"
     PID_FILE_BYTES = PID_FILE_BYTES
+    PROCESS = SERVICE = "the standalone server"
 
     def __init__(self, workdir: Path = SERVE_DIR, port: int = DEFAULT_PORT, host: str = "127.0.0.1") -> None:
         super().__init__(workdir, port, host)
@@ -73,34 +72,11 @@ class Standalone(ServedFolder):
                     command, cwd=self.workdir, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True
                 )
             write_own(self.pid_file, f"{self.process.pid} {self.port}\n".encode())
-            self._wait_ready(timeout)
+            self.wait_ready(timeout)
         except BaseException:
             self.stop()
             raise
         return self
-
-    def ready(self) -> bool:
-        try:
-            return request(f"{self.url}/v2/health/ready", timeout=5).status == 200
-        except OSError:
-            return False
-
-    def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process is not None and self.process.poll() is not None:
-                code = self.process.returncode
-                raise ServerError(f"the standalone server exited during start ({code}):\n{self.tail()}")
-            if self.ready():
-                return
-            time.sleep(0.25)
-        raise ServerError(f"the standalone server was not ready in {timeout:.0f} s; see {self.log}")
-
-    def tail(self, lines: int = TAIL_LINES) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
 
 
 __all__ = ["DEFAULT_PORT", "MODULE", "SERVE_DIR", "Standalone", "is_our_standalone"]

@@ -19,20 +19,17 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import yaml
 
-from bench.harness import stats
-from bench.harness.targets import answers_cosine, archive, engine_of, model_name
+from bench.harness.targets import archive
 from bench.hosts.host import HostRun
+from bench.hosts.own_server import OwnServerModel
 from bench.inputs.configuration import Configuration
 from bench.inputs.job import Job
-from bench.inputs.workloads import RERANK
 from bucketing.hosts.ray.board import PUSH_S
-from bucketing.protocols import cohere_rerank
-from tsctl import ServerError, free_ports, request
+from tsctl import ServerError, free_ports
 from tsctl.identity import stat_fields
 from tsctl.ray import CONFIG, RayServe
 
@@ -79,19 +76,15 @@ def tree_cpu_seconds(root: int) -> float:
     return total
 
 
-class RayModel:
+class RayModel(OwnServerModel[RayServe]):
     """One job's configuration on a Ray cluster of its own, as a target (`targets.Target`): started on entry (ready
     when it returns), stopped on exit however the run ends."""
 
-    device = "cpu"
+    WHAT = "the Ray host"
 
-    def __init__(self, job: Job, run: HostRun) -> None:
+    def make_server(self, job: Job, run: HostRun) -> RayServe:
         c = job.config
-        self.config, self.store, self.name = c, run.store, model_name(c)
-        self.server = RayServe(run.work / NAME / self.name, free_ports(1)[0], num_cpus=c.workers * c.threads)
-        route = f"/1.0/{cohere_rerank.PATH}" if c.workload == RERANK else ""
-        self.url = f"{self.server.url}/predictions/{self.name}{route}"
-        self.engine = engine_of(c)
+        return RayServe(run.work / NAME / self.name, free_ports(1)[0], num_cpus=c.workers * c.threads)
 
     def archive_path(self) -> Path:
         """The archive TorchServe registers (built first when missing or stale)."""
@@ -112,33 +105,16 @@ class RayModel:
             raise SystemExit(f"{self.config.name}: the Ray cluster did not start: {e}") from None
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.server.stop()
-
-    def bodies(self, job: Job) -> list[bytes]:
-        return job.load.bodies
-
-    def headers(self) -> dict[str, str]:
-        return self.server.headers()
-
     def cpu(self) -> float | None:
-        process = self.server.process
-        alive = process is not None and process.poll() is None
-        return tree_cpu_seconds(process.pid) if alive and process is not None else None
+        pid = self.live_pid()
+        return tree_cpu_seconds(pid) if pid else None
 
     def counters(self) -> dict[str, float]:
         time.sleep(COUNTERS_WAIT_S)  # every replica's last figures pushed
-        reply = request(f"{self.server.url}/metrics", headers=self.headers())
-        if reply.status != 200:
-            raise SystemExit(f"{self.config.name}: the Ray host's /metrics answered HTTP {reply.status}")
-        return stats.parse_prometheus(reply.body.decode(errors="replace"), self.name)
+        return self.scrape()
 
     def peak_rss_mb(self) -> float | None:
         return None  # the replicas are Ray workers of their own, not read
-
-    def fidelity(self, job: Job) -> float | None:
-        """The lowest cosine of its answers to the job's picks against their references (as TorchServe's)."""
-        return answers_cosine(self.url, self.headers(), job)
 
 
 def target(job: Job, run: HostRun) -> RayModel:

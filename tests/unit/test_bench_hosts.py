@@ -186,7 +186,7 @@ def test_the_ray_target_starts_and_stops_through_tsctl_and_reads_its_metrics(tmp
         reply.body = reply.body.replace(b"NAME", model_name(config).encode())
         return reply
 
-    monkeypatch.setattr("bench.hosts.ray.request", fake_request)
+    monkeypatch.setattr("bench.hosts.own_server.request", fake_request)
     config = Configuration("bucketed", 4, max_batch_delay=5, workers=1, threads=1, host="ray")
     target = hosts.targets(host_run(tmp_path))(Job(config, FakeResolver().load(config)))
     assert isinstance(target, RayModel)

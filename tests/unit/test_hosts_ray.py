@@ -20,10 +20,6 @@ from tsctl.ray import CONFIG, is_our_ray, ray_temp_dir, serve_config
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def item(tokens: int, key: str = "k") -> Item:
-    return Item(b"", {}, None, tokens, key)
-
-
 def test_the_token_estimate_is_body_bytes_over_four():
     assert estimate_tokens(b"x" * 41) == 10
 

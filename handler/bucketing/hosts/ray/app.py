@@ -35,8 +35,7 @@ import logging
 import os
 import tempfile
 import threading
-import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -54,7 +53,7 @@ from bucketing.hosts.ray.front import Front, Limits
 from bucketing.hosts.rows import torchserve_row
 from bucketing.hosts.standalone import models
 from bucketing.hosts.standalone.__main__ import KEY_ENV, read_key
-from bucketing.hosts.standalone.app import Answer, reply_answer, unavailable
+from bucketing.hosts.standalone.app import Answer, serve_jobs, unavailable
 from bucketing.hosts.standalone.batcher import Batcher, Job, Refused
 from bucketing.hosts.standalone.prometheus import Registry
 from bucketing.metrics import BatchStats, QueueSignals, Sample
@@ -75,20 +74,6 @@ QUEUE_SIZE = 256  # requests queued per model at the ingress's handle (TorchServ
 GRACEFUL_SHUTDOWN_S = 25.0  # a replica stopping (scale-down, redeploy) answers what it holds within this
 RETRIES = 2  # a request whose replica died is sent again (embedding is idempotent), this many times
 READY_TIMEOUT_S = 2.0
-
-
-def answers(
-    worker: Any, name: str, items: Sequence[Item], record: Callable[[BatchStats], None] | None = None
-) -> list[Answer | None]:
-    """Serve `items` on `worker` once (in its thread): each request's answer, None for one a continuous schedule
-    leaves pending (the batcher sends it again with its next batch, as the standalone host's does); `record`: given
-    the call's figures (the handler's counters)."""
-    prepared = [torchserve_row(item.body, item.headers, item.url_path) for item in items]
-    keys = [item.key for item in items] if getattr(worker, "pool", None) is not None else None
-    replies, stats = worker.serve([p[0] for p in prepared], [p[1] for p in prepared], keys, name)
-    if record is not None:
-        record(stats)
-    return [None if reply is None else reply_answer(reply) for reply in replies]
 
 
 class Encoder:
@@ -135,7 +120,9 @@ class Encoder:
 
     def _serve(self, worker: int, jobs: Sequence[Job]) -> list[Answer | None]:
         """The batcher's call, on the worker's thread: the batch's answers (None: pending, sent again)."""
-        return answers(self.worker, self.name, [job.payload for job in jobs], self._record)
+        answers, stats = serve_jobs(self.worker, self.name, jobs, item_row)
+        self._record(stats)
+        return answers
 
     def queue(self) -> dict[str, int]:
         """Queue depth and tokens waiting, and requests running, on this replica."""
@@ -188,6 +175,10 @@ class Encoder:
         self._unpacked.cleanup()
 
 
+def item_row(item: Item) -> tuple[Any, Any]:
+    return torchserve_row(item.body, item.headers, item.url_path)
+
+
 def _open(spec: models.ModelSpec) -> Any:
     from bucketing import worker
 
@@ -222,7 +213,6 @@ class Ingress:
 
     async def _predict(self, name: str, item: Item) -> Answer:
         handle = self.handles[name]
-        item = replace(item, key=uuid.uuid4().hex)  # unique across ingress replicas (the continuous pool's key)
         for attempt in range(RETRIES + 1):
             try:
                 answer: Answer = await handle.predict.remote(item)
@@ -295,7 +285,6 @@ __all__ = [
     "Encoder",
     "Ingress",
     "ModelArgs",
-    "answers",
     "build",
     "model_signals",
     "read_spec",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -72,16 +72,9 @@ class AppArgs:
 def read_spec(margs: ModelArgs, unpack_dir: Path) -> models.ModelSpec:
     """The model's spec (an archive unpacked into `unpack_dir`), with the args' batching and threads over it."""
     spec = models.from_path(Path(margs.model), unpack_dir, margs.name)
-    config = spec.config
-    if margs.threads is not None:
-        config = replace(config, torch_threads=margs.threads)
-    if margs.max_batch_tokens is not None:
-        config = replace(config, max_batch_tokens=margs.max_batch_tokens)
-    return replace(
-        spec,
-        config=config,
-        batch_size=margs.batch_size if margs.batch_size is not None else spec.batch_size,
-        max_batch_delay_ms=margs.max_batch_delay_ms
-        if margs.max_batch_delay_ms is not None
-        else spec.max_batch_delay_ms,
+    return spec.with_overrides(
+        threads=margs.threads,
+        batch_size=margs.batch_size,
+        max_batch_delay_ms=margs.max_batch_delay_ms,
+        max_batch_tokens=margs.max_batch_tokens,
     )

@@ -25,7 +25,6 @@ class Item:
     headers: dict[str, str]
     url_path: str | None
     tokens: int
-    key: str = ""  # the request's id (the continuous pool's key for it)
 
 
 def estimate_tokens(body: bytes) -> int:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import itertools
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -21,12 +20,11 @@ from bucketing.hosts import routes
 from bucketing.hosts.ray.batching import Item, estimate_tokens
 from bucketing.hosts.standalone.app import (
     EXEMPT,
-    NOT_ALLOWED_MESSAGE,
-    NOT_FOUND_MESSAGE,
     TOKEN_MESSAGE,
     Answer,
     Receive,
     body_model,
+    not_served,
     read_body,
     ts_error,
     unavailable,
@@ -70,7 +68,6 @@ class Front:
         self.predict = predict
         self.ready = ready
         self.limits = limits
-        self._ids = itertools.count()
 
     def authorized(self, headers: Mapping[str, str]) -> bool:
         key = self.limits.key
@@ -103,7 +100,7 @@ class Front:
         if found.by_body:  # a root OpenAI route with several models: the body's `model` names one
             chosen = body_model(body) or ""
             name = chosen if chosen in self.versions else name
-        item = Item(body, dict(headers), found.url_path, estimate_tokens(body), f"ray-{next(self._ids)}")
+        item = Item(body, dict(headers), found.url_path, estimate_tokens(body))
         timeout = self.limits.request_timeout_s
         try:
             return await asyncio.wait_for(self.predict(name, item), timeout)
@@ -143,16 +140,7 @@ class Front:
             return Answer(200, (await self.metrics()).encode(), METRICS_TYPE)
         if action == "metrics":
             return Answer(404, ts_error(404, "ResourceNotFoundException", METRICS_MESSAGE))
-        if action == "model_not_found":
-            return Answer(404, ts_error(404, "ModelNotFoundException", f"Model not found: {name}"))
-        if action == "version_not_found":
-            message = f"Model version: {found.version} does not exist for model: {name}"
-            return Answer(404, ts_error(404, "ModelVersionNotFoundException", message))
-        if action == "kserve_model_not_found":
-            return Answer(404, json.dumps({"error": f"Model with name {name} does not exist."}).encode())
-        if action == "method_not_allowed":
-            return Answer(405, ts_error(405, "MethodNotAllowedException", NOT_ALLOWED_MESSAGE))
-        return Answer(404, ts_error(404, "ResourceNotFoundException", NOT_FOUND_MESSAGE))
+        return not_served(found)
 
 
 __all__ = ["METRICS_MESSAGE", "SERVER_NAME", "Front", "Limits", "Metrics", "Predict", "Ready"]

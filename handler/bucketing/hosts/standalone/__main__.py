@@ -103,22 +103,11 @@ def spec_of(args: argparse.Namespace, unpack_dir: Path) -> models.ModelSpec:
         spec = models.from_model_dir(args.model_dir, args.name)
     else:
         raise models.ModelSourceError("give the model: --archive X.mar, --model-config YAML or --model-dir DIR")
-    return overridden(spec, args)
-
-
-def overridden(spec: models.ModelSpec, args: argparse.Namespace) -> models.ModelSpec:
-    """The spec with the command line's batching and threads over the model-config's."""
-    from dataclasses import replace
-
-    config = spec.config
-    if args.threads is not None:
-        config = replace(config, torch_threads=args.threads)
-    return replace(
-        spec,
-        config=config,
-        workers=args.workers if args.workers is not None else spec.workers,
-        batch_size=args.batch_size if args.batch_size is not None else spec.batch_size,
-        max_batch_delay_ms=args.max_batch_delay if args.max_batch_delay is not None else spec.max_batch_delay_ms,
+    return spec.with_overrides(
+        threads=args.threads,
+        workers=args.workers,
+        batch_size=args.batch_size,
+        max_batch_delay_ms=args.max_batch_delay,
     )
 
 

@@ -91,8 +91,38 @@ def reply_answer(reply: Reply) -> Answer:
     return Answer(reply.status, body, reply.content_type, tuple(reply.headers))
 
 
+def serve_jobs(
+    worker: Any, name: str, jobs: Sequence[Job], row: Callable[[Any], tuple[Any, Any]]
+) -> tuple[list[Answer | None], Any]:
+    """One `Worker.serve` call on a batcher's jobs (in the worker's thread): each job's answer (None: pending under a
+    continuous schedule, sent again), and the call's figures. `row(payload)`: its TorchServe row and metadata, made
+    once per job and kept while it is pending."""
+    for job in jobs:
+        if job.prepared is None:
+            job.prepared = row(job.payload)
+    keys = [job.key for job in jobs] if getattr(worker, "pool", None) is not None else None
+    replies, stats = worker.serve([job.prepared[0] for job in jobs], [job.prepared[1] for job in jobs], keys, name)
+    return [None if r is None else reply_answer(r) for r in replies], stats
+
+
 def unavailable(message: str, status: int = 503, kind: str = "ServiceUnavailableException") -> Answer:
     return Answer(status, ts_error(status, kind, message), headers=(("Retry-After", str(RETRY_AFTER_S)),))
+
+
+def not_served(found: routes.Match) -> Answer:
+    """What a route no model answers gets (TorchServe's and KServe's bodies): a model or version not found, a method
+    not allowed, else a resource not found."""
+    name = found.model or ""
+    if found.action == "model_not_found":
+        return Answer(404, ts_error(404, "ModelNotFoundException", f"Model not found: {name}"))
+    if found.action == "version_not_found":
+        message = f"Model version: {found.version} does not exist for model: {name}"
+        return Answer(404, ts_error(404, "ModelVersionNotFoundException", message))
+    if found.action == "kserve_model_not_found":
+        return Answer(404, json.dumps({"error": f"Model with name {name} does not exist."}).encode())
+    if found.action == "method_not_allowed":
+        return Answer(405, ts_error(405, "MethodNotAllowedException", NOT_ALLOWED_MESSAGE))
+    return Answer(404, ts_error(404, "ResourceNotFoundException", NOT_FOUND_MESSAGE))
 
 
 class App:
@@ -190,20 +220,14 @@ class App:
     def _serve_for(self, name: str) -> Callable[[int, Sequence[Job]], list[Answer | None]]:
         def serve(index: int, jobs: Sequence[Job]) -> list[Answer | None]:
             worker = self.models[name].workers[index]
-            for job in jobs:
-                if job.prepared is None:
-                    job.prepared = torchserve_row(*job.payload)
-            rows = [job.prepared[0] for job in jobs]
-            metas = [job.prepared[1] for job in jobs]
-            keys = [job.key for job in jobs] if getattr(worker, "pool", None) is not None else None
-            replies, stats = worker.serve(rows, metas, keys, name)
+            answers, stats = serve_jobs(worker, name, jobs, lambda payload: torchserve_row(*payload))
             engine = getattr(getattr(worker, "task", None), "engine", None)
             fidelity, shadow = getattr(engine, "fidelity", None), getattr(engine, "shadow", None)
             cosine = fidelity.cosine_min if fidelity is not None else None
             samples = shadow.drain() if shadow is not None else None
             if self._loop is not None:
                 self._loop.call_soon_threadsafe(self.registry.record, name, stats, cosine, samples)
-            return [None if r is None else reply_answer(r) for r in replies]
+            return answers
 
         return serve
 
@@ -339,16 +363,7 @@ class App:
                 ("standalone_answers", float(c), (("status", str(s)),)) for s, c in sorted(self.answered.items())
             ]
             return Answer(200, self.registry.render(gauges, self.signals()).encode(), METRICS_TYPE)
-        if action == "model_not_found":
-            return Answer(404, ts_error(404, "ModelNotFoundException", f"Model not found: {name}"))
-        if action == "version_not_found":
-            message = f"Model version: {found.version} does not exist for model: {name}"
-            return Answer(404, ts_error(404, "ModelVersionNotFoundException", message))
-        if action == "kserve_model_not_found":
-            return Answer(404, json.dumps({"error": f"Model with name {name} does not exist."}).encode())
-        if action == "method_not_allowed":
-            return Answer(405, ts_error(405, "MethodNotAllowedException", NOT_ALLOWED_MESSAGE))
-        return Answer(404, ts_error(404, "ResourceNotFoundException", NOT_FOUND_MESSAGE))
+        return not_served(found)
 
 
 def body_model(body: bytes) -> str | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,29 @@ class ModelSpec:
         value = self.model_yaml.get("responseTimeout", RESPONSE_TIMEOUT_S)
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
         return float(value) if ok else RESPONSE_TIMEOUT_S
+
+    def with_overrides(
+        self,
+        threads: int | None = None,
+        workers: int | None = None,
+        batch_size: int | None = None,
+        max_batch_delay_ms: float | None = None,
+        max_batch_tokens: int | None = None,
+    ) -> ModelSpec:
+        """This spec with a host's own batching and threads (its flags, its args) over the model-config's; None
+        keeps the model-config's."""
+        config = self.config
+        if threads is not None:
+            config = replace(config, torch_threads=threads)
+        if max_batch_tokens is not None:
+            config = replace(config, max_batch_tokens=max_batch_tokens)
+        return replace(
+            self,
+            config=config,
+            workers=self.workers if workers is None else workers,
+            batch_size=self.batch_size if batch_size is None else batch_size,
+            max_batch_delay_ms=self.max_batch_delay_ms if max_batch_delay_ms is None else max_batch_delay_ms,
+        )
 
 
 def _positive(cfg: dict[str, Any], key: str, default: float) -> float:
