@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from bucketing.config import HandlerConfig
-from bucketing.hosts.standalone.app import App, Settings
+from bucketing.hosts.standalone.app import QUIET_S, App, Settings
 from bucketing.hosts.standalone.batcher import Batcher, Draining, Job, QueueFull, fill
 from bucketing.hosts.standalone.models import ModelSpec
 from bucketing.metrics import METRICS, BatchStats
@@ -340,6 +340,30 @@ def test_draining_refuses_new_requests_and_answers_the_admitted():
         assert (await call(app, "GET", "/v2/health/ready"))[0] == 503  # a balancer stops sending here
         gate.set()
         assert await drained and [r[0] for r in await asyncio.gather(*admitted)] == [200, 200, 200]
+        await app.stop()
+
+    asyncio.run(run())
+
+
+def test_after_the_drain_newcomers_are_told_503_until_none_came_for_the_quiet_time():
+    """A client answered at the drain's end that sends again at once gets a 503, not a closed port."""
+
+    async def run() -> None:
+        gate = threading.Event()
+        app = app_with(FakeWorker(gate), Settings(key=None), batch_size=1, max_batch_delay_ms=0.0)
+        await app.start()
+        await app.loaded()
+        admitted = asyncio.create_task(call(app, "POST", "/predictions/m", b"x"))
+        await asyncio.sleep(0.1)
+        drained = asyncio.create_task(app.drain())
+        await asyncio.sleep(0.05)
+        gate.set()
+        assert (await admitted)[0] == 200
+        assert not drained.done()  # the drain is over, the quiet time is not
+        status, head, _ = await call(app, "POST", "/predictions/m", b"again")
+        late = asyncio.get_running_loop().time()
+        assert status == 503 and head["retry-after"] == "1"
+        assert await drained and asyncio.get_running_loop().time() - late >= QUIET_S
         await app.stop()
 
     asyncio.run(run())

@@ -64,6 +64,7 @@ class Settings:
 
 
 SHUTDOWN_S = 3.0  # of the grace period, what the server keeps for closing connections after the drain
+QUIET_S = 1.0  # after the drain, newcomers are told 503 until none came for this long (then the port closes)
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,7 @@ class App:
         self.models: dict[str, Served] = {}
         self.failed: str | None = None  # why a model could not be opened
         self.draining = False
+        self.turned_away_at = 0.0  # loop time of the last request told 503 for the drain
         self.answered: dict[int, int] = {}
         for spec in specs:
             batcher = Batcher(
@@ -193,10 +195,18 @@ class App:
         return self.failed is None
 
     async def drain(self) -> bool:
-        """SIGTERM: admit nothing more, answer what was admitted; whether all was answered in time."""
+        """SIGTERM: admit nothing more, answer what was admitted; whether all was answered in time.
+
+        Then, within the same time, keep telling newcomers 503 until none came for `QUIET_S` after the last answer:
+        a client answered at the drain's end that sends again at once is told to retry elsewhere, not reset by a
+        closing port (the kernel resets a connection that reaches a port as it closes)."""
+        loop = asyncio.get_running_loop()
         self.draining = True
-        timeout = self.drain_s
-        results = await asyncio.gather(*(m.batcher.drain(timeout) for m in self.models.values()))
+        deadline = loop.time() + self.drain_s
+        results = await asyncio.gather(*(m.batcher.drain(self.drain_s) for m in self.models.values()))
+        self.turned_away_at = max(self.turned_away_at, loop.time())
+        while (now := loop.time()) < deadline and now - self.turned_away_at < QUIET_S:
+            await asyncio.sleep(min(deadline, self.turned_away_at + QUIET_S) - now)
         return all(results)
 
     @property
@@ -294,6 +304,7 @@ class App:
             return self._host_answer(found), 0
         served = self.models[found.model or ""]
         if self.draining:
+            self.turned_away_at = asyncio.get_running_loop().time()
             return unavailable("the server is shutting down: send the request to another replica"), 0
         if self.failed is not None or not served.ready:
             return unavailable(f'Model "{served.spec.name}" is not ready yet (loading); retry shortly'), 0

@@ -2,8 +2,9 @@
 
 uvicorn's own handling would close the listener at once (new clients refused, not told to retry) and re-raise the
 signal after shutdown (exit status 143, not 0); here the first SIGTERM or SIGINT starts the app's drain, and the
-server stops once the drain is done (or the drain's time passed: the grace period less what closing connections
-needs, `App.drain_s`), so the process exits within `Settings.grace_period_s`; a second SIGINT forces the exit.
+server stops once the drain is done and newcomers stopped coming (`App.drain`), or the drain's time passed (the
+grace period less what closing connections needs, `App.drain_s`), so the process exits within
+`Settings.grace_period_s`; a second SIGINT forces the exit.
 """
 
 from __future__ import annotations
