@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: venv kserve-venv tei-clients-venv flag-venv docs-venv docs docs-settings kserve-image-test mar serve serve-bulk \
-	serve-standalone serve-ray ray-test stop token status test unit lint bench clean
+	serve-standalone serve-ray ray-test stop token status test e2e unit lint bench clean
 
 venv: $(STAMP)
 
@@ -120,8 +120,12 @@ token:
 status:
 	@$(BIN)/python -m tsctl status
 
+# The end-to-end tests, with the unit and handler tests beside them at nice 19 (tests/run.py); the slowest named.
 test: venv
-	$(BIN)/python -m pytest --durations=25   # the slowest 25 named: CI's time budget is 20 minutes
+	$(BIN)/python -m tests.run
+
+e2e: venv
+	$(BIN)/python -m pytest tests/e2e
 
 unit: venv
 	$(BIN)/python -m pytest tests/unit tests/handler

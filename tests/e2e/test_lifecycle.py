@@ -123,28 +123,33 @@ def standalone(tmp_path_factory, model_store) -> Iterator[Started]:
     source = ["--archive", str(model_store / "minilm-bucketed.mar"), "--name", NAME]
     extra = ["--batch-size", str(BATCH), "--workers", "1", "--max-batch-delay", "5", "--queue-size", "2000"]
     extra += ["--grace-period", str(GRACE_S)]
-    starting = threading.Thread(target=server.start, args=(source, extra))
+    starting = threading.Thread(target=server.start, args=(source, extra), daemon=True)
     starting.start()
-    seen: list[tuple[str, int]] = []
-    log = ""
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            keyed = server.headers() if server.key_file.exists() else {}  # the model's route needs the key
-            model = request(f"{server.url}/v2/models/{NAME}/ready", headers=keyed, timeout=5).status
-            health = request(f"{server.url}/v2/health/ready", timeout=5).status
-        except ConnectionError:
-            time.sleep(0.02)
-            continue
-        seen += [("model", model), ("health", health)]
-        if health == 200:
-            log = server.log.read_text(errors="replace")
-            break
-        time.sleep(0.02)
-    starting.join(300)
     try:
+        seen: list[tuple[str, int]] = []
+        log = ""
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            try:
+                keyed = server.headers() if server.key_file.exists() else {}  # the model's route needs the key
+                model = request(f"{server.url}/v2/models/{NAME}/ready", headers=keyed, timeout=5).status
+                health = request(f"{server.url}/v2/health/ready", timeout=5).status
+            except ConnectionError:
+                if not starting.is_alive():  # the start failed (and stopped what it launched): nothing will listen
+                    break
+                time.sleep(0.02)
+                continue
+            seen += [("model", model), ("health", health)]
+            if health == 200:
+                log = server.log.read_text(errors="replace")
+                break
+            time.sleep(0.02)
+        starting.join(300)
         yield Started(server, seen, log)
-    finally:
+    finally:  # also on an interrupt while it starts: the start's thread ends once its server has
+        while starting.is_alive():
+            server.stop()
+            starting.join(1.0)
         server.stop()
 
 
