@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from bucketing.model.tokenizer import Encoded, Tokenizer
+from bucketing.model.tokenizer import ENCODE_SLICE, Encoded, Tokenizer
 from tests.models import TOKENIZER_WORDS, build_tokenizer
 
 WORDS = TOKENIZER_WORDS[:18]
@@ -160,7 +160,7 @@ class CountingBackend:
     """A tokenizer backend that records the length of every text it is given."""
 
     def __init__(self, backend):
-        self.backend, self.read = backend, []
+        self.backend, self.read, self.batches = backend, [], []
 
     def __getattr__(self, name):
         return getattr(self.backend, name)
@@ -171,6 +171,7 @@ class CountingBackend:
 
     def encode_batch(self, texts, *args, **kwargs):
         self.read.extend(len(t) for t in texts)
+        self.batches.append(len(texts))
         return self.backend.encode_batch(texts, *args, **kwargs)
 
 
@@ -185,6 +186,20 @@ def test_a_rerank_query_is_read_once_from_a_bounded_prefix_for_all_its_documents
     # Each text's prefix, then (the sides near in length, the budget odd: which is longer decides) each whole.
     assert counting.read.count(tok.cut_chars) == 21 and counting.read.count(len(query)) == 1
     assert len(counting.read) == 42 and max(counting.read) <= tok.max_cut_chars
+
+
+def test_a_large_request_is_tokenized_a_slice_of_texts_at_a_time(minilm_dir):
+    """The tokenizer's own objects (each token's string, offsets, overflow) for 2,048 texts held 0.1 MB a text at
+    once; a request's texts now go to it `ENCODE_SLICE` at a time, each slice reduced to ids, with the same tokens."""
+    tok = Tokenizer(str(minilm_dir), max_length=16)
+    texts = [f"text {i} " * (1 + i % 40) for i in range(3 * ENCODE_SLICE + 5)]
+    pairs = [(f"query {i}", t) for i, t in enumerate(texts)]
+    counting = tok._backend = CountingBackend(tok._backend)
+    encoded, paired = tok.encode(texts), tok.encode_pairs(pairs)
+    tok._backend = counting.backend
+    assert encoded == [whole(tok, t) for t in texts]
+    assert paired == [whole_pair(tok, q, d) for q, d in pairs]
+    assert max(counting.batches) == ENCODE_SLICE and len(counting.batches) >= 2 * 4
 
 
 def with_normalizer_bomb(folder, n):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -166,16 +166,15 @@ class Tokenizer:
             return
         self._backend.no_truncation()
         try:
-            encoded = self._backend.encode_batch([t[:n] for t, n in keys], add_special_tokens=False)
+            for (text, n), e in zip(keys, _slices(self._backend, [t[:n] for t, n in keys], add_special_tokens=False)):
+                if n == len(text):
+                    known[text, n] = _Side(tuple(e.ids), len(e.ids), True)
+                    continue
+                last = max((w for w in e.word_ids if w is not None), default=-1)
+                valid = next((k for k, w in enumerate(e.word_ids) if w is None or w > last - 2), len(e.ids))
+                known[text, n] = _Side(tuple(e.ids[:valid]), valid + 1, False)
         finally:
             self._backend.enable_truncation(self.max_length)
-        for (text, n), e in zip(keys, encoded):
-            if n == len(text):
-                known[text, n] = _Side(tuple(e.ids), len(e.ids), True)
-                continue
-            last = max((w for w in e.word_ids if w is not None), default=-1)
-            valid = next((k for k, w in enumerate(e.word_ids) if w is None or w > last - 2), len(e.ids))
-            known[text, n] = _Side(tuple(e.ids[:valid]), valid + 1, False)
 
     def read_whole(self, texts: Sequence[str], most: int) -> list[tuple[int, ...] | None]:
         """Each text's own tokens (no special tokens) as the whole text gives them: all of them when it has at
@@ -233,7 +232,7 @@ class Tokenizer:
         while pending:
             pieces = [texts[i][-budget:] if left else texts[i][:budget] for i in pending]
             retry = []
-            for i, piece, e in zip(pending, pieces, self._backend.encode_batch(pieces)):
+            for i, piece, e in zip(pending, pieces, _slices(self._backend, pieces)):
                 if len(piece) == len(texts[i]):
                     out[i] = Encoded(tuple(e.ids), bool(e.overflowing))
                 elif e.overflowing and (self._aligned(texts[i], budget, e) if left else _settled(e)):
@@ -362,6 +361,15 @@ def _settle(a: _Side, b: _Side, budget: int) -> tuple[int, int] | None:
     return (a.n, b.n) if (a.exact and b.n > a.n) or (b.exact and a.n > b.n) else None
 
 
+def _slices(backend: Any, texts: Sequence[str], **options: Any) -> Iterator[Any]:
+    """`encode_batch` over `ENCODE_SLICE` texts at a time: the tokenizer's own objects (every token's string,
+    offsets, overflow) live for one slice at once, not for all of a request's texts (2,048 of them held 0.1 MB a
+    text), and the caller keeps only the ids."""
+    for start in range(0, len(texts), ENCODE_SLICE):
+        yield from backend.encode_batch(texts[start : start + ENCODE_SLICE], **options)
+
+
+ENCODE_SLICE = 64  # texts per encode_batch call
 CUT_CHARS_PER_TOKEN = 32  # the first prefix tried: enough for max_length tokens of any ordinary prose
 LONG_CHARS_PER_TOKEN = 8  # a long text's first prefix (`read_whole`): most prose holds its tokens in it
 GROWTH = 4  # the one longer prefix tried when the first settles nothing (so a text costs at most 1 + 4 prefixes)
