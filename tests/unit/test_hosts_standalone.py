@@ -325,16 +325,22 @@ def test_the_request_timeout_is_a_504_while_running_and_a_503_while_queued():
     asyncio.run(run())
 
 
+async def draining(gate: threading.Event, admitted: int) -> tuple[App, list[asyncio.Task[Any]], asyncio.Task[bool]]:
+    """An app on one worker held by `gate`, `admitted` requests sent to it, then its drain begun."""
+    app = app_with(FakeWorker(gate), Settings(key=None), batch_size=1, max_batch_delay_ms=0.0)
+    await app.start()
+    await app.loaded()
+    sent = [asyncio.create_task(call(app, "POST", "/predictions/m", b"x")) for _ in range(admitted)]
+    await asyncio.sleep(0.1)
+    drained = asyncio.create_task(app.drain())
+    await asyncio.sleep(0.05)
+    return app, sent, drained
+
+
 def test_draining_refuses_new_requests_and_answers_the_admitted():
     async def run() -> None:
         gate = threading.Event()
-        app = app_with(FakeWorker(gate), Settings(key=None), batch_size=1, max_batch_delay_ms=0.0)
-        await app.start()
-        await app.loaded()
-        admitted = [asyncio.create_task(call(app, "POST", "/predictions/m", b"x")) for _ in range(3)]
-        await asyncio.sleep(0.1)
-        drained = asyncio.create_task(app.drain())
-        await asyncio.sleep(0.05)
+        app, admitted, drained = await draining(gate, 3)
         status, head, _ = await call(app, "POST", "/predictions/m", b"late")
         assert status == 503 and head["retry-after"] == "1"
         assert (await call(app, "GET", "/v2/health/ready"))[0] == 503  # a balancer stops sending here
@@ -350,13 +356,7 @@ def test_after_the_drain_newcomers_are_told_503_until_none_came_for_the_quiet_ti
 
     async def run() -> None:
         gate = threading.Event()
-        app = app_with(FakeWorker(gate), Settings(key=None), batch_size=1, max_batch_delay_ms=0.0)
-        await app.start()
-        await app.loaded()
-        admitted = asyncio.create_task(call(app, "POST", "/predictions/m", b"x"))
-        await asyncio.sleep(0.1)
-        drained = asyncio.create_task(app.drain())
-        await asyncio.sleep(0.05)
+        app, (admitted,), drained = await draining(gate, 1)
         gate.set()
         assert (await admitted)[0] == 200
         assert not drained.done()  # the drain is over, the quiet time is not
