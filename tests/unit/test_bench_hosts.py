@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -207,11 +206,14 @@ def test_the_ray_cpu_counts_the_process_tree():
         [
             sys.executable,
             "-c",
-            "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(30)",
-        ]
+            "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+            "print('burned', flush=True)\ntime.sleep(30)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
-        time.sleep(1.0)
+        assert child.stdout is not None and child.stdout.readline() == "burned\n"  # however slow the machine
         assert tree_cpu_seconds(os.getpid()) >= tree_cpu_seconds(child.pid) >= 0.2
     finally:
         child.kill()
