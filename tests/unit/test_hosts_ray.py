@@ -113,7 +113,7 @@ def test_front_limits_body_timeout_and_readiness():
     f = front()
     too_big = call(f, "POST", "/predictions/m", b"x" * 101, AUTH)
     assert too_big.status == 413 and json.loads(too_big.body)["type"] == "RequestEntityTooLarge"
-    slow = call(front(delay=0.5, timeout=0.05), "POST", "/predictions/m", b"{}", AUTH)
+    slow = call(front(delay=60, timeout=0.05), "POST", "/predictions/m", b"{}", AUTH)
     assert slow.status == 504 and ("Retry-After", "1") in slow.headers
     not_ready = front(ready=False)
     assert call(not_ready, "GET", "/v2/health/ready").status == 503
@@ -178,3 +178,11 @@ def test_nothing_below_hosts_imports_the_ray_host():
             continue
         text = path.read_text()
         assert "hosts.ray" not in text and "import ray" not in text, path
+
+
+def test_the_head_drains_for_our_time_not_rays_30_s(tmp_path):
+    """Our head holds the replicas and never goes idle: Ray's default drain on SIGTERM (30 s) was waited out whole."""
+    from tsctl.ray import DRAIN_S, RayServe
+
+    assert RayServe(tmp_path).ray_env()["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] == f"{DRAIN_S:g}"
+    assert RayServe(tmp_path, drain_s=0.5).ray_env()["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] == "0.5"
