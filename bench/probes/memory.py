@@ -2,7 +2,8 @@
 
 Each case runs in a fresh process (the handler behind `tsctl.inprocess.LocalContext`, as a worker runs it) and reports
 the growth of peak RSS over the loaded model: what one delivered batch costs in memory. (The peak RSS of a running
-TorchServe's workers, the compare bench's `Memory:` line, is `bench.harness.worker_memory`.)
+TorchServe's workers, the compare bench's `Memory:` line, is `bench.harness.worker_memory`.) `--engine onnxruntime` or
+`openvino` runs the worker on the model's export, made once before the cases.
 """
 
 from __future__ import annotations
@@ -12,9 +13,20 @@ import json
 import resource
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 from bucketing.config import STRATEGY_RULES
-from model_store.archives import SERVED
+from model_store.archives import SERVED, engine_model_dir
+
+
+def model_folder(task: str) -> Path:
+    """MiniLM for a dense kind, else the bench's SPLADE model."""
+    from bench.inputs import models
+    from bucketing.model_kinds import MODEL_KINDS
+    from model_store.archives import minilm_dir
+
+    return minilm_dir() if MODEL_KINDS[task].dense_vector else models.model_dir(models.SPLADE)
 
 
 def _case(
@@ -25,17 +37,16 @@ def _case(
     max_batch_tokens: int,
     task: str = "embedding",
     words: int | None = None,
+    engine: str = "torch",
+    folder: str | None = None,
 ) -> dict[str, str | int]:
-    from bench.inputs import models
-    from bucketing.model_kinds import MODEL_KINDS
     from bucketing_handler import BucketingHandler
-    from model_store.archives import minilm_dir
     from tsctl.inprocess import LocalContext
 
-    folder = minilm_dir() if MODEL_KINDS[task].dense_vector else models.model_dir(models.SPLADE)
     section = {
-        "model_path": str(folder),
+        "model_path": folder or str(model_folder(task)),
         "task": task,
+        "engine": engine,
         "strategy": strategy,
         "max_length": max_length,
         "max_batch_tokens": max_batch_tokens,
@@ -57,6 +68,7 @@ def _case(
     return {
         "strategy": strategy,
         "task": task,
+        "engine": engine,
         "texts": requests * texts_per_request,
         "max_length": max_length,
         "sub_batches": int(totals["bucket_sub_batches_total"] - 1),
@@ -76,13 +88,37 @@ def main(argv: list[str] | None = None) -> int:
         "--task", default="embedding", choices=("embedding", "sparse"), help="MiniLM, or the bench's SPLADE model"
     )
     p.add_argument("--words", type=int, default=None, help="words per text (default: twice max_length, truncated)")
+    p.add_argument("--engine", default="torch", help="the worker's engine (onnxruntime, openvino: MiniLM's export)")
     p.add_argument("--case", help=argparse.SUPPRESS)
+    p.add_argument("--folder", help=argparse.SUPPRESS)  # the engine's folder, exported once before the cases
     args = p.parse_args(argv)
     if args.case:
         strategy, tpr = args.case.split(":")
-        case = _case(strategy, args.batch_size, int(tpr), args.max_length, args.max_batch_tokens, args.task, args.words)
+        case = _case(
+            strategy,
+            args.batch_size,
+            int(tpr),
+            args.max_length,
+            args.max_batch_tokens,
+            args.task,
+            args.words,
+            args.engine,
+            args.folder,
+        )
         print(json.dumps(case))
         return 0
+    with tempfile.TemporaryDirectory() as tmp:  # an engine's export is made here, not in a case (its peak is not one)
+        folder = engine_model_dir(model_folder(args.task), args.engine, args.task, Path(tmp) / args.engine)
+        table(args, folder)
+    return 0
+
+
+def table(args: argparse.Namespace, folder: Path) -> None:
+    """Each case in a fresh process, a line each."""
+    print(
+        f"# {args.task} on {args.engine}, {args.batch_size} request(s) a batch, max_batch_tokens "
+        f"{args.max_batch_tokens}"
+    )
     print(f"{'strategy':10} {'texts':>6} {'sub-batches':>11} {'model MB':>9} {'batch +MB':>9} {'peak MB':>8}")
     for tpr in (1, args.texts_per_request):
         for strategy in (s for s, rule in STRATEGY_RULES.items() if not rule.pads_to_max_length):
@@ -100,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
                 str(args.max_batch_tokens),
                 "--task",
                 args.task,
+                "--engine",
+                args.engine,
+                "--folder",
+                str(folder),
                 *(["--words", str(args.words)] if args.words else []),
             ]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()
@@ -108,7 +148,6 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['strategy']:10} {r['texts']:6d} {r['sub_batches']:11d} {r['model_rss_mb']:9d} "
                 f"{r['batch_peak_growth_mb']:9d} {r['peak_rss_mb']:8d}"
             )
-    return 0
 
 
 if __name__ == "__main__":
