@@ -4,6 +4,7 @@ and its ColBERT vectors as `_process_colbert_vecs`, KServe v2's ragged tensors, 
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -17,7 +18,7 @@ from bucketing.kinds.bgem3.task import M3Answer
 from bucketing.model.chain import ChainError
 from bucketing.model_kinds import MODEL_KINDS, detect
 from bucketing.protocols import kserve_v2, native, openai
-from bucketing.protocols.base import BadRequest, Limits
+from bucketing.protocols.base import BadRequest, Limits, dumps
 from bucketing.protocols.outputs import asked_by_tensors, read_outputs
 
 BGEM3 = Limits(max_texts=8, max_length=32, vocab_size=100, task="bgem3", dimensions=4)
@@ -109,6 +110,23 @@ def test_kserve_v2_ragged_outputs_are_flat_values_and_lengths():
     assert tensors["sparse_values"]["data"] == [0.25, 1.5] and tensors["sparse_tokens"]["data"] == ["t5", "t7"]
     assert tensors["sparse_lengths"]["data"] == [2, 0]
     assert tensors["colbert"]["shape"] == [7, 3] and tensors["colbert_lengths"]["data"] == [6, 1]
+
+
+def test_colbert_vectors_stay_one_array_to_the_wire_and_write_the_json_their_lists_did():
+    """The vectors go to KServe v2's binary tensor whole (no float-by-float list); JSON writes what tolist() did."""
+    options = Options(outputs=("colbert",))
+    answers = [answer(), answer(colbert=np.full((2, 3), 0.1, np.float32))]
+    fields = [a.fields(options) for a in answers]
+    assert all(isinstance(f["colbert"], np.ndarray) for f in fields)
+    as_lists = [{**f, "colbert": f["colbert"].tolist()} for f in fields]
+    assert dumps(fields) == dumps(as_lists) and json.loads(dumps(fields)) == as_lists
+    (array, lengths) = kserve_v2.outputs(fields)[:2]
+    (listed, _) = kserve_v2.outputs(as_lists)[:2]
+    assert isinstance(array["data"], np.ndarray) and array["data"].tolist() == listed["data"]
+    assert array["shape"] == listed["shape"] == [8, 3] and lengths["data"] == [6, 2]
+    assert kserve_v2.encode("FP32", array["data"]) == kserve_v2.encode("FP32", listed["data"])
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        dumps({"x": object()})
 
 
 def write_linear(path, features: int, out: int, bias: bool = True) -> None:

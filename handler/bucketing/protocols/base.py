@@ -19,18 +19,28 @@ from bucketing.answers import Answer, Options
 from bucketing.model_kinds import MODEL_KINDS, Kind, KindName
 from bucketing.quantize import Ranges
 
+
+def plain(value: Any) -> Any:
+    """An array in an answer (BGE-M3's ColBERT vectors stay one array up to their wire format, which packs it whole
+    into binary tensors) as the lists its `tolist` gives: the JSON it was before."""
+    tolist = getattr(value, "tolist", None)
+    if tolist is None:
+        raise TypeError(f"{type(value).__name__} is not JSON serializable")
+    return tolist()
+
+
 try:  # an answer's JSON: orjson where installed (requirements.txt pins it), else json at ~20x its cost per float
     import orjson
 
     def dumps(value: Any) -> bytes:
         """An answer body as JSON bytes (values parse back as `json.dumps` writes them; UTF-8, not escaped)."""
-        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+        return orjson.dumps(value, default=plain, option=orjson.OPT_NON_STR_KEYS)
 
 except ImportError:  # pragma: no cover - orjson is in requirements.txt and the image
 
     def dumps(value: Any) -> bytes:
         """An answer body as JSON bytes (values parse back as `json.dumps` writes them; UTF-8, not escaped)."""
-        return json.dumps(value, ensure_ascii=False).encode()
+        return json.dumps(value, ensure_ascii=False, default=plain).encode()
 
 
 QUOTE_CHARS = 100  # at most this much of anything a client sent is quoted back in an error message

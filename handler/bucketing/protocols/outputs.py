@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 from bucketing.answers import Options
 from bucketing.model_kinds import Kind
 from bucketing.protocols.base import Limits, bad, json_type, quote
@@ -108,10 +110,15 @@ def asked_by_tensors(options: Options, tensors: Sequence[str]) -> Options:
 
 
 def ragged_vectors(name: str, column: Sequence[Any]) -> list[dict[str, Any]]:
-    """A list of vectors per input as two tensors: `name` FP32 [all vectors, dim] (the inputs' in order) and
-    `name_lengths` INT64 [n] (each input's count)."""
-    width = next(len(row[0]) for row in column if row)
-    flat = [x for row in column for vector in row for x in vector]
+    """Vectors per input (a list of lists, or an array [vectors, dim]) as two tensors: `name` FP32 [all vectors, dim]
+    (the inputs' in order; one array where each input's is one) and `name_lengths` INT64 [n] (each input's count)."""
+    flat: Any
+    if all(isinstance(row, np.ndarray) and row.ndim == 2 for row in column):
+        width = int(column[0].shape[1])
+        flat = np.concatenate([row.reshape(-1) for row in column])
+    else:
+        width = next(len(row[0]) for row in column if len(row))
+        flat = [x for row in column for vector in row for x in vector]
     lengths = [len(row) for row in column]
     return [
         {"name": name, "datatype": "FP32", "shape": [sum(lengths), width], "data": flat},

@@ -89,7 +89,8 @@ class M3Answer(Answer):
 
     def fields(self, options: Options | None = None) -> dict[str, Any]:
         """Our native answer object: `embedding` (dense), `sparse` ({"indices", "values"}, with `sparse_tokens`
-        "tokens" too), `colbert` (a list of vectors), as the request's `outputs` ask; then `tokens`, `truncated`."""
+        "tokens" too), `colbert` (an array [vectors, dim]), as the request's `outputs` ask; then `tokens` and
+        `truncated`."""
         o = options or Options()
         head: dict[str, Any] = {}
         for output in o.outputs or DEFAULT_OUTPUTS:
@@ -102,7 +103,7 @@ class M3Answer(Answer):
                 if o.sparse_tokens:
                     head["sparse"]["tokens"] = [self.decode(i) for i in indices]
             elif output == "colbert":
-                head["colbert"] = self.vectors(o).tolist()
+                head["colbert"] = self.vectors(o)  # one array to the wire format: its lists where it writes JSON
         return {**head, "tokens": self.tokens, "truncated": self.truncated}
 
 

@@ -69,8 +69,9 @@ class MultiVectorAnswer(Answer):
         return len(self.keep.positions(self.ids, o.input_type)) * min(width, o.dimensions or width)
 
     def fields(self, options: Options | None = None) -> dict[str, Any]:
-        """Our native answer object: `embeddings` (one vector per kept token), `tokens`, `truncated`."""
-        return {"embeddings": self.vectors(options).tolist(), "tokens": self.tokens, "truncated": self.truncated}
+        """Our native answer object: `embeddings` (one vector per kept token, an array [tokens, dim] to the wire
+        format: its lists where it writes JSON, whole into KServe v2's binary tensor), `tokens`, `truncated`."""
+        return {"embeddings": self.vectors(options), "tokens": self.tokens, "truncated": self.truncated}
 
 
 class MultiVectorTask(TaskHooks):
