@@ -3,11 +3,13 @@
 write it; prints what came back as JSON. Not collected by pytest. (LangChain's `HuggingFaceEndpointEmbeddings`
 1.2.3 refuses a URL as its model, "`model` must be a HuggingFace repo ID, not a URL": it reaches no self-hosted
 TEI.) Beside them, Cohere's own SDK (`cohere.ClientV2.embed`, which posts to `{base_url}/v2/embed`) asks every
-embedding type we answer."""
+embedding type we answer. With `sparse` as a third argument: Haystack's TEI sparse embedders (a hybrid-search
+client's lexical side) instead, against a BGE-M3 model URL."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 
@@ -43,5 +45,26 @@ def cohere_embed(url: str, token: str, texts: list[str]) -> dict[str, object]:
     }
 
 
+def haystack_sparse(url: str, token: str, texts: list[str]) -> None:
+    """Haystack's HuggingFaceTEISparseDocumentEmbedder (documents, two requests of its batch_size) and
+    HuggingFaceTEISparseTextEmbedder (a query) against the model URL, each its own POST to `{url}/embed_sparse`."""
+    os.environ["HAYSTACK_TELEMETRY_ENABLED"] = "False"  # nothing leaves the machine
+    from haystack import Document
+    from haystack.utils import Secret
+    from haystack_integrations.components.embedders.huggingface_api import (
+        HuggingFaceTEISparseDocumentEmbedder,
+        HuggingFaceTEISparseTextEmbedder,
+    )
+
+    secret = Secret.from_token(token)
+    documents = HuggingFaceTEISparseDocumentEmbedder(
+        api_base_url=url, token=secret, batch_size=max(1, len(texts) // 2), progress_bar=False, timeout=60
+    ).run(documents=[Document(content=t) for t in texts])["documents"]
+    query = HuggingFaceTEISparseTextEmbedder(api_base_url=url, token=secret, timeout=60).run(text=texts[0])
+    out = [d.sparse_embedding.to_dict() for d in documents]
+    print(json.dumps({"documents": out, "query": query["sparse_embedding"].to_dict()}))
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], json.loads(sys.stdin.read()))
+    run = haystack_sparse if sys.argv[3:] == ["sparse"] else main
+    run(sys.argv[1], sys.argv[2], json.loads(sys.stdin.read()))

@@ -1,10 +1,13 @@
 """BGE-M3 through a real TorchServe: a tiny random folder laid out as BAAI/bge-m3, built with one command (its kind
 detected from the folder, both heads' files carried in the archive), answers all three outputs in our JSON (two
-requests batched together), TEI's /embed_sparse and /embed_all, and OpenAI's dense, each equal to FlagEmbedding's
+requests batched together), TEI's /embed_sparse and /embed_all (and /embed_sparse as Haystack's TEI sparse embedders
+send it), and OpenAI's dense, each equal to FlagEmbedding's
 `BGEM3FlagModel.encode` (run in its own venv: `make flag-venv`); the worker's ready line names the outputs."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import zipfile
 
 import numpy as np
@@ -14,6 +17,7 @@ from model_store import build
 from tests.bgem3_folder import FLAG_PYTHON, build_bgem3, reference
 from tests.e2e.conftest import call_all
 from tests.e2e.test_serving import texts_for_load
+from tests.e2e.test_tei import CLIENTS, CLIENTS_VENV
 
 pytestmark = pytest.mark.e2e
 TOLERANCE = 1e-5
@@ -61,8 +65,34 @@ def test_a_bgem3_folder_serves_its_three_outputs_as_flagembedding(torchserve, mo
             for ours in (dict(zip(answer["sparse"]["indices"], answer["sparse"]["values"])), tei):
                 assert sorted(ours) == sorted(theirs)
                 assert max(abs(ours[k] - theirs[k]) for k in ours) <= TOLERANCE
+        haystack = haystack_sparse(torchserve, name, texts)
+        if haystack is not None:  # a hybrid-search client's lexical side, unchanged: Haystack's TEI sparse embedders
+            for got, theirs in zip([*haystack["documents"], haystack["query"]], [*want["sparse"], want["sparse"][0]]):
+                ours = dict(zip(got["indices"], got["values"]))
+                assert sorted(ours) == sorted(int(k) for k in theirs)
+                assert max(abs(ours[int(k)] - v) for k, v in theirs.items()) <= TOLERANCE
         log = (torchserve.workdir / "logs" / "model_log.log").read_text(errors="replace")
         ready = [line for line in log.splitlines() if "bucketing handler ready" in line and "task='bgem3'" in line]
         assert ready and "dense (32), sparse (lexical weights" in ready[-1] and "colbert (24 per token)" in ready[-1]
     finally:
         client.unregister(name)
+
+
+def haystack_sparse(torchserve, name: str, texts: list[str]) -> dict | None:
+    """What Haystack's HuggingFaceTEISparseDocumentEmbedder and ...TextEmbedder got from the model URL, run in the TEI
+    clients' venv (`tests/e2e/tei_clients.py sparse`); None (and the rest checked) where that venv is missing."""
+    python = CLIENTS_VENV / "bin" / "python"
+    if not python.exists():
+        return None
+    url = f"{torchserve.endpoints.inference}/predictions/{name}/1.0"
+    token = torchserve.client.keys.key("inference")
+    run = subprocess.run(
+        [str(python), str(CLIENTS), url, token, "sparse"],
+        input=json.dumps(texts),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout)
