@@ -6,8 +6,6 @@ send it), and OpenAI's dense, each equal to FlagEmbedding's
 
 from __future__ import annotations
 
-import json
-import subprocess
 import zipfile
 
 import numpy as np
@@ -17,7 +15,7 @@ from model_store import build
 from tests.bgem3_folder import FLAG_PYTHON, build_bgem3, reference
 from tests.e2e.conftest import call_all
 from tests.e2e.test_serving import texts_for_load
-from tests.e2e.test_tei import CLIENTS, CLIENTS_VENV
+from tests.e2e.test_tei import CLIENTS_PYTHON, run_clients
 
 pytestmark = pytest.mark.e2e
 TOLERANCE = 1e-5
@@ -81,18 +79,7 @@ def test_a_bgem3_folder_serves_its_three_outputs_as_flagembedding(torchserve, mo
 def haystack_sparse(torchserve, name: str, texts: list[str]) -> dict | None:
     """What Haystack's HuggingFaceTEISparseDocumentEmbedder and ...TextEmbedder got from the model URL, run in the TEI
     clients' venv (`tests/e2e/tei_clients.py sparse`); None (and the rest checked) where that venv is missing."""
-    python = CLIENTS_VENV / "bin" / "python"
-    if not python.exists():
+    if not CLIENTS_PYTHON.exists():
         return None
     url = f"{torchserve.endpoints.inference}/predictions/{name}/1.0"
-    token = torchserve.client.keys.key("inference")
-    run = subprocess.run(
-        [str(python), str(CLIENTS), url, token, "sparse"],
-        input=json.dumps(texts),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
-    return json.loads(run.stdout)
+    return run_clients(url, torchserve.client.keys.key("inference"), texts, "sparse")

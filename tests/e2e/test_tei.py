@@ -18,6 +18,7 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS_VENV = ROOT / ".venv-tei-clients"
 CLIENTS = Path(__file__).with_name("tei_clients.py")
+CLIENTS_PYTHON = CLIENTS_VENV / "bin" / "python"
 TEXTS = [
     "how do I serve embeddings with TorchServe?",
     "Dynamic padding pads the batch to its longest text, so a short query shares the cost of a long passage. " * 4,
@@ -99,13 +100,16 @@ def test_the_clients_own_error_on_a_bad_request(client):
 @pytest.fixture(scope="module")
 def clients(served, url):
     """What the clients in their own pinned venv (`tei_clients.py`) got back, run once for the module."""
-    python = CLIENTS_VENV / "bin" / "python"
-    if not python.exists():
+    if not CLIENTS_PYTHON.exists():
         pytest.skip("the TEI clients' venv is missing: run `make tei-clients-venv` (CI does)")
-    token = served.client.keys.key("inference")
+    return run_clients(url, served.client.keys.key("inference"), TEXTS)
+
+
+def run_clients(url: str, token: str, texts: list[str], *mode: str) -> dict:
+    """What `tei_clients.py` (in the clients' own venv) printed against the model URL `url`."""
     run = subprocess.run(
-        [str(python), str(CLIENTS), url, token],
-        input=json.dumps(TEXTS),
+        [str(CLIENTS_PYTHON), str(CLIENTS), url, token, *mode],
+        input=json.dumps(texts),
         capture_output=True,
         text=True,
         timeout=300,

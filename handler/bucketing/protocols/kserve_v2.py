@@ -137,8 +137,9 @@ def outputs(rows: Sequence[dict[str, Any]], vectors: str = "FP32") -> list[dict[
     return tensors
 
 
-def encode(datatype: str, data: list[Any]) -> bytes:
-    """A tensor's data in the binary extension's layout (little-endian; BYTES length-prefixed)."""
+def encode(datatype: str, data: list[Any] | np.ndarray) -> bytes:
+    """A tensor's data (a list, or an array kept whole) in the binary extension's layout (little-endian; BYTES
+    length-prefixed)."""
     if datatype == "BYTES":
         items = [str(x).encode("utf-8") for x in data]
         return b"".join(struct.pack("<I", len(b)) + b for b in items)
