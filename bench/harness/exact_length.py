@@ -72,7 +72,7 @@ def _worker(
     from bucketing.config import HandlerConfig
     from bucketing.engine_registry import ENGINES
     from bucketing.kinds.task import Rows
-    from bucketing.model.tokenizer import collate
+    from bucketing.model.encoded import collate
 
     torch.set_num_threads(threads)
     config = HandlerConfig(engine=ENGINES[engine].name, torch_threads=threads)

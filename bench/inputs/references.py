@@ -23,7 +23,7 @@ def reference_embeddings(
     from bucketing import worker
     from bucketing.config import HandlerConfig
     from bucketing.kinds.task import Rows
-    from bucketing.model.tokenizer import collate
+    from bucketing.model.encoded import collate
 
     config = HandlerConfig(engine="torch", torchscript=False, max_length=max_length)
     model = worker.load(config, str(model_dir))  # the handler's task and tokenizer, as a worker opens them

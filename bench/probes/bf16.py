@@ -22,8 +22,9 @@ from bucketing.config import HandlerConfig
 from bucketing.engine_registry import DTYPE_KINDS, is_reduced
 from bucketing.engines import Engine, precision
 from bucketing.engines.torch_engine import DTYPES, TorchEngine, open_reduced
+from bucketing.model.encoded import collate
 from bucketing.model.head import ModelInfo, load_head
-from bucketing.model.tokenizer import Tokenizer, collate
+from bucketing.model.tokenizer import Tokenizer
 from bucketing.planning.calibrate import fit_cost, measure
 from bucketing.planning.planner import CostModel
 from bucketing.serving.passes import make_planner

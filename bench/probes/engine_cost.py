@@ -25,8 +25,9 @@ from bench.inputs.engines import engine_kinds, engine_names, reference
 from bench.probes.tokenize_cost import best_of
 from bucketing.config import ConfigError, HandlerConfig
 from bucketing.engines import Engine, load_engine, precision
+from bucketing.model.encoded import collate
 from bucketing.model.head import EngineError
-from bucketing.model.tokenizer import Tokenizer, collate
+from bucketing.model.tokenizer import Tokenizer
 from model_store.archives import SERVED, engine_model_dir, minilm_dir
 
 # Real prose: the probe set's prose, and each pair of its sentences joined (longer texts): 12 texts, 3 passes of 4.

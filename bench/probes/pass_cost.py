@@ -38,7 +38,8 @@ from bench.probes.engine_cuts import run_cuts
 from bench.probes.pass_timing import BATCH, CLOCKS, TOKEN, Spent, longtail_passes, plain, stubbed
 from bench.probes.tokenize_cost import best_of
 from bucketing.engines import Engine, precision
-from bucketing.model.tokenizer import Tokenizer, collate
+from bucketing.model.encoded import collate
+from bucketing.model.tokenizer import Tokenizer
 from bucketing.planning.calibrate import SHAPES, fit_cost
 from bucketing.planning.planner import CostModel
 from model_store.archives import SERVED, minilm_dir

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from bucketing.model.tokenizer import ENCODE_SLICE, Encoded, Tokenizer
+from bucketing.model.encoded import Encoded
+from bucketing.model.tokenizer import ENCODE_SLICE, Tokenizer
 from tests.models import TOKENIZER_WORDS, build_tokenizer
 
 WORDS = TOKENIZER_WORDS[:18]

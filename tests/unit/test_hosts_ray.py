@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bucketing.hosts.answers import Answer
 from bucketing.hosts.ray.batching import Item, estimate_tokens, model_signals, summed
 from bucketing.hosts.ray.front import METRICS_MESSAGE, Front, Limits
-from bucketing.hosts.standalone.app import Answer
 from bucketing.metrics import CAPACITY, QueueSignals, signal_names
 from tsctl.ray import CONFIG, is_our_ray, ray_temp_dir, serve_config
 

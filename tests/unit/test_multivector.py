@@ -16,7 +16,7 @@ from bucketing.answers import Options
 from bucketing.kinds.multivector.folder import Expansion, MultiVectorSpec, is_multivector, read_multivector
 from bucketing.kinds.multivector.task import Keep, MultiVectorAnswer
 from bucketing.model.chain import Chain, ChainError
-from bucketing.model.tokenizer import Encoded, recut
+from bucketing.model.encoded import Encoded, recut
 from bucketing.model_kinds import answer_fields
 from bucketing.protocols import parse
 from bucketing.protocols.base import Limits, Meta, RequestError, dumps

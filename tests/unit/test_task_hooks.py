@@ -9,7 +9,7 @@ from functools import partial
 import numpy as np
 
 from bucketing.kinds.task import Rows, TaskHooks, reach
-from bucketing.model.tokenizer import Encoded
+from bucketing.model.encoded import Encoded
 from bucketing.planning.planner import plan_static
 from bucketing.serving.passes import Item, compute
 

@@ -23,7 +23,7 @@ from bucketing.config import ConfigError
 from bucketing.engine_registry import CPU_DTYPES as CPU_DTYPES
 from bucketing.engine_registry import DTYPE_KINDS
 from bucketing.engine_registry import NATIVE_BF16 as NATIVE_BF16
-from bucketing.model.tokenizer import Encoded, collate
+from bucketing.model.encoded import Encoded, collate
 
 if TYPE_CHECKING:
     from bucketing.model.tokenizer import Tokenizer

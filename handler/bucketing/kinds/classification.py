@@ -12,8 +12,8 @@ from bucketing.answers import Answer
 from bucketing.engines import Engine, load_engine
 from bucketing.kinds.task import Rows, TaskHooks
 from bucketing.model.chain import Chain, read_prompts
+from bucketing.model.encoded import Encoded
 from bucketing.model.head import ModelInfo
-from bucketing.model.tokenizer import Encoded
 
 
 class ClassificationTask(TaskHooks):

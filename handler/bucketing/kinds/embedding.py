@@ -14,8 +14,8 @@ from bucketing.answers import Answer
 from bucketing.engines import Engine, load_engine
 from bucketing.kinds.task import Rows, TaskHooks
 from bucketing.model.chain import Chain, ChainError, read_chain
+from bucketing.model.encoded import Encoded
 from bucketing.model.head import ModelInfo
-from bucketing.model.tokenizer import Encoded
 from bucketing.model_kinds import MODEL_KINDS, refused_folder
 from bucketing.quantize import RANGES_FILE, Ranges, load_ranges
 

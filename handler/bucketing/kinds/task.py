@@ -13,7 +13,7 @@ import numpy as np
 from bucketing import chunks
 from bucketing.answers import Answer, Options
 from bucketing.model.chain import INPUT_TYPES, Chain
-from bucketing.model.tokenizer import Encoded
+from bucketing.model.encoded import Encoded
 
 if TYPE_CHECKING:
     from bucketing.model_kinds import Kind

@@ -8,7 +8,8 @@ from __future__ import annotations
 from bucketing.answers import Options
 from bucketing.config import OVERFLOW_RULES, HandlerConfig
 from bucketing.kinds.task import Task
-from bucketing.model.tokenizer import Encoded, Tokenizer
+from bucketing.model.encoded import Encoded
+from bucketing.model.tokenizer import Tokenizer
 from bucketing.protocols.base import BadRequest, Limits, Pair, Request, TooLarge
 from bucketing.protocols.options import SENTENCES, chunked
 from bucketing.serving.long_texts import LongTexts

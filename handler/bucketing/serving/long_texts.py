@@ -9,7 +9,8 @@ from dataclasses import replace
 
 from bucketing import chunks
 from bucketing.config import ConfigError, HandlerConfig
-from bucketing.model.tokenizer import CUT_CHARS_PER_TOKEN, Encoded, Tokenizer
+from bucketing.model.encoded import Encoded
+from bucketing.model.tokenizer import CUT_CHARS_PER_TOKEN, Tokenizer
 from bucketing.protocols.base import Limits, Pair, Request
 from bucketing.protocols.options import SENTENCES, chunked
 

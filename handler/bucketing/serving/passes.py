@@ -15,7 +15,7 @@ from bucketing.answers import Answer
 from bucketing.config import HandlerConfig
 from bucketing.kinds.task import Rows, Task
 from bucketing.metrics import BatchStats
-from bucketing.model.tokenizer import Encoded, collate
+from bucketing.model.encoded import Encoded, collate
 from bucketing.planning.planner import CostModel, Plan, plan_bucketed, plan_dynamic, plan_static
 
 Planner = Callable[[Sequence[int]], Plan]

@@ -31,7 +31,8 @@ from bucketing.answers import Answer
 from bucketing.config import OVERFLOW_RULES, ConfigError, HandlerConfig
 from bucketing.kinds.task import Task
 from bucketing.metrics import BatchStats
-from bucketing.model.tokenizer import Encoded, Tokenizer
+from bucketing.model.encoded import Encoded
+from bucketing.model.tokenizer import Tokenizer
 from bucketing.planning.planner import CostModel
 from bucketing.protocols import Incoming, Reply, tei
 from bucketing.protocols.base import Limits, Meta, Pair, Request, RequestError, ServerError

@@ -46,6 +46,7 @@ from ray.serve.exceptions import BackPressureError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from bucketing.hosts.answers import Answer, unavailable
 from bucketing.hosts.ray.args import AppArgs, ArgsError, ModelArgs, read_spec
 from bucketing.hosts.ray.batching import Item, model_signals
 from bucketing.hosts.ray.board import PUSH_S, STALE_S, board
@@ -53,7 +54,7 @@ from bucketing.hosts.ray.front import Front, Limits
 from bucketing.hosts.rows import torchserve_row
 from bucketing.hosts.standalone import models
 from bucketing.hosts.standalone.__main__ import KEY_ENV, read_key
-from bucketing.hosts.standalone.app import Answer, serve_jobs, unavailable
+from bucketing.hosts.standalone.app import serve_jobs
 from bucketing.hosts.standalone.batcher import Batcher, Job, Refused
 from bucketing.hosts.standalone.prometheus import Registry
 from bucketing.metrics import BatchStats, QueueSignals, Sample

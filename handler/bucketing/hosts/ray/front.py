@@ -1,7 +1,7 @@
 """The Ray host's HTTP answers, over the shared route table (`hosts.routes`) and TorchServe's rows (`hosts.rows`,
 built on the model's replica): every request the worker answers reaches it as behind TorchServe, and what the host
 answers itself (authorization, limits, health, TorchServe's 404/405 bodies) is the standalone host's, with its
-helpers (`hosts.standalone.app`: `ts_error`, `read_body`, `Answer`, ...), so the bytes are the same.
+helpers (`hosts.answers`: `ts_error`, `read_body`, `Answer`, ...), so the bytes are the same.
 
 No Ray here: the caller gives `predict(name, item)` (the model's deployment handle, its failures already turned
 into answers) and `ready(name)`; `tests/unit/test_hosts_ray.py` runs it with fakes.
@@ -17,8 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from bucketing.hosts import routes
-from bucketing.hosts.ray.batching import Item, estimate_tokens
-from bucketing.hosts.standalone.app import (
+from bucketing.hosts.answers import (
     EXEMPT,
     TOKEN_MESSAGE,
     Answer,
@@ -29,6 +28,7 @@ from bucketing.hosts.standalone.app import (
     ts_error,
     unavailable,
 )
+from bucketing.hosts.ray.batching import Item, estimate_tokens
 from bucketing.hosts.standalone.prometheus import CONTENT_TYPE as METRICS_TYPE
 
 logger = logging.getLogger("bucketing.hosts.ray")

@@ -32,8 +32,6 @@ from typing import Any
 
 from bucketing.metrics import QueueSignals
 
-RETRY_AFTER_S = 1  # what a 503 of a full queue or a draining server tells the client to wait
-
 
 @dataclass(eq=False)
 class Job:
@@ -257,4 +255,4 @@ class Batcher:
             executor.shutdown(wait=False, cancel_futures=True)
 
 
-__all__ = ["RETRY_AFTER_S", "Batcher", "Draining", "Job", "QueueFull", "Refused", "Serve", "fill"]
+__all__ = ["Batcher", "Draining", "Job", "QueueFull", "Refused", "Serve", "fill"]

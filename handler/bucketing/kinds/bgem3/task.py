@@ -26,7 +26,7 @@ from bucketing.answers import Answer, Options
 from bucketing.kinds.bgem3.folder import M3Spec, is_bgem3, read_bgem3
 from bucketing.kinds.task import Rows, TaskHooks
 from bucketing.model.chain import Chain
-from bucketing.model.tokenizer import Encoded
+from bucketing.model.encoded import Encoded
 
 NAME = "bgem3"
 DEFAULT_OUTPUTS = ("dense",)  # `protocols.outputs.DEFAULT`

@@ -23,7 +23,7 @@ from bucketing.model.chain import (
     Chain,
     ChainError,
 )
-from bucketing.model.tokenizer import Encoded, recut
+from bucketing.model.encoded import Encoded, recut
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from bucketing.kinds.sparse.folder import SparseSpec, is_sparse, read_sparse, to
 from bucketing.kinds.sparse.routes import kind_of
 from bucketing.kinds.task import Rows, TaskHooks
 from bucketing.model.chain import Chain, ChainError
-from bucketing.model.tokenizer import recut
+from bucketing.model.encoded import recut
 
 
 class SparseTask(TaskHooks):
