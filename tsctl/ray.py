@@ -39,10 +39,9 @@ DEFAULT_PORT = 8592  # beside `make serve` (8580-8584) and `make serve-standalon
 PID_FILE_BYTES = 96
 OWN_PATHS = ("ray.pid", "ray.out", "key_file.json", "serve.yaml", "ray_auth_token")
 OBJECT_STORE_BYTES = 200 * 1024 * 1024
-# On SIGTERM a Ray head first drains its node (RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S, Ray's default 30 s): its proxy
-# stops taking requests and finishes those it holds, and the head waits for its raylet to go idle. Our head holds the
-# Serve controller and the replicas, so it never goes idle and every stop waited out the whole 30 s. Ours: the time a
-# request in flight is given (the ingress's requests are answered within seconds), then the processes end.
+# On SIGTERM a Ray head first marks its node draining (RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S, Ray's default 30 s) and
+# waits for its raylet to go idle. Our head holds the Serve controller and the replicas, so it never goes idle and
+# every stop waited out the whole 30 s; then the processes end, cutting what is in flight (docs/hosts/ray.md).
 DRAIN_S = 5.0
 
 

@@ -29,36 +29,28 @@ def model_folder(task: str) -> Path:
     return minilm_dir() if MODEL_KINDS[task].dense_vector else models.model_dir(models.SPLADE)
 
 
-def _case(
-    strategy: str,
-    requests: int,
-    texts_per_request: int,
-    max_length: int,
-    max_batch_tokens: int,
-    task: str = "embedding",
-    words: int | None = None,
-    engine: str = "torch",
-    folder: str | None = None,
-) -> dict[str, str | int]:
+def _case(args: argparse.Namespace, strategy: str, texts_per_request: int) -> dict[str, str | int]:
+    """One case, in this process: the worker on `args.folder` (else the task's model), a warm-up request, then one
+    delivered batch of `args.batch_size` requests of `texts_per_request` texts each."""
     from bucketing_handler import BucketingHandler
     from tsctl.inprocess import LocalContext
 
+    requests, max_length = args.batch_size, args.max_length
     section = {
-        "model_path": folder or str(model_folder(task)),
-        "task": task,
-        "engine": engine,
+        "model_path": args.folder or str(model_folder(args.task)),
+        "task": args.task,
+        "engine": args.engine,
         "strategy": strategy,
         "max_length": max_length,
-        "max_batch_tokens": max_batch_tokens,
+        "max_batch_tokens": args.max_batch_tokens,
         "max_texts_per_request": max(texts_per_request, 1),
         "cost": {"calibrate": False},
     }
     context = LocalContext(section)
     handler = BucketingHandler()
     handler.initialize(context)
-    text = " ".join(["word"] * (words or 2 * max_length))  # by default truncated to max_length tokens
+    text = " ".join(["word"] * (args.words or 2 * max_length))  # by default truncated to max_length tokens
     rows = [{"body": {"texts": [text] * texts_per_request}} for _ in range(requests)]
-    context.with_requests(["application/json"] * requests)
     handler.handle([{"body": {"text": "warm up"}}], context.with_requests(["application/json"]))
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     context.with_requests(["application/json"] * requests)
@@ -67,8 +59,8 @@ def _case(
     totals = context.metrics.totals()
     return {
         "strategy": strategy,
-        "task": task,
-        "engine": engine,
+        "task": args.task,
+        "engine": args.engine,
         "texts": requests * texts_per_request,
         "max_length": max_length,
         "sub_batches": int(totals["bucket_sub_batches_total"] - 1),
@@ -94,17 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.case:
         strategy, tpr = args.case.split(":")
-        case = _case(
-            strategy,
-            args.batch_size,
-            int(tpr),
-            args.max_length,
-            args.max_batch_tokens,
-            args.task,
-            args.words,
-            args.engine,
-            args.folder,
-        )
+        case = _case(args, strategy, int(tpr))
         print(json.dumps(case))
         return 0
     with tempfile.TemporaryDirectory() as tmp:  # an engine's export is made here, not in a case (its peak is not one)

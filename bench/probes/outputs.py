@@ -28,7 +28,7 @@ import torch
 
 from bench.inputs.workloads import WORKLOADS, make_workload
 from bench.probes.engine_cost import cpu_name
-from bench.probes.pass_timing import CLOCKS, Spent
+from bench.probes.pass_timing import CLOCKS, Spent, timed_handler
 from bucketing.engines import precision
 from model_store.archives import minilm_dir
 
@@ -44,18 +44,16 @@ SHAPES = tuple(LABELS)
 
 @dataclass(frozen=True)
 class Format:
-    """How a request asks a set of outputs: its url_path (under the model's URL) and its body."""
+    """How a request asks a set of outputs (posted to the model's URL): its body."""
 
     name: str
-    url_path: str
     body: Callable[[str, tuple[str, ...]], dict[str, Any]]
 
 
 FORMATS = (
-    Format("ours, JSON", "", lambda text, outputs: {"texts": [text], "outputs": list(outputs)}),
+    Format("ours, JSON", lambda text, outputs: {"texts": [text], "outputs": list(outputs)}),
     Format(
         "KServe v2, binary",
-        "",
         lambda text, outputs: {
             "inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": [text]}],
             "parameters": {"outputs": list(outputs), "binary_data_output": True},
@@ -106,28 +104,12 @@ def m3_folder(target: Path, shape: str, seed: int = 0) -> Path:
     return target
 
 
-def open_handler(folder: Path, engine: str, threads: int, clock: Callable[[], float]) -> tuple[Any, Any, Spent]:
-    """A handler on `folder` as a worker opens it, its engine calls timed."""
-    from bucketing_handler import BucketingHandler
-    from tsctl.inprocess import LocalContext
-
-    section = {"model_path": str(folder), "task": "bgem3", "engine": engine, "torch_threads": threads}
-    section["cost"] = {"calibrate": False}
-    context = LocalContext(section, model_name="m3")
-    handler = BucketingHandler()
-    handler.initialize(context)
-    spent = Spent(clock)
-    task: Any = handler.task
-    task.engine = spent.engine(task.engine)  # the task calls its engine: the timed one stands in for it
-    return handler, context, spent
-
-
 def one_call(
     handler: Any, context: Any, spent: Spent, fmt: Format, outputs: tuple[str, ...], texts: tuple[str, ...]
 ) -> Cost:
     """A delivered batch of one-text requests asking `outputs` in `fmt`: its handler call and answer bytes."""
     rows = [{"body": json.dumps(fmt.body(t, outputs)).encode()} for t in texts]
-    context.with_requests(["application/json"] * len(rows), [fmt.url_path] * len(rows))
+    context.with_requests(["application/json"] * len(rows))
     spent.seconds = {}
     start = spent.clock()
     replies = handler.handle(rows, context)
@@ -175,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     texts = make_workload(args.workload, args.requests, seed=0).texts
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.model_dir or m3_folder(Path(tmp) / "m3", args.shape)
-        handler, context, spent = open_handler(folder, args.engine, args.threads, clock)
+        section = {"model_path": str(folder), "task": "bgem3", "engine": args.engine, "torch_threads": args.threads}
+        handler, context, spent = timed_handler({**section, "cost": {"calibrate": False}}, "m3", clock)
         with torch.inference_mode():
             best = measure(handler, context, spent, texts, args.rounds, args.repeat)
     label = args.model_dir or LABELS[args.shape]

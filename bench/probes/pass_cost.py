@@ -35,7 +35,7 @@ import torch
 from bench.inputs.engines import engine_names
 from bench.probes.engine_cost import Opened, cpu_name, open_engines
 from bench.probes.engine_cuts import run_cuts
-from bench.probes.pass_timing import BATCH, CLOCKS, TOKEN, Spent, longtail_passes, plain, stubbed
+from bench.probes.pass_timing import BATCH, CLOCKS, TOKEN, Spent, longtail_passes, plain, stubbed, timed_handler
 from bench.probes.tokenize_cost import best_of
 from bucketing.engines import Engine, precision
 from bucketing.model.encoded import collate
@@ -73,9 +73,6 @@ class Served:
 
 def serve_on(opened: Opened, threads: int, cost: CostModel, clock: Callable[[], float]) -> Served:
     """A handler on the engine and dtype of `opened` (opened again, as a worker opens it), planning with `cost`."""
-    from bucketing_handler import BucketingHandler
-    from tsctl.inprocess import LocalContext
-
     section = {
         "model_path": opened.folder,
         "engine": opened.engine,
@@ -88,13 +85,8 @@ def serve_on(opened: Opened, threads: int, cost: CostModel, clock: Callable[[], 
             "per_token_sq_us": cost.per_token_sq_us,
         },
     }
-    context = LocalContext(section, model_name="minilm")
-    handler = BucketingHandler()
-    handler.initialize(context)
-    spent = Spent(clock)
+    handler, context, spent = timed_handler(section, "minilm", clock)
     pipe = handler.pipeline
-    task: Any = handler.task
-    task.engine = spent.engine(task.engine)  # the task calls its engine: the timed one stands in for it
     spent.wrap(pipe, "tokenize", "tokenize")
     spent.wrap(pipe, "plan", "plan")
     spent.wrap(pipe, "run", "run")

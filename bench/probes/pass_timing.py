@@ -130,6 +130,21 @@ class Spent:
         return cast(Engine, Timed())
 
 
+def timed_handler(section: dict[str, Any], model_name: str, clock: Callable[[], float]) -> tuple[Any, Any, Spent]:
+    """A handler in process on the handler config `section`, as a worker opens it, its engine calls timed as
+    `engine` (the task calls its engine: the timed one stands in for it); its context and the `Spent`."""
+    from bucketing_handler import BucketingHandler
+    from tsctl.inprocess import LocalContext
+
+    context = LocalContext(section, model_name=model_name)
+    handler = BucketingHandler()
+    handler.initialize(context)
+    spent = Spent(clock)
+    task: Any = handler.task
+    task.engine = spent.engine(task.engine)
+    return handler, context, spent
+
+
 def longtail_passes(cost: CostModel, tokenizer: Tokenizer) -> float:
     """The planner's passes a batch of 16 long-tail requests, over `LONGTAIL_BATCHES` batches."""
     texts = make_workload("longtail", BATCH * LONGTAIL_BATCHES, seed=0).texts

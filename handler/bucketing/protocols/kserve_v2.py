@@ -111,10 +111,10 @@ def outputs(rows: Sequence[dict[str, Any]], vectors: str = "FP32") -> list[dict[
             tensors.append({"name": name, "datatype": "FP32", "shape": [n], "data": column})
         elif isinstance(first, str):
             tensors.append({"name": name, "datatype": "BYTES", "shape": [n], "data": column})
-        elif isinstance(first, np.ndarray) and first.ndim == 2:
-            tensors += ragged_vectors(name, column)  # an array of vectors per input (multi-vector, BGE-M3's colbert)
-        elif isinstance(first, list) and any(row and isinstance(row[0], list) for row in column):
-            tensors += ragged_vectors(name, column)  # vectors per input
+        elif (isinstance(first, np.ndarray) and first.ndim == 2) or (
+            isinstance(first, list) and any(row and isinstance(row[0], list) for row in column)
+        ):
+            tensors += ragged_vectors(name, column)  # vectors per input (multi-vector, BGE-M3's colbert)
         elif isinstance(first, dict) and "indices" in first and "values" in first:
             tensors += ragged_sparse(name, column)  # a sparse vector per input (BGE-M3's sparse)
         elif isinstance(first, list):
