@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         "--drain",
         type=float,
         default=DRAIN_S,
-        help="stop: seconds TorchServe is given to answer what it admitted before its SIGTERM (0: none)",
+        help="stop: seconds TorchServe and the Ray host get to answer what they admitted before SIGTERM (0: none)",
     )
     parser.add_argument("--ray-dir", type=Path, default=None, help="the Ray host's folder (its local cluster's)")
     args = parser.parse_args(argv)
@@ -111,6 +111,8 @@ def stop(
         code = alone.stop()
         print("Standalone server stopped." + (f" (exit {code})" if code not in (None, 0) else ""))
     if on_ray is not None and on_ray.pid():
+        if drain_s > 0 and not on_ray.drain(drain_s):
+            print(f"The Ray host's ingress did not drain in {drain_s:g} s (see {on_ray.log}); stopped anyway.")
         on_ray.stop()
         print("Ray host stopped (its local Ray cluster with it).")
     return 0

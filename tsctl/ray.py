@@ -41,8 +41,10 @@ OWN_PATHS = ("ray.pid", "ray.out", "key_file.json", "serve.yaml", "ray_auth_toke
 OBJECT_STORE_BYTES = 200 * 1024 * 1024
 # On SIGTERM a Ray head first marks its node draining (RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S, Ray's default 30 s) and
 # waits for its raylet to go idle. Our head holds the Serve controller and the replicas, so it never goes idle and
-# every stop waited out the whole 30 s; then the processes end, cutting what is in flight (docs/hosts/ray.md).
-DRAIN_S = 5.0
+# every stop waited out the whole 30 s; then the processes end, cutting what is in flight: hence `RayServe.drain`.
+NODE_DRAIN_S = 5.0
+DRAIN_MODULE = "bucketing.hosts.ray.drain"  # drains the ingress; exit 0: drained, 1: not all in time, 2: not reached
+CONNECT_S = 90.0  # what the drain's driver may take beyond the drain (joining the cluster), then it is ended
 
 
 def ray_temp_dir(workdir: Path) -> Path:
@@ -108,12 +110,12 @@ class RayServe(ServedFolder):
         port: int = DEFAULT_PORT,
         num_cpus: int = 2,
         object_store_bytes: int = OBJECT_STORE_BYTES,
-        drain_s: float = DRAIN_S,
+        node_drain_s: float = NODE_DRAIN_S,
     ) -> None:
         super().__init__(workdir, port)
         self.num_cpus = num_cpus
         self.object_store_bytes = object_store_bytes
-        self.drain_s = drain_s
+        self.node_drain_s = node_drain_s
         self.gcs_port: int | None = None
 
     def is_ours(self, pid: int) -> bool:
@@ -134,7 +136,7 @@ class RayServe(ServedFolder):
     def ray_env(self) -> dict[str, str]:
         """The environment of our Ray processes and drivers: our token, no usage stats, the head's drain on SIGTERM."""
         auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(self.auth_token)}
-        drain = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": f"{self.drain_s:g}"}
+        drain = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": f"{self.node_drain_s:g}"}
         return {**os.environ, **auth, **drain, "RAY_USAGE_STATS_ENABLED": "0"}
 
     @property
@@ -198,6 +200,30 @@ class RayServe(ServedFolder):
             raise
         return self
 
+    def drain(self, drain_s: float) -> bool:
+        """Before `stop`: the ingress admits no more requests (503 with Retry-After) and answers those admitted,
+        within `drain_s` (`python -m bucketing.hosts.ray.drain`, our own child, ended past its time); whether all
+        were answered. The head's SIGTERM would cut them (docs/hosts/ray.md)."""
+        if self.pid() is None:
+            return True
+        app = yaml.safe_load((self.workdir / "serve.yaml").read_text())["applications"][0]["name"]
+        command = [sys.executable, "-m", DRAIN_MODULE, "--address", self.address, "--app", app]
+        try:
+            with os.fdopen(open_own(self.log, os.O_APPEND), "ab") as out:
+                done = subprocess.run(
+                    [*command, "--timeout", f"{drain_s:g}"],
+                    cwd=self.workdir,
+                    stdout=out,
+                    stderr=out,
+                    stdin=subprocess.DEVNULL,
+                    env=self.ray_env(),
+                    timeout=drain_s + CONNECT_S,
+                    check=False,
+                )
+        except subprocess.TimeoutExpired:
+            return False
+        return done.returncode == 0
+
     def _wait_gcs(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -230,6 +256,7 @@ class RayServe(ServedFolder):
 __all__ = [
     "CONFIG",
     "DEFAULT_PORT",
+    "NODE_DRAIN_S",
     "RAY_MODULE",
     "SERVE_DIR",
     "RayServe",

@@ -177,3 +177,26 @@ def test_ray_metrics_show_the_queue_signals_back_to_zero_after_load(ray_host):
     assert wanted <= {line.split("{")[0] for line in text.splitlines() if line.startswith("bucket_")}, text
     assert settled, text
     assert values.get("bucket_requests_total", 0) >= 16, text  # the handler's counters, summed likewise
+
+
+def test_ray_stop_under_steady_load_cuts_no_admitted_request(ray_host):
+    """Last here (it stops the module's cluster): steady closed-loop load, then what `make stop` runs, the ingress's
+    drain and the head's SIGTERM: every request admitted before the drain is answered 200, later ones get 503 with
+    Retry-After (or find the port closed), none is cut, and every Ray process is gone after (the fixture checks)."""
+    from tests.e2e.test_lifecycle import Load
+
+    load = Load(ray_host.url + BASE, {**ray_host.headers(), "Content-Type": JSON}, threads=8)
+    try:
+        load.closed_loop(8, lambda: False)  # until each is told 503 or finds the port closed
+        time.sleep(2.0)
+        started = time.monotonic()
+        drained = ray_host.drain(30.0)
+        took = time.monotonic() - started
+        ray_host.stop()
+    finally:
+        load.close()
+    assert drained, ray_host.tail()
+    assert load.cut == [], load.cut[:3]
+    assert set(load.statuses) <= {200, 503} and load.statuses[200] > 0 and load.no_retry_after == 0, load.statuses
+    assert load.statuses[503] + load.refused == 8, (load.statuses, load.refused)
+    print(f"Ray drained stop under load: {dict(load.statuses)}, {load.refused} refused, 0 cut, drain {took:.2f} s")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bucketing.hosts.answers import Answer
+from bucketing.hosts.answers import QUIET_S, SHUTTING_DOWN, Answer
 from bucketing.hosts.ray.batching import Item, estimate_tokens, model_signals, summed
 from bucketing.hosts.ray.front import METRICS_MESSAGE, Front, Limits
 from bucketing.metrics import CAPACITY, QueueSignals, signal_names
@@ -120,6 +120,50 @@ def test_front_limits_body_timeout_and_readiness():
     assert json.loads(call(not_ready, "GET", "/v2/models/m/ready", b"", AUTH).body) == {"name": "m", "ready": False}
 
 
+def test_front_drains_answering_what_it_admitted_and_turning_newcomers_away():
+    """`Front.drain` (before the head's SIGTERM): a prediction admitted before it is answered 200; one arriving
+    during it gets the standalone host's 503 with Retry-After, readiness says no, ping stays 200; the drain ends
+    once the admitted one is answered and no newcomer came for `QUIET_S`; a prediction still running when its time
+    is up makes it answer False."""
+    release = asyncio.Event()
+
+    async def held(name: str, it: Item) -> Answer:
+        await release.wait()
+        return Answer(200, b"{}")
+
+    async def is_ready(name: str) -> bool:
+        return True
+
+    async def scenario() -> None:
+        f = Front({"m": "1.0"}, held, is_ready, Limits(None))
+        admitted = asyncio.create_task(f.answer("POST", "/predictions/m", {}, Receiver(b"{}")))
+        while f.in_flight == 0:
+            await asyncio.sleep(0)
+        drain = asyncio.create_task(f.drain(30.0))
+        await asyncio.sleep(0)
+        late = await f.answer("POST", "/predictions/m", {}, Receiver(b"{}"))
+        assert late.status == 503 and ("Retry-After", "1") in late.headers
+        assert json.loads(late.body)["message"] == SHUTTING_DOWN
+        assert (await f.answer("GET", "/v2/health/ready", {}, Receiver(b""))).status == 503
+        assert (await f.answer("GET", "/v2/models/m/ready", {}, Receiver(b""))).status == 503
+        assert (await f.answer("GET", "/ping", {}, Receiver(b""))).status == 200
+        assert not drain.done() and f.in_flight == 1
+        release.set()
+        assert (await admitted).status == 200
+        answered_at = asyncio.get_running_loop().time()
+        assert await drain is True and f.in_flight == 0
+        assert asyncio.get_running_loop().time() - answered_at >= QUIET_S * 0.9
+
+        stuck = Front({"m": "1.0"}, lambda name, it: asyncio.sleep(60, Answer(200, b"")), is_ready, Limits(None))
+        running = asyncio.create_task(stuck.answer("POST", "/predictions/m", {}, Receiver(b"{}")))
+        while stuck.in_flight == 0:
+            await asyncio.sleep(0)
+        assert await stuck.drain(0.1) is False and stuck.in_flight == 1
+        running.cancel()
+
+    asyncio.run(scenario())
+
+
 def test_app_args_are_checked():
     from bucketing.hosts.ray.args import AppArgs, ArgsError
 
@@ -182,7 +226,40 @@ def test_nothing_below_hosts_imports_the_ray_host():
 
 def test_the_head_drains_for_our_time_not_rays_30_s(tmp_path):
     """Our head holds the replicas and never goes idle: Ray's default drain on SIGTERM (30 s) was waited out whole."""
-    from tsctl.ray import DRAIN_S, RayServe
+    from tsctl.ray import NODE_DRAIN_S, RayServe
 
-    assert RayServe(tmp_path).ray_env()["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] == f"{DRAIN_S:g}"
-    assert RayServe(tmp_path, drain_s=0.5).ray_env()["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] == "0.5"
+    assert RayServe(tmp_path).ray_env()["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] == f"{NODE_DRAIN_S:g}"
+    assert RayServe(tmp_path, node_drain_s=0.5).ray_env()["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] == "0.5"
+
+
+def test_make_stop_drains_the_ray_ingress_before_the_heads_sigterm(capsys):
+    """`make stop` (`tsctl stop`): the Ray host's ingress is drained with TorchServe's drain time, then the head is
+    stopped, drained or not (saying so)."""
+    from tsctl.__main__ import stop
+
+    calls: list[tuple[object, ...]] = []
+
+    class FakeTorchServe:
+        def pid(self) -> None:
+            return None
+
+        def stop(self, drain_s: float) -> bool:
+            calls.append(("torchserve", drain_s))
+            return True
+
+    class FakeRay:
+        log = Path("ray.out")
+
+        def pid(self) -> int:
+            return 42
+
+        def drain(self, drain_s: float) -> bool:
+            calls.append(("drain", drain_s))
+            return False
+
+        def stop(self) -> None:
+            calls.append(("stop",))
+
+    assert stop(FakeTorchServe(), "bucketed", None, FakeRay(), 25.0) == 0  # type: ignore[arg-type]
+    assert calls == [("torchserve", 25.0), ("drain", 25.0), ("stop",)]
+    assert "did not drain in 25 s" in capsys.readouterr().out

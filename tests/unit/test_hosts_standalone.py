@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from bucketing.config import HandlerConfig
-from bucketing.hosts.standalone.app import QUIET_S, App, Settings
+from bucketing.hosts.answers import QUIET_S
+from bucketing.hosts.standalone.app import App, Settings
 from bucketing.hosts.standalone.batcher import Batcher, Draining, Job, QueueFull, fill
 from bucketing.hosts.standalone.models import ModelSpec
 from bucketing.metrics import METRICS, BatchStats

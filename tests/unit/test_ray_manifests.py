@@ -60,3 +60,18 @@ def test_rayservice_ports_resources_and_key():
         assert env["BUCKETING_INFERENCE_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "bucketing-inference-key"
         assert container["image"] == "bucketing-ray:0.2.0"
     assert "key_file" not in app["args"] and not app["args"].get("no_auth")  # the key from the environment
+
+
+def test_the_head_pod_drains_the_ingress_before_it_stops():
+    """The head's `preStop` runs the ingress's drain (args our driver accepts, the GCS port, the application's
+    name), within the pod's grace period with room to join the cluster."""
+    from bucketing.hosts.ray.drain import APP, parser
+
+    doc = manifest()
+    head = doc["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+    command = head["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
+    assert command[:3] == ["python", "-m", "bucketing.hosts.ray.drain"]
+    args = parser().parse_args(command[3:])
+    serve_config = yaml.safe_load(doc["spec"]["serveConfigV2"])
+    assert args.address == "127.0.0.1:6379" and args.app == APP == serve_config["applications"][0]["name"]
+    assert head["terminationGracePeriodSeconds"] >= args.timeout + 30  # joining the cluster, then Ray's own stop

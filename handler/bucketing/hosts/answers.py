@@ -4,6 +4,7 @@ no model answers gets, a body read up to a limit, the model an OpenAI body names
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 RETRY_AFTER_S = 1  # what a 503 of a full queue or a draining server tells the client to wait
+QUIET_S = 1.0  # after a drain, newcomers are told 503 until none came for this long (then the port may close)
+SHUTTING_DOWN = "the server is shutting down: send the request to another replica"
 JSON = "application/json"
 # TorchServe's own answers, as its frontend writes them (Gson, indented by two spaces).
 TOKEN_MESSAGE = "Token Authorization failed. Token either incorrect, expired, or not provided correctly"
@@ -48,6 +51,15 @@ def reply_answer(reply: Reply) -> Answer:
 
 def unavailable(message: str, status: int = 503, kind: str = "ServiceUnavailableException") -> Answer:
     return Answer(status, ts_error(status, kind, message), headers=(("Retry-After", str(RETRY_AFTER_S)),))
+
+
+async def until_quiet(turned_away_at: Callable[[], float], deadline: float) -> None:
+    """After a drain, until `deadline` (loop time): wait until no newcomer was told 503 for `QUIET_S`, so that a
+    client answered at the drain's end that sends again at once is told to retry elsewhere, not reset by a closing
+    port (the kernel resets a connection that reaches a port as it closes)."""
+    loop = asyncio.get_running_loop()
+    while (now := loop.time()) < deadline and now - turned_away_at() < QUIET_S:
+        await asyncio.sleep(min(deadline, turned_away_at() + QUIET_S) - now)
 
 
 def not_served(found: routes.Match) -> Answer:
@@ -110,7 +122,9 @@ __all__ = [
     "JSON",
     "NOT_ALLOWED_MESSAGE",
     "NOT_FOUND_MESSAGE",
+    "QUIET_S",
     "RETRY_AFTER_S",
+    "SHUTTING_DOWN",
     "TOKEN_MESSAGE",
     "Answer",
     "Message",
@@ -124,4 +138,5 @@ __all__ = [
     "send_answer",
     "ts_error",
     "unavailable",
+    "until_quiet",
 ]

@@ -8,7 +8,8 @@ over the shared route table (`bucketing.hosts.routes`, `bucketing.hosts.rows`). 
 - `board`: the replicas' queue signals, gathered for the ingress's `/metrics`;
 - `front`: the HTTP answers (authorization, body limit, routes, TorchServe's error bodies), no Ray in it;
 - `app`: the Ray Serve deployments (one per model, and the ingress) and the application builder that `serve run`,
-  `serve deploy` and KubeRay's `RayService` name (`bucketing.hosts.ray.app:build`).
+  `serve deploy` and KubeRay's `RayService` name (`bucketing.hosts.ray.app:build`);
+- `drain`: the driver that drains the ingress before a cluster stops (`make stop`, a head pod's `preStop`).
 
 Nothing below `bucketing.hosts` imports it, and no archive carries it (model_store.archives.NOT_ARCHIVED).
 """

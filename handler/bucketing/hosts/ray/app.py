@@ -47,7 +47,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from bucketing.hosts.answers import Answer, unavailable
-from bucketing.hosts.ray.args import AppArgs, ArgsError, ModelArgs, read_spec
+from bucketing.hosts.ray.args import INGRESS, AppArgs, ArgsError, ModelArgs, read_spec
 from bucketing.hosts.ray.batching import Item, model_signals
 from bucketing.hosts.ray.board import PUSH_S, STALE_S, board
 from bucketing.hosts.ray.front import Front, Limits
@@ -212,6 +212,14 @@ class Ingress:
         body = b"" if request.method == "HEAD" else answer.body
         return Response(body, answer.status, headers=out)
 
+    async def drain(self, timeout_s: float) -> dict[str, Any]:
+        """Stop admitting predictions and answer those admitted (`Front.drain`; `bucketing.hosts.ray.drain` calls
+        it before the cluster stops): whether all were answered, and how many are still running."""
+        logger.info("draining (new requests get 503) for up to %g s", timeout_s)
+        answered = await self.front.drain(timeout_s)
+        logger.info("drain: %s", "every admitted request answered" if answered else "requests still unanswered")
+        return {"answered": answered, "in_flight": self.front.in_flight}
+
     async def _predict(self, name: str, item: Item) -> Answer:
         handle = self.handles[name]
         for attempt in range(RETRIES + 1):
@@ -253,7 +261,7 @@ def build(args: Mapping[str, Any]) -> Any:
     for margs in app_args.models:
         with tempfile.TemporaryDirectory(prefix="bucketing-ray-build-") as unpack_dir:
             spec = read_spec(margs, Path(unpack_dir))
-        if spec.name in versions or spec.name == "Ingress":
+        if spec.name in versions or spec.name == INGRESS:
             raise ArgsError(f"bucketing.hosts.ray args: two models named {spec.name!r} (or one named Ingress)")
         versions[spec.name] = spec.version
         timeout_s = max(timeout_s, spec.response_timeout_s)
@@ -271,7 +279,7 @@ def build(args: Mapping[str, Any]) -> Any:
             replace(margs, name=spec.name, ray_actor_options={}, autoscaling_config={})
         )
     ingress = serve.deployment(
-        name="Ingress",
+        name=INGRESS,
         ray_actor_options={"num_cpus": 0},  # it only awaits: no CPU held from the replicas
         max_ongoing_requests=4 * QUEUE_SIZE,
         num_replicas=1,

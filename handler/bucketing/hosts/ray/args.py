@@ -12,6 +12,8 @@ from typing import Any
 from bucketing.hosts.ray.front import Limits
 from bucketing.hosts.standalone import models
 
+INGRESS = "Ingress"  # the HTTP ingress's deployment (no model may take its name)
+
 
 class ArgsError(ValueError):
     """Application args that cannot be served; the message says what to fix."""

@@ -3,6 +3,10 @@ built on the model's replica): every request the worker answers reaches it as be
 answers itself (authorization, limits, health, TorchServe's 404/405 bodies) is the standalone host's, with its
 helpers (`hosts.answers`: `ts_error`, `read_body`, `Answer`, ...), so the bytes are the same.
 
+A drain (`drain`, reached through the ingress's deployment handle by `python -m bucketing.hosts.ray.drain`, what
+`make stop` runs before the head's SIGTERM): predictions get the standalone host's 503 with `Retry-After` and
+readiness says no, those admitted are answered, then newcomers are told 503 until none came for `QUIET_S`.
+
 No Ray here: the caller gives `predict(name, item)` (the model's deployment handle, its failures already turned
 into answers) and `ready(name)`; `tests/unit/test_hosts_ray.py` runs it with fakes.
 """
@@ -19,6 +23,7 @@ from dataclasses import dataclass
 from bucketing.hosts import routes
 from bucketing.hosts.answers import (
     EXEMPT,
+    SHUTTING_DOWN,
     TOKEN_MESSAGE,
     Answer,
     Receive,
@@ -27,6 +32,7 @@ from bucketing.hosts.answers import (
     read_body,
     ts_error,
     unavailable,
+    until_quiet,
 )
 from bucketing.hosts.ray.batching import Item, estimate_tokens
 from bucketing.hosts.standalone.prometheus import CONTENT_TYPE as METRICS_TYPE
@@ -37,6 +43,7 @@ Predict = Callable[[str, Item], Awaitable[Answer]]
 Ready = Callable[[str], Awaitable[bool]]
 Metrics = Callable[[], Awaitable[str]]  # the `/metrics` text (Prometheus' exposition format)
 SERVER_NAME = "bucketing-ray"
+POLL_S = 0.05  # how often a drain looks whether what was admitted is answered
 METRICS_MESSAGE = (
     "Not served by this Ray ingress: no queue signals were given to it (Ray exports its serve_* series on each "
     "node's metrics port, ray start --metrics-export-port)"
@@ -68,6 +75,9 @@ class Front:
         self.predict = predict
         self.ready = ready
         self.limits = limits
+        self.draining = False
+        self.in_flight = 0  # predictions admitted and not yet answered
+        self.turned_away_at = 0.0  # loop time of the last prediction told 503 for the drain
 
     def authorized(self, headers: Mapping[str, str]) -> bool:
         key = self.limits.key
@@ -79,11 +89,28 @@ class Front:
     async def answer(self, method: str, path: str, headers: Mapping[str, str], receive: Receive) -> Answer:
         """The answer to one request (`headers` with lower-case names; `receive`: the ASGI body's)."""
         found = routes.match(method, path, self.versions)
+        counted = found.action == "predict"
+        self.in_flight += counted
         try:
             return await self._answer(found, headers, receive)
         except Exception:  # a fault of the host itself: logged, answered as TorchServe answers a failed prediction
             logger.exception("%s %s failed", method, path)
             return Answer(503, ts_error(503, "InternalServerException", "Prediction failed"))
+        finally:
+            self.in_flight -= counted
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Admit no more predictions, wait up to `timeout_s` until those admitted are answered, then within the same
+        time tell newcomers 503 until none came for `QUIET_S`; whether every admitted one was answered."""
+        loop = asyncio.get_running_loop()
+        self.draining = True
+        deadline = loop.time() + timeout_s
+        while self.in_flight and loop.time() < deadline:
+            await asyncio.sleep(POLL_S)
+        answered = self.in_flight == 0
+        self.turned_away_at = max(self.turned_away_at, loop.time())
+        await until_quiet(lambda: self.turned_away_at, deadline)
+        return answered
 
     async def _answer(self, found: routes.Match, headers: Mapping[str, str], receive: Receive) -> Answer:
         if found.action not in EXEMPT and not self.authorized(headers):
@@ -91,6 +118,9 @@ class Front:
             return Answer(401, refused, headers=(("WWW-Authenticate", "Bearer"),))
         if found.action != "predict":
             return await self._host_answer(found)
+        if self.draining:
+            self.turned_away_at = asyncio.get_running_loop().time()
+            return unavailable(SHUTTING_DOWN)
         name = found.model or ""
         body = await read_body(receive, dict(headers), self.limits.max_request_bytes)
         if body is None:
@@ -119,13 +149,13 @@ class Front:
         if action == "live":
             return Answer(200, b'{"live":true}')
         if action == "ready":
-            ready = all(await asyncio.gather(*(self.ready(n) for n in self.versions)))
+            ready = not self.draining and all(await asyncio.gather(*(self.ready(n) for n in self.versions)))
             return Answer(200 if ready else 503, json.dumps({"ready": ready}, separators=(",", ":")).encode())
         if action == "server_meta":
             meta = {"name": SERVER_NAME, "version": "0.2.0", "extensions": []}
             return Answer(200, json.dumps(meta, separators=(",", ":")).encode())
         if action in ("model_ready", "model_v1"):
-            ready = await self.ready(name)
+            ready = not self.draining and await self.ready(name)
             return Answer(200 if ready else 503, json.dumps({"name": name, "ready": ready}).encode())
         if action == "model_v2":
             meta = {
@@ -143,4 +173,4 @@ class Front:
         return not_served(found)
 
 
-__all__ = ["METRICS_MESSAGE", "SERVER_NAME", "Front", "Limits", "Metrics", "Predict", "Ready"]
+__all__ = ["METRICS_MESSAGE", "POLL_S", "SERVER_NAME", "Front", "Limits", "Metrics", "Predict", "Ready"]

@@ -23,6 +23,7 @@ from bucketing.hosts import routes
 from bucketing.hosts.answers import (
     EXEMPT,
     RETRY_AFTER_S,
+    SHUTTING_DOWN,
     TOKEN_MESSAGE,
     Answer,
     Receive,
@@ -35,6 +36,7 @@ from bucketing.hosts.answers import (
     send_answer,
     ts_error,
     unavailable,
+    until_quiet,
 )
 from bucketing.hosts.rows import torchserve_row
 from bucketing.hosts.standalone.batcher import Batcher, Job, QueueFull, Refused
@@ -63,7 +65,6 @@ class Settings:
 
 
 SHUTDOWN_S = 3.0  # of the grace period, what the server keeps for closing connections after the drain
-QUIET_S = 1.0  # after the drain, newcomers are told 503 until none came for this long (then the port closes)
 
 
 @dataclass
@@ -161,16 +162,13 @@ class App:
     async def drain(self) -> bool:
         """SIGTERM: admit nothing more, answer what was admitted; whether all was answered in time.
 
-        Then, within the same time, keep telling newcomers 503 until none came for `QUIET_S` after the last answer:
-        a client answered at the drain's end that sends again at once is told to retry elsewhere, not reset by a
-        closing port (the kernel resets a connection that reaches a port as it closes)."""
+        Then, within the same time, keep telling newcomers 503 until none came for `QUIET_S` (`until_quiet`)."""
         loop = asyncio.get_running_loop()
         self.draining = True
         deadline = loop.time() + self.drain_s
         results = await asyncio.gather(*(m.batcher.drain(self.drain_s) for m in self.models.values()))
         self.turned_away_at = max(self.turned_away_at, loop.time())
-        while (now := loop.time()) < deadline and now - self.turned_away_at < QUIET_S:
-            await asyncio.sleep(min(deadline, self.turned_away_at + QUIET_S) - now)
+        await until_quiet(lambda: self.turned_away_at, deadline)
         return all(results)
 
     @property
@@ -269,7 +267,7 @@ class App:
         served = self.models[found.model or ""]
         if self.draining:
             self.turned_away_at = asyncio.get_running_loop().time()
-            return unavailable("the server is shutting down: send the request to another replica"), 0
+            return unavailable(SHUTTING_DOWN), 0
         if self.failed is not None or not served.ready:
             return unavailable(f'Model "{served.spec.name}" is not ready yet (loading); retry shortly'), 0
         read = await read_body(receive, headers, self.settings.max_request_bytes)
