@@ -3,7 +3,10 @@
 Each case runs in a fresh process (the handler behind `tsctl.inprocess.LocalContext`, as a worker runs it) and reports
 the growth of peak RSS over the loaded model: what one delivered batch costs in memory. (The peak RSS of a running
 TorchServe's workers, the compare bench's `Memory:` line, is `bench.harness.worker_memory`.) `--engine onnxruntime` or
-`openvino` runs the worker on the model's export, made once before the cases.
+`openvino` runs the worker on the model's export, made once before the cases. `--task` names the model kind: MiniLM
+(embedding), the bench's SPLADE (sparse) and cross-encoder (classification, a request of query-text pairs), and
+folders built once before the cases with MiniLM's encoder and random heads (multivector: a 128-wide ColBERT head
+saved by sentence-transformers' MultiVectorEncoder; bgem3: BGE-M3's heads, `bench.probes.outputs.m3_folder`).
 """
 
 from __future__ import annotations
@@ -14,19 +17,62 @@ import resource
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from bucketing.config import STRATEGY_RULES
+from bucketing.model_kinds import MODEL_KINDS
 from model_store.archives import SERVED, engine_model_dir
 
+COLBERT_DIM = 128  # a ColBERT head's width (colbert-ir/colbertv2.0)
 
-def model_folder(task: str) -> Path:
-    """MiniLM for a dense kind, else the bench's SPLADE model."""
+
+def model_folder(task: str, scratch: Path) -> Path:
+    """The model a kind is probed on (built into `scratch` when it is not one of the bench's)."""
     from bench.inputs import models
-    from bucketing.model_kinds import MODEL_KINDS
+    from bench.probes.outputs import m3_folder
     from model_store.archives import minilm_dir
 
-    return minilm_dir() if MODEL_KINDS[task].dense_vector else models.model_dir(models.SPLADE)
+    made: dict[str, Callable[[], Path]] = {
+        "sparse": lambda: models.model_dir(models.SPLADE),
+        "classification": lambda: models.model_dir(models.CROSS_ENCODER),
+        "multivector": lambda: colbert_folder(scratch / "colbert"),
+        "bgem3": lambda: m3_folder(scratch / "m3", "minilm"),
+    }
+    return made.get(task, minilm_dir)()
+
+
+def colbert_folder(target: Path) -> Path:
+    """MiniLM's encoder with a random 128-wide head over its token embeddings, saved by sentence-transformers'
+    MultiVectorEncoder (Transformer, Dense, MultiVectorMask, Normalize)."""
+    import torch
+    from sentence_transformers import MultiVectorEncoder
+    from sentence_transformers.base.modules import Dense, Normalize, Transformer
+    from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask
+
+    from model_store.archives import minilm_dir
+
+    torch.manual_seed(0)
+    transformer = Transformer(str(minilm_dir()), max_seq_length=SERVED.max_length)
+    dense = Dense(
+        transformer.get_embedding_dimension(),
+        COLBERT_DIM,
+        bias=False,
+        activation_function=torch.nn.Identity(),
+        module_input_name="token_embeddings",
+        module_output_name="token_embeddings",
+    )
+    modules = [transformer, dense, MultiVectorMask(), Normalize(module_input_name="token_embeddings")]
+    MultiVectorEncoder(modules=modules, device="cpu").save(str(target))
+    return target
+
+
+PAIRED = ("classification",)  # the kinds probed with query-text pairs (a cross-encoder's request)
+
+
+def request_body(task: str, texts: list[str]) -> dict[str, object]:
+    """One request of `texts`: query-text pairs for a cross-encoder, else the texts."""
+    return {"pairs": [["a short query", text] for text in texts]} if task in PAIRED else {"texts": texts}
 
 
 def _case(args: argparse.Namespace, strategy: str, texts_per_request: int) -> dict[str, str | int]:
@@ -37,7 +83,7 @@ def _case(args: argparse.Namespace, strategy: str, texts_per_request: int) -> di
 
     requests, max_length = args.batch_size, args.max_length
     section = {
-        "model_path": args.folder or str(model_folder(args.task)),
+        "model_path": args.folder,
         "task": args.task,
         "engine": args.engine,
         "strategy": strategy,
@@ -50,12 +96,13 @@ def _case(args: argparse.Namespace, strategy: str, texts_per_request: int) -> di
     handler = BucketingHandler()
     handler.initialize(context)
     text = " ".join(["word"] * (args.words or 2 * max_length))  # by default truncated to max_length tokens
-    rows = [{"body": {"texts": [text] * texts_per_request}} for _ in range(requests)]
-    handler.handle([{"body": {"text": "warm up"}}], context.with_requests(["application/json"]))
+    rows = [{"body": request_body(args.task, [text] * texts_per_request)} for _ in range(requests)]
+    handler.handle([{"body": request_body(args.task, ["warm up"])}], context.with_requests(["application/json"]))
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     context.with_requests(["application/json"] * requests)
-    handler.handle(rows, context)
+    answers = handler.handle(rows, context)
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    statuses = sorted({context.status.get(i, (200, ""))[0] for i in range(len(answers))})
     totals = context.metrics.totals()
     return {
         "strategy": strategy,
@@ -67,6 +114,7 @@ def _case(args: argparse.Namespace, strategy: str, texts_per_request: int) -> di
         "model_rss_mb": round(before / 1024),
         "batch_peak_growth_mb": round((after - before) / 1024),
         "peak_rss_mb": round(after / 1024),
+        "statuses": statuses,
     }
 
 
@@ -76,9 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--texts-per-request", type=int, default=32, help="texts per request in the worst case")
     p.add_argument("--max-length", type=int, default=SERVED.max_length)
     p.add_argument("--max-batch-tokens", type=int, default=SERVED.max_batch_tokens)
-    p.add_argument(
-        "--task", default="embedding", choices=("embedding", "sparse"), help="MiniLM, or the bench's SPLADE model"
-    )
+    p.add_argument("--task", default="embedding", choices=tuple(MODEL_KINDS), help="the model kind (see above)")
     p.add_argument("--words", type=int, default=None, help="words per text (default: twice max_length, truncated)")
     p.add_argument("--engine", default="torch", help="the worker's engine (onnxruntime, openvino: MiniLM's export)")
     p.add_argument("--case", help=argparse.SUPPRESS)
@@ -89,8 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         case = _case(args, strategy, int(tpr))
         print(json.dumps(case))
         return 0
-    with tempfile.TemporaryDirectory() as tmp:  # an engine's export is made here, not in a case (its peak is not one)
-        folder = engine_model_dir(model_folder(args.task), args.engine, args.task, Path(tmp) / args.engine)
+    with tempfile.TemporaryDirectory() as tmp:  # a model or export is made here, not in a case (its peak is not one)
+        model = model_folder(args.task, Path(tmp))
+        folder = engine_model_dir(model, args.engine, args.task, Path(tmp) / args.engine)
         table(args, folder)
     return 0
 
@@ -101,7 +148,7 @@ def table(args: argparse.Namespace, folder: Path) -> None:
         f"# {args.task} on {args.engine}, {args.batch_size} request(s) a batch, max_batch_tokens "
         f"{args.max_batch_tokens}"
     )
-    print(f"{'strategy':10} {'texts':>6} {'sub-batches':>11} {'model MB':>9} {'batch +MB':>9} {'peak MB':>8}")
+    print(f"{'strategy':10} {'texts':>6} {'sub-batches':>11} {'model MB':>9} {'batch +MB':>9} {'peak MB':>8} answers")
     for tpr in (1, args.texts_per_request):
         for strategy in (s for s, rule in STRATEGY_RULES.items() if not rule.pads_to_max_length):
             cmd = [
@@ -128,7 +175,7 @@ def table(args: argparse.Namespace, folder: Path) -> None:
             r = json.loads(out[-1])
             print(
                 f"{r['strategy']:10} {r['texts']:6d} {r['sub_batches']:11d} {r['model_rss_mb']:9d} "
-                f"{r['batch_peak_growth_mb']:9d} {r['peak_rss_mb']:8d}"
+                f"{r['batch_peak_growth_mb']:9d} {r['peak_rss_mb']:8d} {','.join(map(str, r['statuses']))}"
             )
 
 

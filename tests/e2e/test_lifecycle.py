@@ -10,7 +10,7 @@ import json
 import re
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -29,13 +29,13 @@ JSON = "application/json"
 BATCH = 8  # the standalone server's batch size here: "within one batch" is this many requests
 GRACE_S = 10.0
 BODY = json.dumps({"text": "a short sentence to embed, the same for every request of the load"}).encode()
-SERIES = re.compile(r'^(bucket_\w+)\{ModelName="' + NAME + r'"\} (\S+)$')
 
 
-def scrape(url: str, headers: dict[str, str]) -> dict[str, float]:
+def scrape(url: str, headers: dict[str, str], name: str = NAME) -> dict[str, float]:
     """The model's `bucket_*` series without other labels, by name."""
+    series = re.compile(r'^(bucket_\w+)\{ModelName="' + re.escape(name) + r'"\} (\S+)$')
     text = request(url + "/metrics", headers=headers, timeout=10).text
-    return {m[1]: float(m[2]) for m in map(SERIES.match, text.splitlines()) if m}
+    return {m[1]: float(m[2]) for m in map(series.match, text.splitlines()) if m}
 
 
 @dataclass
@@ -160,6 +160,95 @@ def test_standalone_is_ready_only_after_the_warm_up_pass(standalone: Started):
     assert "warmed up (1 pass," in standalone.log_when_ready  # the worker's ready line, before the first yes
 
 
+@dataclass
+class History:
+    """What a load generator had outstanding, sampled every 10 ms in a thread of its own: the least and most over a
+    span of time (a scrape of values up to `stale_s` old is compared with the span they may have been read in)."""
+
+    load: Load
+    samples: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=100_000))
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.01):
+            self.samples.append((time.monotonic(), self.load.outstanding))
+
+    def span(self, start: float, end: float, *also: int) -> tuple[int, int]:
+        seen = [n for t, n in list(self.samples) if start <= t <= end] + list(also)
+        return min(seen), max(seen)
+
+
+def step_load(
+    load: Load, read: Callable[[], dict[str, float]], stale_s: float = 0.0, overload_s: float = 2.0
+) -> tuple[float, list[tuple]]:
+    """Capacity (a closed loop of 2 batches of clients for 3 s), then light (0.3x, 2 s), about 3x capacity for
+    `overload_s` (about 2x capacity x `overload_s` requests queue) and light again (2 s), open loop; scraped
+    (`read`) every 0.1 s until all is answered and the gauges read 0 for 0.5 s past their staleness. Each scrape:
+    (least outstanding, queued, tokens, in flight, most outstanding), outstanding over the span from `stale_s`
+    before the scrape to its end. The capacity in req/s, and the scrapes."""
+    stop_at = time.monotonic() + 3.0
+    before = sum(load.statuses.values())
+    load.closed_loop(2 * BATCH, lambda: time.monotonic() > stop_at)
+    time.sleep(3.5)
+    capacity = (sum(load.statuses.values()) - before) / 3.0
+    assert capacity > 0
+    history = History(load)
+    scrapes: list[tuple] = []
+    phases = [(0.3 * capacity, 2.0), (3.0 * capacity, overload_s), (0.3 * capacity, 2.0)]
+    done = threading.Event()
+
+    def drive() -> None:
+        for rate, seconds in phases:
+            load.open_loop(rate, seconds, cap=600)
+        done.set()
+
+    driver = threading.Thread(target=drive)
+    driver.start()
+    quiet_since = None
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            started, before_read = time.monotonic(), load.outstanding
+            got = read()
+            lo, hi = history.span(started - stale_s, time.monotonic(), before_read, load.outstanding)
+            queued, tokens, inflight = (got["bucket_queue_requests"], got["bucket_queue_tokens"],
+                                        got["bucket_inflight_requests"])  # fmt: skip
+            scrapes.append((lo, queued, tokens, inflight, hi))
+            if done.is_set() and hi == 0 and queued == 0 and inflight == 0:
+                quiet_since = quiet_since or time.monotonic()
+                if time.monotonic() - quiet_since > 0.5 + stale_s:
+                    break
+            else:
+                quiet_since = None
+            time.sleep(0.1)
+    finally:
+        driver.join(60)
+        history.stop.set()
+    return capacity, scrapes
+
+
+def check_step_load(load: Load, scrapes: list[tuple], short_share: float = 0.0) -> str:
+    """Never more than the generator had outstanding; never short of it by more than the batch that just finished
+    (answered, its replies not yet read by the generator) and the batch being admitted (sent, not yet queued), but
+    in `short_share` of the scrapes (a host with a hop before its queue: Ray's proxy); most scrapes, which do not
+    fall in those instants, within one. Everything answered; the step was an overload. A line saying what was seen."""
+    assert load.cut == [] and set(load.statuses) == {200}, (load.cut[:3], load.statuses)
+    peak = max(q for _, q, *_ in scrapes)
+    assert peak >= 3 * BATCH, f"the overload step queued at most {peak} requests"
+    over = [s for s in scrapes if s[1] + s[3] > s[4]]
+    short = [s for s in scrapes if s[1] + s[3] < s[0] - 2 * BATCH]
+    assert not over and len(short) <= short_share * len(scrapes), (over[:5], short[:5], len(scrapes))
+    shortfalls = sorted(max(0.0, lo - (q + f)) for lo, q, _, f, hi in scrapes)
+    assert shortfalls[len(shortfalls) // 2] <= BATCH, shortfalls
+    return (
+        f"{len(scrapes)} scrapes, peak queue {peak:.0f}, median shortfall {shortfalls[len(shortfalls) // 2]:.0f}, "
+        f"{len(short)} short by more than 2 batches, largest shortfall {shortfalls[-1]:.0f} (batch {BATCH})"
+    )
+
+
 def test_queue_gauge_follows_a_step_load_within_one_batch(standalone: Started):
     """Light, then about 3x capacity, then light: at each scrape `bucket_queue_requests + bucket_inflight_requests`
     is never above what the generator has outstanding (before and after the scrape), never short of it by more than
@@ -170,61 +259,15 @@ def test_queue_gauge_follows_a_step_load_within_one_batch(standalone: Started):
     load = Load(server.url + f"/predictions/{NAME}", headers)
     tokens_each = len(BODY) // 4
     try:
-        # capacity: closed loop, 2 batches of clients, for 3 s
-        stop_at = time.monotonic() + 3.0
-        before = sum(load.statuses.values())
-        load.closed_loop(2 * BATCH, lambda: time.monotonic() > stop_at)
-        time.sleep(3.5)
-        capacity = (sum(load.statuses.values()) - before) / 3.0
-        assert capacity > 0
-        scrapes: list[tuple[int, float, float, float, int]] = []
-        phases = [(0.3 * capacity, 2.0), (3.0 * capacity, 2.0), (0.3 * capacity, 2.0)]
-        done = threading.Event()
-
-        def drive() -> None:
-            for rate, seconds in phases:
-                load.open_loop(rate, seconds, cap=600)
-            done.set()
-
-        driver = threading.Thread(target=drive)
-        driver.start()
-        quiet_since = None
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            lo = load.outstanding
-            got = scrape(server.url, headers)
-            hi = load.outstanding
-            queued, tokens, inflight = (got["bucket_queue_requests"], got["bucket_queue_tokens"],
-                                        got["bucket_inflight_requests"])  # fmt: skip
-            scrapes.append((lo, queued, tokens, inflight, hi))
-            if done.is_set() and hi == 0 and queued == 0 and inflight == 0:
-                quiet_since = quiet_since or time.monotonic()
-                if time.monotonic() - quiet_since > 0.5:
-                    break
-            time.sleep(0.1)
-        driver.join(60)
+        capacity, scrapes = step_load(load, lambda: scrape(server.url, headers))
     finally:
         load.close()
-    assert load.cut == [] and set(load.statuses) == {200}, (load.cut[:3], load.statuses)
-    peak = max(q for _, q, *_ in scrapes)
-    assert peak >= 3 * BATCH, f"the overload step queued at most {peak} requests"  # the step was an overload
-    # Never more than the generator has outstanding; never short of it by more than the batch that just finished
-    # (answered, its replies not yet read by the generator) and the batch being admitted (sent, not yet queued):
-    # two batches. Most scrapes, which do not fall in those instants, are within one.
-    over = [s for s in scrapes if s[1] + s[3] > max(s[0], s[4])]
-    short = [s for s in scrapes if s[1] + s[3] < min(s[0], s[4]) - 2 * BATCH]
-    assert not over and not short, (over[:5], short[:5])
-    shortfalls = sorted(max(0.0, min(lo, hi) - (q + f)) for lo, q, _, f, hi in scrapes)
-    assert shortfalls[len(shortfalls) // 2] <= BATCH, shortfalls
+    seen = check_step_load(load, scrapes)
     assert all(t == q * tokens_each for _, q, t, _, _ in scrapes)
-    deviation = max(max(lo, hi) - (q + f) for lo, q, _, f, hi in scrapes)
     final = scrape(server.url, headers)
     assert final["bucket_queue_requests"] == 0 and final["bucket_inflight_requests"] == 0
     assert final["bucket_queue_tokens"] == 0 and final["bucket_queue_seconds_count"] > 0
-    print(
-        f"step load: capacity {capacity:.1f} req/s (closed loop), {len(scrapes)} scrapes, peak queue {peak:.0f}, "
-        f"largest shortfall of queue+inflight under outstanding {deviation:.0f} (batch {BATCH})"
-    )
+    print(f"step load: capacity {capacity:.1f} req/s (closed loop), {seen}")
 
 
 def test_sigterm_under_steady_load_loses_nothing(standalone: Started):
@@ -264,24 +307,38 @@ def own_torchserve(tmp_path, model_store) -> Iterator[TorchServe]:
 
 
 def test_torchserve_exporter_and_drained_stop_under_steady_load(own_torchserve: TorchServe):
-    """Steady load on TorchServe: the exporter reads the frontend's queue (`bucket_queue_requests` above 0 while
-    24 clients share 1 worker of batch 8, its /metrics naming the declared series); then the load stops being sent
+    """TorchServe with the exporter (every 0.2 s): the step load's checks (`check_step_load`, each scrape against
+    what was outstanding from 0.3 s before it); then steady load: the exporter reads the frontend's queue
+    (`bucket_queue_requests` above 0 while 24 clients share 1 worker of batch 8, its /metrics naming the declared
+    series); then the load stops being sent
     (a terminating pod leaves its Service's endpoints) and `stop(drain_s=...)` waits for what was admitted before
     SIGTERM: every request answered 200, none cut, stopped within the grace period."""
     server = own_torchserve
     headers = {**server.client.keys.headers("inference"), "Content-Type": JSON}
-    load = Load(server.endpoints.inference + f"/predictions/{NAME}", headers, threads=32)
+    url = server.endpoints.inference + f"/predictions/{NAME}"
     exporter = Exporter(server.client, interval=0.2)
     http = ThreadingHTTPServer(("127.0.0.1", free_ports(1)[0]), exporter.handler())
     threading.Thread(target=http.serve_forever, daemon=True).start()
     threading.Thread(target=exporter.run, daemon=True).start()
+    exported = f"http://127.0.0.1:{http.server_address[1]}"
+    stepped = Load(url, headers)
+    try:  # 1 s of overload: what queues stays under TorchServe's job_queue_size (256)
+        capacity, scrapes = step_load(stepped, lambda: scrape(exported, {}), stale_s=0.3, overload_s=1.0)
+        seen = check_step_load(stepped, scrapes)
+    except BaseException:
+        http.shutdown()
+        raise
+    finally:
+        stepped.close()
+    print(f"TorchServe step load (exporter every 0.2 s): capacity {capacity:.1f} req/s, {seen}")
+    load = Load(url, headers, threads=32)
     stop_sending = threading.Event()
     peak = 0.0
     try:
         load.closed_loop(24, stop_sending.is_set)
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline:
-            got = scrape(f"http://127.0.0.1:{http.server_address[1]}", {})
+            got = scrape(exported, {})
             peak = max(peak, got.get("bucket_queue_requests", 0.0))
             time.sleep(0.2)
         assert set(got) == {"bucket_queue_requests", "bucket_queue_tokens", "bucket_inflight_requests"}, got

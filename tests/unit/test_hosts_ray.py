@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from bucketing.hosts.answers import QUIET_S, SHUTTING_DOWN, Answer
-from bucketing.hosts.ray.batching import Item, estimate_tokens, model_signals, summed
+from bucketing.hosts.ray.batching import Item, Pending, estimate_tokens, model_signals, summed
 from bucketing.hosts.ray.front import METRICS_MESSAGE, Front, Limits
 from bucketing.metrics import CAPACITY, QueueSignals, signal_names
 from tsctl.ray import CONFIG, is_our_ray, ray_temp_dir, serve_config
@@ -43,6 +43,30 @@ def test_replicas_signals_are_summed_per_model():
     empty = model_signals(["m", "other"], {"m": [one.samples()]})
     zeros = {n: v for n, _, labels, v in empty if labels == (("ModelName", "other"),)}
     assert zeros["bucket_queue_requests"] == zeros["bucket_inflight_requests"] == 0
+
+
+def test_the_gauges_count_what_the_ingress_holds_not_only_what_replicas_were_given():
+    """Ray's router gives a replica at most `max_ongoing_requests`; the rest wait in the router, unseen by the
+    replicas. The ingress's pending count is the total; the replicas' in-flight figure splits it (clamped: it may be
+    up to a push old), and the waiting ones' tokens are their share; the histogram stays the replicas'."""
+    replica = QueueSignals()
+    for _ in range(16):  # what the router gave the replica: 8 running, 8 queued
+        replica.admitted(10)
+    for _ in range(8):
+        replica.started(10, 0.01)
+    m = (("ModelName", "m"),)
+
+    def gauges(pending: Pending) -> dict[str, float]:
+        got = model_signals(["m"], {"m": [replica.samples()]}, {"m": pending})
+        return {n: v for n, _, labels, v in got if labels == m}
+
+    seen = gauges(Pending(requests=100, tokens=1000))  # 84 more in the router's queue
+    assert seen["bucket_queue_requests"] == 92 and seen["bucket_inflight_requests"] == 8
+    assert seen["bucket_queue_tokens"] == 920 and seen["bucket_queue_seconds_count"] == 8
+    stale = gauges(Pending(requests=3, tokens=30))  # the replica's figure is older than the ingress's count
+    assert stale["bucket_queue_requests"] == 0 and stale["bucket_inflight_requests"] == 3
+    idle = gauges(Pending())
+    assert idle["bucket_queue_requests"] == idle["bucket_queue_tokens"] == idle["bucket_inflight_requests"] == 0
 
 
 class Receiver:

@@ -24,8 +24,10 @@ Metrics: each replica keeps a `bucketing.metrics.QueueSignals` fed by its batche
 pushes its samples every `PUSH_S` to one small named actor (`Board`, 0 CPU); the ingress's `GET /metrics` reads the
 board once and answers every model's series summed over the replicas that pushed within `STALE_S` (`summed`), with
 the standalone host's names and `ModelName` label; the handler's counters (`bucket_*_total`, the pass histograms)
-likewise. Fresh to about `PUSH_S`; it costs one small actor call per replica
-per `PUSH_S`, and one per scrape.
+likewise. The gauges are the ingress's own count of what it sent each model and has not answered (exact, fresh: a
+replica sees only what Ray's router gave it, at most `max_ongoing_requests`), split into running and waiting by the
+replicas' in-flight figure (`batching.at_ingress`). Fresh to about `PUSH_S`; it costs one small actor call per
+replica per `PUSH_S`, and one per scrape.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from starlette.responses import Response
 
 from bucketing.hosts.answers import Answer, unavailable
 from bucketing.hosts.ray.args import INGRESS, AppArgs, ArgsError, ModelArgs, read_spec
-from bucketing.hosts.ray.batching import Item, model_signals
+from bucketing.hosts.ray.batching import Item, Pending, model_signals
 from bucketing.hosts.ray.board import PUSH_S, STALE_S, board
 from bucketing.hosts.ray.front import Front, Limits
 from bucketing.hosts.rows import torchserve_row
@@ -200,6 +202,7 @@ class Ingress:
             key = read_key(Path(args.key_file) if args.key_file else None)
         self.handles = dict(handles)
         self.names = list(versions)
+        self.pending = {name: Pending() for name in versions}  # sent to each model's deployment, not yet answered
         self._board: Any = None
         limits = Limits(key, args.max_request_bytes, args.request_timeout_s or timeout_s)
         self.front = Front(versions, self._predict, self._ready, limits, self._metrics)
@@ -221,6 +224,16 @@ class Ingress:
         return {"answered": answered, "in_flight": self.front.in_flight}
 
     async def _predict(self, name: str, item: Item) -> Answer:
+        pending = self.pending[name]
+        pending.requests += 1
+        pending.tokens += item.tokens
+        try:
+            return await self._send(name, item)
+        finally:
+            pending.requests -= 1
+            pending.tokens -= item.tokens
+
+    async def _send(self, name: str, item: Item) -> Answer:
         handle = self.handles[name]
         for attempt in range(RETRIES + 1):
             try:
@@ -243,7 +256,7 @@ class Ingress:
             latest = await asyncio.wait_for(self._board.read.remote(STALE_S), READY_TIMEOUT_S)
         except Exception:  # noqa: BLE001 - no board now: zeros, and it is asked for again next time
             self._board = None
-        return Registry().render(samples=model_signals(self.names, latest))
+        return Registry().render(samples=model_signals(self.names, latest, self.pending))
 
     async def _ready(self, name: str) -> bool:
         try:
