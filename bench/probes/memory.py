@@ -3,10 +3,14 @@
 Each case runs in a fresh process (the handler behind `tsctl.inprocess.LocalContext`, as a worker runs it) and reports
 the growth of peak RSS over the loaded model: what one delivered batch costs in memory. (The peak RSS of a running
 TorchServe's workers, the compare bench's `Memory:` line, is `bench.harness.worker_memory`.) `--engine onnxruntime` or
-`openvino` runs the worker on the model's export, made once before the cases. `--task` names the model kind: MiniLM
-(embedding), the bench's SPLADE (sparse) and cross-encoder (classification, a request of query-text pairs), and
-folders built once before the cases with MiniLM's encoder and random heads (multivector: a 128-wide ColBERT head
-saved by sentence-transformers' MultiVectorEncoder; bgem3: BGE-M3's heads, `bench.probes.outputs.m3_folder`).
+`openvino` runs the worker on the model's export, made once before the cases. The worker's responseTimeout is
+`RESPONSE_TIMEOUT_S` (an hour): under TorchServe's default, 120 s, its deadline guard would answer a large request 503
+after the passes that fit, and the case would measure those passes only; a case answered otherwise than 200 fails.
+
+`--task` names the model kind: MiniLM (embedding), the bench's SPLADE (sparse) and cross-encoder (classification,
+a request of query-text pairs), and folders built once before the cases with MiniLM's encoder and random heads
+(multivector: a 128-wide ColBERT head saved by sentence-transformers' MultiVectorEncoder; bgem3: BGE-M3's heads,
+`bench.probes.outputs.m3_folder`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from bucketing.model_kinds import MODEL_KINDS
 from model_store.archives import SERVED, engine_model_dir
 
 COLBERT_DIM = 128  # a ColBERT head's width (colbert-ir/colbertv2.0)
+RESPONSE_TIMEOUT_S = 3600  # the worker's responseTimeout here: every pass of the largest request runs
 
 
 def model_folder(task: str, scratch: Path) -> Path:
@@ -92,7 +97,7 @@ def _case(args: argparse.Namespace, strategy: str, texts_per_request: int) -> di
         "max_texts_per_request": max(texts_per_request, 1),
         "cost": {"calibrate": False},
     }
-    context = LocalContext(section)
+    context = LocalContext(section, model_config={"responseTimeout": RESPONSE_TIMEOUT_S})
     handler = BucketingHandler()
     handler.initialize(context)
     text = " ".join(["word"] * (args.words or 2 * max_length))  # by default truncated to max_length tokens
@@ -173,6 +178,8 @@ def table(args: argparse.Namespace, folder: Path) -> None:
             ]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()
             r = json.loads(out[-1])
+            if r["statuses"] != [200]:
+                raise SystemExit(f"{strategy}, {r['texts']} texts: answered {r['statuses']}, not 200: nothing measured")
             print(
                 f"{r['strategy']:10} {r['texts']:6d} {r['sub_batches']:11d} {r['model_rss_mb']:9d} "
                 f"{r['batch_peak_growth_mb']:9d} {r['peak_rss_mb']:8d} {','.join(map(str, r['statuses']))}"

@@ -60,9 +60,11 @@ run config/kserve/debian-base.sh "$BASE"
 
 phase "wheels: pip download (this machine's pip and index) of config/kserve/image-packages.txt, pinned by requirements.txt"
 build_requires=$($PY -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))')
+sed 's/\[[^]]*\]//' requirements.txt >"$WORK/constraints.txt"  # pip takes no extras in a constraint (ray[serve])
 # shellcheck disable=SC2086  # the build requirements are separate arguments
 $PY -m pip download --quiet --only-binary=:all: -d config/kserve/wheels \
-    -c requirements.txt -r config/kserve/image-packages.txt $build_requires 2>&1 | { grep -v "is ignored: it is neither" || true; }
+    -c "$WORK/constraints.txt" -r config/kserve/image-packages.txt -r config/kserve/standalone/image-packages.txt \
+    $build_requires 2>&1 | { grep -v "is ignored: it is neither" || true; }
 echo "$(ls config/kserve/wheels/*.whl | wc -l) wheels, $(du -sh config/kserve/wheels | cut -f1)"
 
 phase "image $IMAGE: podman build, BASE_IMAGE=$BASE, pip offline from the wheels (log: $WORK/build.log)"

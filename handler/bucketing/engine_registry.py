@@ -83,13 +83,15 @@ class EngineKind:
     cpu_only: bool = False  # runs on the CPU on a GPU worker too (its dtypes checked as a CPU worker's)
     sparse_graph: str = ""  # `module:function`: (graph file, threads, device) -> the sparse kind's graph runner
     sums_in_float32: bool = False  # runs the sparse graph's float64 sum (SPLADE's sum pooling) in float32
-    packages: tuple[str, ...] = ()  # the Python packages it imports (requirements.txt pins them)
+    packages: tuple[str, ...] = ()  # the Python packages its worker imports (requirements.txt pins them)
+    build_packages: tuple[str, ...] = ()  # and those its build's export needs besides (torch.onnx.export: onnx)
 
-    def check_installed(self, doing: str) -> None:
+    def check_installed(self, doing: str, build: bool = False) -> None:
         """An EngineError in one line naming the package this engine needs and cannot import here (without it, a
         build said the graph "differs from the torch model by nan" and a worker died on a long ModuleNotFoundError
-        that TorchServe restarted forever)."""
-        missing = [p for p in self.packages if importlib.util.find_spec(p) is None]
+        that TorchServe restarted forever): the worker's packages, and the build's with `build`."""
+        needed = (*self.build_packages, *self.packages) if build else self.packages
+        missing = [p for p in needed if importlib.util.find_spec(p) is None]
         if missing:
             raise EngineError(
                 f"handler.engine {self.name}: {doing} needs the Python package {' and '.join(missing)}, which is not "
@@ -119,7 +121,7 @@ class EngineKind:
 
     def prepare_into(self, task: str, model_dir: str, folder: Path) -> None:
         """Write the files this engine needs into the archive's model folder."""
-        self.check_installed("the build")
+        self.check_installed("the build", build=True)
         if self.prepares:
             for name in self.files:
                 _imported(self.prepares)(task, model_dir, folder / name)
@@ -141,7 +143,8 @@ ENGINES: dict[str, EngineKind] = {  # by `handler.engine` name (a str key: confi
             "onnx_engine:export_onnx",
             ("float32",),
             sparse_graph="onnx_engine:sparse_graph",
-            packages=("onnx", "onnxruntime"),
+            packages=("onnxruntime",),
+            build_packages=("onnx",),
         ),
         EngineKind(
             "openvino",
@@ -152,7 +155,8 @@ ENGINES: dict[str, EngineKind] = {  # by `handler.engine` name (a str key: confi
             cpu_only=True,
             sparse_graph="openvino_engine:sparse_graph",
             sums_in_float32=True,
-            packages=("onnx", "openvino"),
+            packages=("openvino",),
+            build_packages=("onnx",),
         ),
     )
 }

@@ -36,9 +36,22 @@ def test_a_missing_package_is_one_line_at_build_and_at_start(without_openvino, t
 
 
 def test_every_engine_names_the_packages_it_imports():
-    assert {name: kind.packages for name, kind in ENGINES.items()} == {
-        "torch": (),
-        "onnxruntime": ("onnx", "onnxruntime"),
-        "openvino": ("onnx", "openvino"),
+    assert {name: (kind.packages, kind.build_packages) for name, kind in ENGINES.items()} == {
+        "torch": ((), ()),
+        "onnxruntime": (("onnxruntime",), ("onnx",)),
+        "openvino": (("openvino",), ("onnx",)),
     }
-    assert all(importlib.util.find_spec(p) for kind in ENGINES.values() for p in kind.packages)  # pinned, installed
+    every = [p for kind in ENGINES.values() for p in (*kind.packages, *kind.build_packages)]
+    assert all(importlib.util.find_spec(p) for p in every)  # pinned, installed
+
+
+def test_a_worker_does_not_need_what_only_the_export_imports(monkeypatch, tmp_path):
+    """The images install what serving imports (config/kserve/image-packages.txt: onnxruntime and openvino, not
+    onnx, which only torch.onnx.export at build needs): a worker without onnx opens (its workers failed to load,
+    every one, in both KServe images), a build without it is refused in one line."""
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnx" else find_spec(name))
+    for kind in (ENGINES["onnxruntime"], ENGINES["openvino"]):
+        kind.check_installed("the worker")
+        with pytest.raises(EngineError, match="the build needs the Python package onnx, which is not installed"):
+            kind.prepare_into("embedding", str(tmp_path), tmp_path)
