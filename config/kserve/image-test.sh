@@ -9,6 +9,7 @@ cd "$(dirname "$0")/../.."
 PY=${PYTHON:-.venv/bin/python}
 WORK=.tmp/kserve-image
 BASE=${KSERVE_BASE_IMAGE:-localhost/bucketing-debian-base:bookworm}
+BASE_NO_JRE=${KSERVE_STANDALONE_BASE_IMAGE:-localhost/bucketing-debian-base:bookworm-no-jre}
 IMAGE=${KSERVE_IMAGE:-localhost/bucketing-torchserve:test}
 STANDALONE_IMAGE=${KSERVE_STANDALONE_IMAGE:-localhost/bucketing-standalone:test}
 export KSERVE_PODMAN="podman --runtime runc --cgroup-manager cgroupfs"
@@ -57,6 +58,8 @@ phase() { echo "== [$((SECONDS - start)) s] $*"; }
 
 phase "base image $BASE: debootstrap bookworm minbase with python3 (3.11), python3-venv, JRE 17, tini, passwd"
 run config/kserve/debian-base.sh "$BASE"
+phase "base image $BASE_NO_JRE: the same without the JRE (the standalone image's)"
+run config/kserve/debian-base.sh "$BASE_NO_JRE" --no-jre
 
 phase "wheels: pip download (this machine's pip and index) of config/kserve/image-packages.txt, pinned by requirements.txt"
 build_requires=$($PY -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))')
@@ -84,7 +87,7 @@ run $PY -m pytest tests/e2e/test_kserve_image.py -v -s -p no:cacheprovider
 phase "standalone image $STANDALONE_IMAGE: podman build -f config/kserve/standalone/Containerfile (no JRE, no TorchServe)"
 # shellcheck disable=SC2086  # the ulimit flags are separate arguments
 run $KSERVE_PODMAN build $KSERVE_PODMAN_RUN_ARGS --network host -f config/kserve/standalone/Containerfile \
-    -t "$STANDALONE_IMAGE" --build-arg BASE_IMAGE="$BASE" --build-arg TORCH_INDEX_URL= --build-arg PIP_NO_INDEX=1 . \
+    -t "$STANDALONE_IMAGE" --build-arg BASE_IMAGE="$BASE_NO_JRE" --build-arg TORCH_INDEX_URL= --build-arg PIP_NO_INDEX=1 . \
     >"$WORK/build-standalone.log" 2>&1 || { tail -40 "$WORK/build-standalone.log"; exit 1; }
 
 phase "the standalone container as KServe runs it: tests/e2e/test_kserve_standalone_image.py"
