@@ -155,6 +155,43 @@ def test_outputs_default_to_dense_and_answer_any_subset_in_order(folders, expect
     assert status == 200 and dict(zip(body["sparse"]["tokens"], body["sparse"]["values"])).keys() == named.keys()
 
 
+def test_an_answer_keeps_only_the_outputs_its_request_renders(folders, expected, tmp_path):
+    """Every pass computes all three outputs; each answer keeps what its request renders (a request of 2,048 texts
+    asking dense alone held every text's ColBERT vectors until it was answered: +2.1 GB, bench.probes.memory):
+    the native `outputs` (dense by default), TEI's /embed_sparse its lexical weights, /embed_all its ColBERT
+    vectors; and each still answers as FlagEmbedding."""
+    texts, want = expected
+    handler, context = handler_for(folders["m3"], "torch", tmp_path)
+    task = handler.worker.task
+    made: list[Any] = []
+    answer = task.answer
+
+    def spy(output, encoded):
+        made.append(answer(output, encoded))
+        return made[-1]
+
+    task.answer = spy
+
+    def kept() -> set[str]:
+        kinds = {("sparse", bool(len(a.weights))) for a in made} | {("colbert", bool(len(a.colbert))) for a in made}
+        made.clear()
+        return {name for name, held in kinds if held}
+
+    ((status, body),) = serve(handler, context, [{"body": {"texts": texts[:3]}}])
+    assert status == 200 and kept() == set()
+    check(body, first(want["m3"], 3), "dense alone")
+    ((status, body),) = serve(handler, context, [{"body": {"texts": texts[:3], "outputs": ["colbert"]}}])
+    assert status == 200 and kept() == {"colbert"}
+    ((status, body),) = serve_at(handler, context, [{"inputs": texts[:3]}], ["embed_sparse"])
+    assert status == 200 and kept() == {"sparse"}
+    assert [{d["index"]: d["value"] for d in row} for row in body] == [
+        pytest.approx({int(k): v for k, v in row.items()}, abs=1e-5) for row in want["m3"]["sparse"][:3]
+    ]
+    ((status, body),) = serve_at(handler, context, [{"inputs": texts[:3]}], ["embed_all"])
+    assert status == 200 and kept() == {"colbert"}
+    assert max(np.abs(np.array(got) - np.array(ref)).max() for got, ref in zip(body, want["m3"]["colbert"])) <= 1e-5
+
+
 def test_the_lexical_weights_drop_special_and_unknown_tokens(folders, expected, tmp_path):
     texts, _ = expected
     handler, context = handler_for(folders["m3"], "torch", tmp_path)

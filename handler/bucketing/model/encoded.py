@@ -22,6 +22,7 @@ class Encoded:
     attention: tuple[int, ...] | None = None  # the row's attention mask where not all ones (query expansion)
     input_type: str | None = None  # its request's query/document choice (a sparse Router's route)
     max_active: int | None = None  # a sparse answer's cut its request asked (max_active_dims; None: the model's)
+    outputs: tuple[str, ...] = ()  # the outputs its request renders (BGE-M3: what its answer keeps; (): every one)
     chunks: tuple[Encoded, ...] = ()  # `on_overflow: chunk`, a text over max_length: its windows, each a row
     weights: tuple[int, ...] = ()  # the text's own tokens in each of its windows
     chunking: bool = False  # its request pools windows (`on_overflow: chunk`): its answer says `chunks`

@@ -10,7 +10,7 @@ vectors, as the model's chain gives them (normalised when it ends in `Normalize`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bucketing.answers import Answer
@@ -38,7 +38,10 @@ class EmbedAllRequest(tei.TeiInputs):
 def parse(body: Any, limits: Limits) -> EmbedAllRequest:
     if not (limits.kind.per_token or offers(limits.kind, "colbert")):  # a BGE-M3 model: its ColBERT vectors
         raise tei.refused_here("/embed_all (token embeddings) is served for multi-vector models", limits)
-    return tei.parse_texts(EmbedAllRequest, body, limits, FIELDS)
+    parsed = tei.parse_texts(EmbedAllRequest, body, limits, FIELDS)
+    if offers(limits.kind, "colbert"):  # what a BGE-M3 answer keeps, and its size is counted by
+        return replace(parsed, options=replace(parsed.options, outputs=("colbert",)))
+    return parsed
 
 
 ROUTES = {PATH: parse}

@@ -51,7 +51,8 @@ def parse(body: Any, limits: Limits) -> EmbedSparseRequest:
         raise tei.refused_here("Model is not an embedding model with SPLADE pooling", limits)
     parsed = tei.parse_texts(EmbedSparseRequest, body, limits, FIELDS)
     kind = input_type(body.get("prompt_name"))  # an object: parse_texts read it
-    return replace(parsed, options=replace(parsed.options, input_type=kind))
+    outputs = ("sparse",) if offers(limits.kind, "sparse") else parsed.options.outputs  # what a BGE-M3 answer keeps
+    return replace(parsed, options=replace(parsed.options, input_type=kind, outputs=outputs))
 
 
 ROUTES = {PATH: parse}

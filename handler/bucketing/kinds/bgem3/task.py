@@ -2,8 +2,9 @@
 `BGEM3FlagModel.encode(return_dense=..., return_sparse=..., return_colbert_vecs=...)` answers it (the folder is read in
 `folder`, the graph is `heads.M3Head`).
 
-Every pass computes all three (the heads are two small layers over the encoder's states); each answer keeps them,
-and a request's `outputs` picks what its wire format renders (`protocols.outputs`):
+Every pass computes all three (the heads are two small layers over the encoder's states); each answer keeps those
+its request renders (`Encoded.outputs`: a request of 2,048 texts asking dense alone held every text's ColBERT vectors
+until it was answered, +2.1 GB), and a request's `outputs` picks what its wire format renders (`protocols.outputs`):
 - dense: the CLS hidden state, L2-normalised (a request's `normalize`/`dimensions` as FlagEmbedding's
   `normalize_embeddings`/`truncate_dim`: cut, then normalised);
 - sparse: `_process_token_weights`: each token's weight, the largest per token id, only positive ones, the tokenizer's
@@ -16,7 +17,7 @@ and a request's `outputs` picks what its wire format renders (`protocols.outputs
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -171,21 +172,29 @@ class BgeM3Task(TaskHooks):
         """No prompts: FlagEmbedding reads none of the folder's (a request may send its own `prompt`)."""
         return self.chain
 
+    def shape(self, encoded: Encoded, options: Options, ceiling: int, specials: tuple[int, int]) -> Encoded:
+        """The outputs its request renders, which its answer keeps."""
+        return replace(encoded, outputs=tuple(options.outputs) or DEFAULT_OUTPUTS)
+
     def forward(self, rows: Rows) -> np.ndarray:
         """Per row and token: its lexical weight, then the CLS state (first token) or its ColBERT vector."""
         packed: np.ndarray = self.engine(rows.ids, rows.mask)
         return packed
 
     def answer(self, output: np.ndarray, encoded: Encoded) -> Answer:
+        """One text's answer, keeping the outputs its request renders (all when it names none)."""
         n, hidden, colbert = len(encoded.ids), self.spec.hidden_size, self.spec.colbert_dim
+        keeps = encoded.outputs or ("sparse", "colbert")
         return M3Answer(
             np.array(output[0, 1 : 1 + hidden], dtype=np.float32),
             n,
             encoded.truncated,
             normalize=self.normalize,
             ids=encoded.ids,
-            weights=np.array(output[:n, 0], dtype=np.float32),
-            colbert=np.array(output[1:n, 1 : 1 + colbert], dtype=np.float32),
+            weights=np.array(output[:n, 0], dtype=np.float32) if "sparse" in keeps else np.zeros(0, np.float32),
+            colbert=np.array(output[1:n, 1 : 1 + colbert], dtype=np.float32)
+            if "colbert" in keeps
+            else np.zeros((0, colbert), np.float32),
             unused=self.unused,
             decode=self.decode,
         )
