@@ -32,6 +32,7 @@ class Rows:
     # per row: the sparse answer's cut its request asked (None: the model's), or False where the row is a window of
     # a text whose windows combine first (`on_overflow: chunk`): cut only the combined vector (read by sparse tasks)
     cuts: tuple[int | None | bool, ...] = ()
+    outputs: tuple[tuple[str, ...], ...] = ()  # per row: the outputs its request renders (BGE-M3's); () when none
 
     @classmethod
     def plain(cls, rows: int, length: int, token: int) -> Rows:
@@ -58,6 +59,7 @@ class Rows:
             self.types[rows, cut] if self.types is not None else None,
             tuple(self.input_types[r] for r in rows) if self.input_types else (),
             tuple(self.pools[r] for r in rows) if self.pools else (),
+            outputs=tuple(self.outputs[r] for r in rows) if self.outputs else (),
         )
 
 

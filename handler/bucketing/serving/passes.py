@@ -127,7 +127,8 @@ def compute(
         routes = tuple(e.input_type for e in encoded) if task.routed else ()
         pools = tuple(e.pools for e in encoded) if any(e.pools for e in encoded) else ()
         cuts = tuple(False if e.chunking else e.max_active for e in encoded)
-        rows = Rows(ids, mask, tuple(e.skip for e in encoded), types, routes, pools, cuts)
+        renders = tuple(e.outputs for e in encoded) if any(e.outputs for e in encoded) else ()
+        rows = Rows(ids, mask, tuple(e.skip for e in encoded), types, routes, pools, cuts, renders)
         results.append(list(task.forward(rows)))
     forward_ms = (time.perf_counter() - start) * 1000.0
     stats = BatchStats(

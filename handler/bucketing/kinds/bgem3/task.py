@@ -2,9 +2,10 @@
 `BGEM3FlagModel.encode(return_dense=..., return_sparse=..., return_colbert_vecs=...)` answers it (the folder is read in
 `folder`, the graph is `heads.M3Head`).
 
-Every pass computes all three (the heads are two small layers over the encoder's states); each answer keeps those
-its request renders (`Encoded.outputs`: a request of 2,048 texts asking dense alone held every text's ColBERT vectors
-until it was answered, +2.1 GB), and a request's `outputs` picks what its wire format renders (`protocols.outputs`):
+Every pass computes all three (the heads are two small layers over the encoder's states); right after it, each row
+keeps those its request renders (`Encoded.outputs`, `Rows.outputs`; a request of 2,048 texts asking dense alone held
+every pass's packed output until it was answered: +1.7 GB), and a request's `outputs` picks what its wire format
+renders (`protocols.outputs`):
 - dense: the CLS hidden state, L2-normalised (a request's `normalize`/`dimensions` as FlagEmbedding's
   `normalize_embeddings`/`truncate_dim`: cut, then normalised);
 - sparse: `_process_token_weights`: each token's weight, the largest per token id, only positive ones, the tokenizer's
@@ -108,6 +109,16 @@ class M3Answer(Answer):
         return {**head, "tokens": self.tokens, "truncated": self.truncated}
 
 
+@dataclass(frozen=True)
+class M3Row:
+    """One row's outputs after its pass: the CLS state, and its lexical weights and ColBERT vectors where its
+    request renders them (else empty)."""
+
+    values: np.ndarray  # [hidden]
+    weights: np.ndarray  # [tokens] or [0]
+    colbert: np.ndarray  # [tokens - 1, colbert_dim] or [0, colbert_dim]
+
+
 class BgeM3Task(TaskHooks):
     """BGE-M3's packed per-token output (`heads.M3Head`) per row, one answer per text holding all three outputs."""
 
@@ -176,25 +187,31 @@ class BgeM3Task(TaskHooks):
         """The outputs its request renders, which its answer keeps."""
         return replace(encoded, outputs=tuple(options.outputs) or DEFAULT_OUTPUTS)
 
-    def forward(self, rows: Rows) -> np.ndarray:
-        """Per row and token: its lexical weight, then the CLS state (first token) or its ColBERT vector."""
+    def forward(self, rows: Rows) -> list[M3Row]:
+        """Each row's outputs, cut right after the pass from its packed output (per token: its lexical weight, then
+        the CLS state on the first token or its ColBERT vector), keeping those its request renders."""
         packed: np.ndarray = self.engine(rows.ids, rows.mask)
-        return packed
+        hidden, colbert = self.spec.hidden_size, self.spec.colbert_dim
+        out = []
+        for r, row in enumerate(packed):
+            n = int(rows.mask[r].sum())  # its tokens: the pass pads after them
+            keeps = rows.outputs[r] if rows.outputs else ("sparse", "colbert")
+            weights = np.array(row[:n, 0], dtype=np.float32) if "sparse" in keeps else np.zeros(0, np.float32)
+            vectors = row[1:n, 1 : 1 + colbert] if "colbert" in keeps else np.zeros((0, colbert))
+            dense = np.array(row[0, 1 : 1 + hidden], dtype=np.float32)
+            out.append(M3Row(dense, weights, np.array(vectors, dtype=np.float32)))
+        return out
 
-    def answer(self, output: np.ndarray, encoded: Encoded) -> Answer:
-        """One text's answer, keeping the outputs its request renders (all when it names none)."""
-        n, hidden, colbert = len(encoded.ids), self.spec.hidden_size, self.spec.colbert_dim
-        keeps = encoded.outputs or ("sparse", "colbert")
+    def answer(self, output: M3Row, encoded: Encoded) -> Answer:
+        """One text's answer, from what its row kept."""
         return M3Answer(
-            np.array(output[0, 1 : 1 + hidden], dtype=np.float32),
-            n,
+            output.values,
+            len(encoded.ids),
             encoded.truncated,
             normalize=self.normalize,
             ids=encoded.ids,
-            weights=np.array(output[:n, 0], dtype=np.float32) if "sparse" in keeps else np.zeros(0, np.float32),
-            colbert=np.array(output[1:n, 1 : 1 + colbert], dtype=np.float32)
-            if "colbert" in keeps
-            else np.zeros((0, colbert), np.float32),
+            weights=output.weights,
+            colbert=output.colbert,
             unused=self.unused,
             decode=self.decode,
         )
