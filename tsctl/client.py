@@ -83,8 +83,11 @@ def free_ports(n: int) -> list[int]:
 
 
 def port_in_use(url: str) -> bool:
+    """Whether something holds `url`'s port (binds or listens there); a port whose last connections are in
+    TIME_WAIT is free, as it is to the servers (they set SO_REUSEADDR: Netty, uvicorn)."""
     parts = urllib.parse.urlsplit(url)
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((parts.hostname or "127.0.0.1", parts.port or 80))
         except OSError:
