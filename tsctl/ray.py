@@ -207,22 +207,11 @@ class RayServe(ServedFolder):
         if self.pid() is None:
             return True
         app = yaml.safe_load((self.workdir / "serve.yaml").read_text())["applications"][0]["name"]
-        command = [sys.executable, "-m", DRAIN_MODULE, "--address", self.address, "--app", app]
+        command = ["-m", DRAIN_MODULE, "--address", self.address, "--app", app, "--timeout", f"{drain_s:g}"]
         try:
-            with os.fdopen(open_own(self.log, os.O_APPEND), "ab") as out:
-                done = subprocess.run(
-                    [*command, "--timeout", f"{drain_s:g}"],
-                    cwd=self.workdir,
-                    stdout=out,
-                    stderr=out,
-                    stdin=subprocess.DEVNULL,
-                    env=self.ray_env(),
-                    timeout=drain_s + CONNECT_S,
-                    check=False,
-                )
+            return self._driver(command, self.ray_env(), drain_s + CONNECT_S) == 0
         except subprocess.TimeoutExpired:
             return False
-        return done.returncode == 0
 
     def _wait_gcs(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -237,10 +226,17 @@ class RayServe(ServedFolder):
 
     def _deploy(self, env: dict[str, str], timeout: float) -> None:
         """`serve run --non-blocking` of our config on our cluster (the application outlives this driver)."""
-        serve = [sys.executable, "-m", "ray.serve.scripts", "run", "--non-blocking", "--address", self.address]
+        serve = ["-m", "ray.serve.scripts", "run", "--non-blocking", "--address", self.address]
+        code = self._driver([*serve, str(self.workdir / "serve.yaml")], env, timeout)
+        if code != 0:
+            raise ServerError(f"serve run failed ({code}):\n{self.tail()}")
+
+    def _driver(self, args: list[str], env: dict[str, str], timeout: float) -> int:
+        """A Python driver of our cluster (`python ARGS`), our own child, its output to our log, ended past
+        `timeout` (subprocess.TimeoutExpired); its exit status."""
         with os.fdopen(open_own(self.log, os.O_APPEND), "ab") as out:
             done = subprocess.run(
-                [*serve, str(self.workdir / "serve.yaml")],
+                [sys.executable, *args],
                 cwd=self.workdir,
                 stdout=out,
                 stderr=out,
@@ -249,8 +245,7 @@ class RayServe(ServedFolder):
                 timeout=timeout,
                 check=False,
             )
-        if done.returncode != 0:
-            raise ServerError(f"serve run failed ({done.returncode}):\n{self.tail()}")
+        return done.returncode
 
 
 __all__ = [

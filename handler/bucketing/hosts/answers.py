@@ -53,13 +53,27 @@ def unavailable(message: str, status: int = 503, kind: str = "ServiceUnavailable
     return Answer(status, ts_error(status, kind, message), headers=(("Retry-After", str(RETRY_AFTER_S)),))
 
 
-async def until_quiet(turned_away_at: Callable[[], float], deadline: float) -> None:
-    """After a drain, until `deadline` (loop time): wait until no newcomer was told 503 for `QUIET_S`, so that a
-    client answered at the drain's end that sends again at once is told to retry elsewhere, not reset by a closing
-    port (the kernel resets a connection that reaches a port as it closes)."""
-    loop = asyncio.get_running_loop()
-    while (now := loop.time()) < deadline and now - turned_away_at() < QUIET_S:
-        await asyncio.sleep(min(deadline, turned_away_at() + QUIET_S) - now)
+class Drain:
+    """A host's drain (SIGTERM, or before its cluster stops), shared by the standalone and Ray hosts: once
+    `draining`, each prediction is turned away with a 503 and `Retry-After` (`turn_away`); once the admitted ones
+    are answered, `quiet` waits until no newcomer was turned away for `QUIET_S`, so that a client answered at the
+    drain's end that sends again at once is told to retry elsewhere, not reset by a closing port (the kernel resets
+    a connection that reaches a port as it closes)."""
+
+    def __init__(self) -> None:
+        self.draining = False
+        self._turned_away_at = 0.0  # loop time of the last prediction told 503 for the drain
+
+    def turn_away(self) -> Answer:
+        self._turned_away_at = asyncio.get_running_loop().time()
+        return unavailable(SHUTTING_DOWN)
+
+    async def quiet(self, deadline: float) -> None:
+        """Until `deadline` (loop time), wait until no newcomer was turned away for `QUIET_S` from now."""
+        loop = asyncio.get_running_loop()
+        self._turned_away_at = max(self._turned_away_at, loop.time())
+        while (now := loop.time()) < deadline and now - self._turned_away_at < QUIET_S:
+            await asyncio.sleep(min(deadline, self._turned_away_at + QUIET_S) - now)
 
 
 def not_served(found: routes.Match) -> Answer:
@@ -127,6 +141,7 @@ __all__ = [
     "SHUTTING_DOWN",
     "TOKEN_MESSAGE",
     "Answer",
+    "Drain",
     "Message",
     "Receive",
     "Scope",
@@ -138,5 +153,4 @@ __all__ = [
     "send_answer",
     "ts_error",
     "unavailable",
-    "until_quiet",
 ]

@@ -23,16 +23,15 @@ from dataclasses import dataclass
 from bucketing.hosts import routes
 from bucketing.hosts.answers import (
     EXEMPT,
-    SHUTTING_DOWN,
     TOKEN_MESSAGE,
     Answer,
+    Drain,
     Receive,
     body_model,
     not_served,
     read_body,
     ts_error,
     unavailable,
-    until_quiet,
 )
 from bucketing.hosts.ray.batching import Item, estimate_tokens
 from bucketing.hosts.standalone.prometheus import CONTENT_TYPE as METRICS_TYPE
@@ -75,9 +74,8 @@ class Front:
         self.predict = predict
         self.ready = ready
         self.limits = limits
-        self.draining = False
+        self.stopping = Drain()
         self.in_flight = 0  # predictions admitted and not yet answered
-        self.turned_away_at = 0.0  # loop time of the last prediction told 503 for the drain
 
     def authorized(self, headers: Mapping[str, str]) -> bool:
         key = self.limits.key
@@ -103,13 +101,12 @@ class Front:
         """Admit no more predictions, wait up to `timeout_s` until those admitted are answered, then within the same
         time tell newcomers 503 until none came for `QUIET_S`; whether every admitted one was answered."""
         loop = asyncio.get_running_loop()
-        self.draining = True
+        self.stopping.draining = True
         deadline = loop.time() + timeout_s
         while self.in_flight and loop.time() < deadline:
             await asyncio.sleep(POLL_S)
         answered = self.in_flight == 0
-        self.turned_away_at = max(self.turned_away_at, loop.time())
-        await until_quiet(lambda: self.turned_away_at, deadline)
+        await self.stopping.quiet(deadline)
         return answered
 
     async def _answer(self, found: routes.Match, headers: Mapping[str, str], receive: Receive) -> Answer:
@@ -118,9 +115,8 @@ class Front:
             return Answer(401, refused, headers=(("WWW-Authenticate", "Bearer"),))
         if found.action != "predict":
             return await self._host_answer(found)
-        if self.draining:
-            self.turned_away_at = asyncio.get_running_loop().time()
-            return unavailable(SHUTTING_DOWN)
+        if self.stopping.draining:
+            return self.stopping.turn_away()
         name = found.model or ""
         body = await read_body(receive, dict(headers), self.limits.max_request_bytes)
         if body is None:
@@ -149,13 +145,13 @@ class Front:
         if action == "live":
             return Answer(200, b'{"live":true}')
         if action == "ready":
-            ready = not self.draining and all(await asyncio.gather(*(self.ready(n) for n in self.versions)))
+            ready = not self.stopping.draining and all(await asyncio.gather(*(self.ready(n) for n in self.versions)))
             return Answer(200 if ready else 503, json.dumps({"ready": ready}, separators=(",", ":")).encode())
         if action == "server_meta":
             meta = {"name": SERVER_NAME, "version": "0.2.0", "extensions": []}
             return Answer(200, json.dumps(meta, separators=(",", ":")).encode())
         if action in ("model_ready", "model_v1"):
-            ready = not self.draining and await self.ready(name)
+            ready = not self.stopping.draining and await self.ready(name)
             return Answer(200 if ready else 503, json.dumps({"name": name, "ready": ready}).encode())
         if action == "model_v2":
             meta = {

@@ -23,9 +23,9 @@ from bucketing.hosts import routes
 from bucketing.hosts.answers import (
     EXEMPT,
     RETRY_AFTER_S,
-    SHUTTING_DOWN,
     TOKEN_MESSAGE,
     Answer,
+    Drain,
     Receive,
     Scope,
     Send,
@@ -36,7 +36,6 @@ from bucketing.hosts.answers import (
     send_answer,
     ts_error,
     unavailable,
-    until_quiet,
 )
 from bucketing.hosts.rows import torchserve_row
 from bucketing.hosts.standalone.batcher import Batcher, Job, QueueFull, Refused
@@ -100,8 +99,7 @@ class App:
         self.registry = Registry()
         self.models: dict[str, Served] = {}
         self.failed: str | None = None  # why a model could not be opened
-        self.draining = False
-        self.turned_away_at = 0.0  # loop time of the last request told 503 for the drain
+        self.stopping = Drain()
         self.answered: dict[int, int] = {}
         for spec in specs:
             batcher = Batcher(
@@ -121,7 +119,7 @@ class App:
     # -- lifecycle --------------------------------------------------------------------------------------------
     @property
     def ready(self) -> bool:
-        return not self.draining and all(m.ready for m in self.models.values())
+        return not self.stopping.draining and all(m.ready for m in self.models.values())
 
     async def start(self) -> None:
         """Start the batchers and open every model's workers in the background (readiness says when done)."""
@@ -162,13 +160,12 @@ class App:
     async def drain(self) -> bool:
         """SIGTERM: admit nothing more, answer what was admitted; whether all was answered in time.
 
-        Then, within the same time, keep telling newcomers 503 until none came for `QUIET_S` (`until_quiet`)."""
+        Then, within the same time, keep telling newcomers 503 until none came for `QUIET_S` (`Drain.quiet`)."""
         loop = asyncio.get_running_loop()
-        self.draining = True
+        self.stopping.draining = True
         deadline = loop.time() + self.drain_s
         results = await asyncio.gather(*(m.batcher.drain(self.drain_s) for m in self.models.values()))
-        self.turned_away_at = max(self.turned_away_at, loop.time())
-        await until_quiet(lambda: self.turned_away_at, deadline)
+        await self.stopping.quiet(deadline)
         return all(results)
 
     @property
@@ -265,9 +262,8 @@ class App:
         if found.action != "predict":
             return self._host_answer(found), 0
         served = self.models[found.model or ""]
-        if self.draining:
-            self.turned_away_at = asyncio.get_running_loop().time()
-            return unavailable(SHUTTING_DOWN), 0
+        if self.stopping.draining:
+            return self.stopping.turn_away(), 0
         if self.failed is not None or not served.ready:
             return unavailable(f'Model "{served.spec.name}" is not ready yet (loading); retry shortly'), 0
         read = await read_body(receive, headers, self.settings.max_request_bytes)
@@ -321,7 +317,7 @@ class App:
             meta = {"name": "bucketing-standalone", "version": "0.2.0", "extensions": []}
             return Answer(200, json.dumps(meta, separators=(",", ":")).encode())
         if action in ("model_ready", "model_v1"):
-            ready = self.models[name].ready and not self.draining
+            ready = self.models[name].ready and not self.stopping.draining
             return Answer(200 if ready else 503, json.dumps({"name": name, "ready": ready}).encode())
         if action == "model_v2":
             spec = self.models[name].spec

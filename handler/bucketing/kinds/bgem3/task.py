@@ -193,8 +193,8 @@ class BgeM3Task(TaskHooks):
         packed: np.ndarray = self.engine(rows.ids, rows.mask)
         hidden, colbert = self.spec.hidden_size, self.spec.colbert_dim
         out = []
-        for r, row in enumerate(packed):
-            n = int(rows.mask[r].sum())  # its tokens: the pass pads after them
+        lengths = rows.mask.sum(axis=1)  # each row's tokens: the pass pads after them
+        for r, (row, n) in enumerate(zip(packed, lengths.tolist())):
             keeps = rows.outputs[r] if rows.outputs else ("sparse", "colbert")
             weights = np.array(row[:n, 0], dtype=np.float32) if "sparse" in keeps else np.zeros(0, np.float32)
             vectors = row[1:n, 1 : 1 + colbert] if "colbert" in keeps else np.zeros((0, colbert))
