@@ -217,21 +217,32 @@ def test_sigterm_answers_every_admitted_request_then_exits_0(tmp_path, model_sto
     server.start(["--archive", archive, "--name", NAME, "--batch-size", "1", "--workers", "1"])
     headers = {**server.headers(), "Content-Type": JSON}
     texts = [f"request number {i} " + "with some words " * (i % 16) for i in range(24)]
+    # one request of many long texts holds the only worker for seconds (about 5 s here), so that every other request is admitted
+    # (queued behind it) before the signal: the check waits for all of them in the queue, not for a share
+    held = j({"input": ["a long sentence of many words " * 40] * 64, "model": NAME})
     replies: dict[int, object] = {}
 
     def send(i: int) -> None:
         replies[i] = request(server.url + BASE, "POST", j({"text": texts[i]}), headers, timeout=120)
 
-    pool = ThreadPoolExecutor(len(texts))
+    def gauge(name: str) -> float:
+        text = request(server.url + "/metrics", headers=headers).text
+        return float(next((ln for ln in text.splitlines() if ln.startswith(name)), "x 0").split()[-1])
+
+    pool = ThreadPoolExecutor(len(texts) + 1)
     try:
-        futures = [pool.submit(send, i) for i in range(len(texts))]
+        holder = pool.submit(request, server.url + BASE + "/v1/embeddings", "POST", held, headers, timeout=120)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # every request admitted: queued or running, none answered yet
-            text = request(server.url + "/metrics", headers=headers).text
-            line = next((ln for ln in text.splitlines() if ln.startswith("standalone_queue_depth")), "x 0")
-            if float(line.split()[-1]) >= 8:
+        while gauge("standalone_in_flight") < 1 and time.monotonic() < deadline and not holder.done():
+            time.sleep(0.02)  # until the worker has taken the long one
+        futures = [pool.submit(send, i) for i in range(len(texts))]
+        while time.monotonic() < deadline and not holder.done():  # every request admitted and waiting
+            if gauge("standalone_queue_depth") >= len(texts):
                 break
             time.sleep(0.05)
+        assert not holder.done() and gauge("standalone_queue_depth") >= len(texts), (
+            "the long request did not hold the worker"
+        )
         assert server.process is not None
         server.process.send_signal(15)
         time.sleep(0.2)
@@ -239,12 +250,13 @@ def test_sigterm_answers_every_admitted_request_then_exits_0(tmp_path, model_sto
         assert late.status == 503 and late.headers.get("retry-after") == "1", late.body
         for f in futures:
             f.result(timeout=120)
+        assert holder.result(timeout=120).status == 200
         assert sorted(r.status for r in replies.values()) == [200] * len(texts)  # type: ignore[attr-defined]
         assert server.process.wait(60) == 0, server.tail()
     finally:
         pool.shutdown(wait=False)
         server.stop()
-    assert "drain: every admitted request answered" in server.tail(40)
+    assert "drain: every admitted request answered" in server.log.read_text()
 
 
 def test_requests_in_flight_while_a_thread_stops_the_server(tmp_path, model_store):
