@@ -217,8 +217,8 @@ def test_sigterm_answers_every_admitted_request_then_exits_0(tmp_path, model_sto
     server.start(["--archive", archive, "--name", NAME, "--batch-size", "1", "--workers", "1"])
     headers = {**server.headers(), "Content-Type": JSON}
     texts = [f"request number {i} " + "with some words " * (i % 16) for i in range(24)]
-    # one request of many long texts holds the only worker for seconds (about 5 s here), so that every other request is admitted
-    # (queued behind it) before the signal: the check waits for all of them in the queue, not for a share
+    # one request of many long texts holds the only worker for seconds (about 5 s here), so that every other
+    # request is admitted (queued behind it) before the signal: the check waits for all of them, not for a share
     held = j({"input": ["a long sentence of many words " * 40] * 64, "model": NAME})
     replies: dict[int, object] = {}
 
