@@ -181,12 +181,17 @@ class Options:
 
 
 def least_bytes(answers: Sequence[Answer], options: Options) -> int:
-    """The fewest bytes the answers can render to in any format: each number at least 4 bytes as a float (`0.0,`
-    in JSON, 4 in a binary FP32 tensor, more in base64), 1 in an integer precision (an INT8 tensor's byte), an
-    eighth where 8 components pack into one (binary, ubinary)."""
+    """The fewest bytes the answers can render to in any format (`numbers_bytes`)."""
+    return numbers_bytes(sum(a.numbers(options) for a in answers), options)
+
+
+def numbers_bytes(numbers: int, options: Options) -> int:
+    """The fewest bytes `numbers` numbers render to in any format: each at least 4 bytes as a float (`0.0,` in
+    JSON, 4 in a binary FP32 tensor, more in base64), 1 in an integer precision (an INT8 tensor's byte), an eighth
+    where 8 components pack into one (binary, ubinary)."""
     precision = PRECISIONS[options.precision]
     each = 0.125 if precision.packed else 1.0 if precision.ranged else 4.0
-    return int(each * sum(a.numbers(options) for a in answers))
+    return int(each * numbers)
 
 
 def keep_top(row: Any, k: int) -> Any:

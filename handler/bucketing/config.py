@@ -183,8 +183,8 @@ class HandlerConfig:
         sizes.RESPONSE_BYTES,
         "largest answer (default: 2048 float answers 1024 wide, `bucketing/sizes.py`): TorchServe's "
         "`max_response_size` (keep them equal); a larger answer is a 413 naming its "
-        "size (never cut), the rest of the batch answered; a multi-vector model's answers grow with their tokens: "
-        "one text of `max_length` tokens must fit",
+        "size (never cut), the rest of the batch answered; a multi-vector model's answers grow with their tokens "
+        "(refused from their token count, before any pass): one text of `max_length` tokens must fit",
         low=1024,
         high=1 << 31,
     )

@@ -314,6 +314,28 @@ def test_a_text_over_max_length_is_cut_or_refused_as_on_overflow_says(folders, e
     assert status == 413, body
 
 
+def test_colbert_vectors_their_tokens_show_too_large_run_no_pass(folders, tmp_path, monkeypatch):
+    """The ColBERT vectors' size is known from the tokens: a request over the response cap is a 413 before any
+    pass; the same texts asking the dense vector alone are served."""
+    from bucketing.kinds.bgem3.task import BgeM3Task
+
+    handler, context = handler_for(folders["m3"], "torch", tmp_path, max_response_bytes=40000, max_texts_per_request=16)
+    ran: list[int] = []
+    forward = BgeM3Task.forward
+
+    def counted(self, rows):
+        ran.append(len(rows.ids))
+        return forward(self, rows)
+
+    monkeypatch.setattr(BgeM3Task, "forward", counted)
+    texts = ["x " * 40] * 16
+    ((status, body),) = serve(handler, context, [{"body": {"texts": texts, "outputs": ["dense", "colbert"]}}])
+    assert status == 413 and body["type"] == "ResponseTooLarge" and ran == [], body
+    assert body["message"].startswith("the answer would be at least ") and "over the 40000 bytes" in body["message"]
+    ((status, body),) = serve(handler, context, [{"body": {"texts": texts, "outputs": ["dense"]}}])
+    assert status == 200 and len(body) == len(texts) and sum(ran) == len(texts)
+
+
 def test_the_build_detects_the_layout_and_carries_both_heads(folders):
     for folder in folders.values():
         assert detect_task(folder) == "bgem3"

@@ -214,6 +214,27 @@ def test_an_answer_known_too_large_is_refused_before_it_is_rendered(folders, tmp
     assert s2 == 200 and mismatches([b["embeddings"]], reference(folders["colbert"], ["short"], None)) == []
 
 
+def test_an_answer_its_tokens_show_too_large_runs_no_pass(folders, tmp_path, monkeypatch):
+    """Its size is known from its tokens before any pass: the passes of a refused request ran (and held their
+    vectors) only to be thrown away. Only the request that fits runs; the 413 says the same as after a pass."""
+    from bucketing.kinds.multivector.task import MultiVectorTask
+
+    handler, context = handler_for(folders["colbert"], "torch", tmp_path, max_response_bytes=40000)
+    ran: list[int] = []
+    forward = MultiVectorTask.forward
+
+    def counted(self, rows):
+        ran.append(len(rows.ids))
+        return forward(self, rows)
+
+    monkeypatch.setattr(MultiVectorTask, "forward", counted)
+    rows = [{"body": {"texts": ["x " * 80] * 40, "input_type": "document"}}, {"body": {"text": "short"}}]
+    (s1, a), (s2, b) = serve(handler, context, rows)
+    assert s1 == 413 and a["type"] == "ResponseTooLarge" and sum(ran) == 1  # one row: "short"
+    assert a["message"].startswith("the answer would be at least ") and "over the 40000 bytes" in a["message"]
+    assert s2 == 200 and mismatches([b["embeddings"]], reference(folders["colbert"], ["short"], None)) == []
+
+
 def test_token_pooling_is_refused_at_build_and_worker_start(folders, tmp_path):
     from sentence_transformers import MultiVectorEncoder
     from sentence_transformers.multi_vector_encoder.modules import HierarchicalTokenPooling

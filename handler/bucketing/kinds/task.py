@@ -122,6 +122,11 @@ class Task(Protocol):
         """Why this tokenized text is not served exactly (a 413 line); None when it is."""
         ...
 
+    def numbers(self, encoded: Encoded, options: Options) -> int | None:
+        """The fewest numbers its answer will have, known from its tokens before any pass (a request over the
+        response cap refused before it runs); None: bounded per text at start instead."""
+        ...
+
     def combine(self, vectors: Sequence[Any], weights: Sequence[int], input_type: str | None) -> Any:
         """`on_overflow: chunk`: one text's vector from its windows' outputs (`weights`: its tokens in each; each an
         array, or what the task's `forward` makes of a row: a sparse model's `SparseRow`)."""
@@ -174,6 +179,9 @@ class TaskHooks:
         return encoded
 
     def refuse(self, encoded: Encoded, where: str, max_length: int) -> str | None:
+        return None
+
+    def numbers(self, encoded: Encoded, options: Options) -> int | None:
         return None
 
     def combine(self, vectors: Sequence[Any], weights: Sequence[int], input_type: str | None) -> Any:

@@ -1,15 +1,17 @@
 """The per-input checks of a tokenized request: each input that normalised to nothing is a 400, one over
 max_length a 413 unless it may be cut, a text that chunks past its windows a 413, late chunking's spans checked
-against the text, a pair's cut as CrossEncoder's; the first failing input raises the request's error (its outcome,
+against the text, a pair's cut as CrossEncoder's, a request whose answer its tokens show over the response cap a
+413 before any pass; the first failing input raises the request's error (its outcome,
 made by the serving loop: `Incoming.fail`)."""
 
 from __future__ import annotations
 
-from bucketing.answers import Options
+from bucketing.answers import Options, numbers_bytes
 from bucketing.config import OVERFLOW_RULES, HandlerConfig
 from bucketing.kinds.task import Task
 from bucketing.model.encoded import Encoded
 from bucketing.model.tokenizer import Tokenizer
+from bucketing.protocols import too_large
 from bucketing.protocols.base import BadRequest, Limits, Pair, Request, TooLarge
 from bucketing.protocols.options import SENTENCES, chunked
 from bucketing.serving.long_texts import LongTexts
@@ -79,6 +81,17 @@ class Checks:
                 )
             if options.spans is not None:
                 self._check_late(request, index, e)
+        self._check_size(request, encoded)
+
+    def _check_size(self, request: Request, encoded: list[Encoded]) -> None:
+        """An answer its tokens already say is over the response cap (one vector per token) is a 413 before any
+        pass runs: the same refusal as after one, without the passes and their memory."""
+        counts = [self.task.numbers(e, request.options) for e in encoded]
+        if not counts or any(c is None for c in counts):
+            return
+        least = numbers_bytes(sum(c or 0 for c in counts), request.options)
+        if least > self.config.max_response_bytes:
+            raise too_large(f"at least {least}", self.config.max_response_bytes)
 
     def _check_late(self, request: Request, index: int, e: Encoded) -> None:
         """Late chunking: a text (not token ids), explicit spans only for one text and within it, each span holding

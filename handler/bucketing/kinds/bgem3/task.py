@@ -187,6 +187,14 @@ class BgeM3Task(TaskHooks):
         """The outputs its request renders, which its answer keeps."""
         return replace(encoded, outputs=tuple(options.outputs) or DEFAULT_OUTPUTS)
 
+    def numbers(self, encoded: Encoded, options: Options) -> int:
+        """Its asked dense and ColBERT components, as its answer will count them (`M3Answer.numbers`); the lexical
+        weights, known only after the pass, counted as none."""
+        outputs, hidden, colbert = options.outputs or DEFAULT_OUTPUTS, self.spec.hidden_size, self.spec.colbert_dim
+        dense = min(hidden, options.dimensions or hidden) if "dense" in outputs else 0
+        vectors = max(len(encoded.ids) - 1, 0) * min(colbert, options.dimensions or colbert)
+        return dense + (vectors if "colbert" in outputs else 0)
+
     def forward(self, rows: Rows) -> list[M3Row]:
         """Each row's outputs, cut right after the pass from its packed output (per token: its lexical weight, then
         the CLS state on the first token or its ColBERT vector), keeping those its request renders."""

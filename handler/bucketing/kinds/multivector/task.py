@@ -111,7 +111,7 @@ class MultiVectorTask(TaskHooks):
     def __init__(self, engine: Any, info: Any, spec: MultiVectorSpec, normalize: bool, model_dir: str) -> None:
         self.engine = engine
         self.max_positions = info.max_positions
-        self.dimensions = info.hidden_size
+        self.dimensions = int(info.hidden_size)
         self.spec = spec
         self.chain = spec.chain
         self.normalize = normalize
@@ -136,6 +136,11 @@ class MultiVectorTask(TaskHooks):
 
     def input_lengths(self) -> dict[str, int]:
         return self.spec.lengths()
+
+    def numbers(self, encoded: Encoded, options: Options) -> int:
+        """Its kept tokens' components, as its answer will count them (`MultiVectorAnswer.numbers`)."""
+        kept = len(self.keep.positions(encoded.ids, options.input_type))
+        return kept * min(self.dimensions, options.dimensions or self.dimensions)
 
     def cut(self, input_type: str | None, ceiling: int) -> int:
         return self.spec.cut(input_type, ceiling)
