@@ -10,6 +10,8 @@ The multi-node checks (replicas on distinct nodes, a replica and a node killed u
 from __future__ import annotations
 
 import json
+import shutil
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -60,16 +62,63 @@ def shared_batching_config() -> dict:
     return base
 
 
+def warmed_lines(temp_dir: Path) -> int:
+    """How many of the cluster's logs hold a worker's ready line after its warm-up pass (a replica's constructor)."""
+    found = 0
+    for log in temp_dir.glob("session_*/logs/**/*"):
+        try:
+            found += "warmed up (1 pass" in log.read_text(errors="replace") if log.is_file() else 0
+        except OSError:
+            continue
+    return found
+
+
 @pytest.fixture(scope="module")
 def ray_host(tmp_path_factory, model_store):
+    """The Ray host, its readiness routes asked from its first listening moment until the first 200: what each
+    said (`server.readiness`) and how many logs held a warmed-up ready line then (`server.warmed_at_ready`)."""
     server = RayServe(tmp_path_factory.mktemp("ray"), free_ports(1)[0], num_cpus=1)
+    failed: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            server.start(model_store / "minilm-bucketed.mar", NAME, base=shared_batching_config())
+        except BaseException as e:  # noqa: BLE001 - raised again below, in the test's thread
+            failed.append(e)
+
+    starting = threading.Thread(target=start, daemon=True)
+    starting.start()
     try:
-        server.start(model_store / "minilm-bucketed.mar", NAME, base=shared_batching_config())
+        seen: list[tuple[str, int]] = []
+        warmed = -1
+        while starting.is_alive() or not seen or seen[-1] != ("health", 200):
+            try:
+                keyed = server.headers() if server.key_file.exists() else {}
+                health = request(f"{server.url}/v2/health/ready", timeout=5).status
+                model = request(f"{server.url}/v2/models/{NAME}/ready", headers=keyed, timeout=5).status
+            except ConnectionError:
+                if not starting.is_alive():
+                    break
+                time.sleep(0.05)
+                continue
+            seen += [("health", health), ("model", model)]
+            if health == 200:
+                warmed = warmed_lines(server.temp_dir)
+                break
+            time.sleep(0.05)
+        starting.join(600)
+        if failed:
+            raise failed[0]
+        server.readiness, server.warmed_at_ready = seen, warmed  # type: ignore[attr-defined]
         yield server
     finally:
+        while starting.is_alive():  # an interrupt while it starts: its start stops what it launched
+            server.stop()
+            starting.join(1.0)
         server.stop()
         left = ray_processes(server.temp_dir)
         assert not left, f"Ray processes left after stop: {left}"
+        shutil.rmtree(server.temp_dir, ignore_errors=True)  # Ray's session logs, a folder per test run
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +179,18 @@ def test_ray_serves_concurrent_requests_and_a_bulk_one(hosts):
     ra = ray.call("POST", BASE, bulk, {"Content-Type": JSON})
     assert ra.status == sa.status == 200
     assert np.max(np.abs(vectors(ra) - vectors(sa))) <= 1e-6
+
+
+def test_ray_is_ready_only_after_the_warm_up_pass(ray_host):
+    """Asked from its first listening moment while it loads: not ready (Ray's proxy before the application's
+    routes, then our ingress's 503 while the model's replica opens and warms up); ready once a replica has run its
+    warm-up pass."""
+    seen = ray_host.readiness
+    print(f"\nreadiness while loading: {sorted(set(seen))}, {len(seen) // 2} asks")
+    assert seen and seen[-2] == ("health", 200), seen[-6:]
+    assert all(status != 200 for route, status in seen[:-2] if route == "health"), seen
+    assert ("health", 503) in seen, seen[:6]  # our ingress asked while the model's replica loaded: not ready
+    assert ray_host.warmed_at_ready >= 1  # the replica's ready line ("warmed up (1 pass, ...)") came first
 
 
 def test_ray_refuses_a_missing_or_wrong_token_and_serves_probes(ray_host):

@@ -79,11 +79,23 @@ RETRIES = 2  # a request whose replica died is sent again (embedding is idempote
 READY_TIMEOUT_S = 2.0
 
 
+def join_replica_log() -> None:
+    """Our loggers (`bucketing.*`: the worker's ready line, a request's failure) write into the replica's own log
+    (`logs/serve/replica_*.log`) through Ray Serve's handlers, INFO and up, as its own lines do; else Python keeps
+    only their warnings, on the worker's stderr."""
+    serve, ours = logging.getLogger("ray.serve"), logging.getLogger("bucketing")
+    if serve.handlers:
+        ours.handlers = list(serve.handlers)
+        ours.setLevel(logging.INFO)
+        ours.propagate = False
+
+
 class Encoder:
     """One replica of a model: its opened worker on one thread, behind the standalone host's batcher (one worker):
     a batch is closed by requests, tokens or delay when the worker is free to take it, never while it is busy."""
 
     def __init__(self, margs: ModelArgs) -> None:
+        join_replica_log()
         self._unpacked = tempfile.TemporaryDirectory(prefix="bucketing-ray-")
         spec = read_spec(margs, Path(self._unpacked.name))
         self.name = spec.name
@@ -194,6 +206,7 @@ class Ingress:
     def __init__(
         self, handles: Mapping[str, Any], versions: Mapping[str, str], args: AppArgs, timeout_s: float
     ) -> None:
+        join_replica_log()
         if args.no_auth:
             key = None
         elif args.key_file is None and not os.environ.get(KEY_ENV):
