@@ -70,6 +70,7 @@ FLOORS: dict[str, tuple[Floor, ...]] = {
             "ground: pure declarations and data, no torch",
             (
                 "bucketing.sizes",
+                "bucketing.heap",  # glibc's malloc_trim after a pass (ctypes)
                 "bucketing.quantize",
                 "bucketing.chunks",
                 "bucketing.metrics",

@@ -11,6 +11,7 @@ from functools import partial
 
 import numpy as np
 
+from bucketing import heap
 from bucketing.answers import Answer
 from bucketing.config import HandlerConfig
 from bucketing.kinds.task import Rows, Task
@@ -130,6 +131,7 @@ def compute(
         renders = tuple(e.outputs for e in encoded) if any(e.outputs for e in encoded) else ()
         rows = Rows(ids, mask, tuple(e.skip for e in encoded), types, routes, pools, cuts, renders)
         results.append(list(task.forward(rows)))
+        heap.release()  # what the pass freed, given back once it grew the worker (torch's heap kept it)
     forward_ms = (time.perf_counter() - start) * 1000.0
     stats = BatchStats(
         batches=0,
