@@ -46,43 +46,13 @@ def only_run(out):
     return run
 
 
-def test_against_a_running_torchserve(torchserve, tmp_path, capsys):
+def test_smoke_suite_against_a_running_torchserve(torchserve, tmp_path, capsys):
+    """The smoke suite (bucketed and dynamic closed-loop, bucketed open-loop; mixed traffic) on a running TorchServe:
+    every artefact written, each configuration's row whole and answered, bucketed padding less than dynamic, and
+    every configuration unregistered after (the own-server path: the sparse, hosts and tune tests below)."""
     models = torchserve.client.models()  # other modules' shared models may be registered
-    argv = [
-        *server_flags(torchserve),
-        "--strategies",
-        "bucketed,dynamic",
-        "--batch-sizes",
-        "4",
-        "--workers",
-        "1",
-        "--duration",
-        "2",
-        "--concurrency",
-        "8",
-        "--workload",
-        "mixed",
-        "--no-progress",
-        "--out",
-        str(tmp_path),
-    ]
+    argv = [*server_flags(torchserve), "--suite", "smoke", "--duration", "2", "--no-progress", "--out", str(tmp_path)]
     assert compare.main(argv) == 0
-    run = only_run(tmp_path)
-    rows = list(csv.DictReader(open(run / "results.csv")))
-    assert [r["config"] for r in rows] == ["bucketed bs4 1x1", "dynamic bs4 1x1"]
-    for r in rows:
-        assert set(REQUIRED) <= set(r)
-        assert float(r["rps"]) > 0 and r["errors"] == "0"
-        assert 0 < float(r["padding_efficiency"]) <= 1
-    assert float(rows[0]["padding_efficiency"]) > float(rows[1]["padding_efficiency"])
-    assert len(json.loads((run / "results.json").read_text())) == 2
-    out = capsys.readouterr().out
-    assert "bucketed bs4 1x1 ran" in out and "the throughput of dynamic bs4 1x1" in out
-    assert torchserve.client.models() == models  # every configuration was unregistered, nothing else
-
-
-def test_smoke_suite_on_its_own_server(tmp_path):
-    assert compare.main(["--suite", "smoke", "--duration", "2", "--no-progress", "--out", str(tmp_path)]) == 0
     run = only_run(tmp_path)
     for name in (
         "results.csv",
@@ -95,8 +65,19 @@ def test_smoke_suite_on_its_own_server(tmp_path):
         "short_frac_sweep.svg",
     ):
         assert (run / name).exists(), name
+    rows = list(csv.DictReader(open(run / "results.csv")))
+    assert [r["config"] for r in rows][:2] == ["bucketed bs4 d20 1x1", "dynamic bs4 d20 1x1"] and len(rows) == 3
+    for r in rows:
+        assert set(REQUIRED) <= set(r)
+        assert float(r["rps"]) > 0 and r["errors"] == "0"
+        assert 0 < float(r["padding_efficiency"]) <= 1
+    assert float(rows[0]["padding_efficiency"]) > float(rows[1]["padding_efficiency"])
+    assert len(json.loads((run / "results.json").read_text())) == 3
     report = (run / "report.md").read_text()
     assert "## Results" in report and "## Token lengths sent" in report and "ran" in report
+    out = capsys.readouterr().out
+    assert "bucketed bs4 d20 1x1 ran" in out and "the throughput of dynamic bs4 d20 1x1" in out
+    assert torchserve.client.models() == models  # every configuration was unregistered, nothing else
     assert processes_under(ROOT / ".tmp") == []
 
 
