@@ -235,15 +235,15 @@ SHORT_SHARE = 0.05  # scrapes that may fall short by more than two batches: the 
 # scrapes, 238 counted against 256 outstanding), or requests still sit in a hop before the queue (Ray's proxy)
 
 
-def check_step_load(load: Load, scrapes: list[tuple], short_share: float = SHORT_SHARE) -> str:
-    """Never more than the generator had outstanding; never short of it by more than the batch that just finished
-    (answered, its replies not yet read by the generator) and the batch being admitted (sent, not yet queued), but
-    in `short_share` of the scrapes; at the median scrape within one. Everything answered; the step was an
-    overload. A line saying what was seen."""
+def check_step_load(load: Load, scrapes: list[tuple], short_share: float = SHORT_SHARE, over_by: int = 0) -> str:
+    """Never more than the generator had outstanding (but by `over_by`); never short of it by more than the batch
+    that just finished (answered, its replies not yet read by the generator) and the batch being admitted (sent, not
+    yet queued), but in `short_share` of the scrapes; at the median scrape within one. Everything answered; the
+    step was an overload. A line saying what was seen."""
     assert load.cut == [] and set(load.statuses) == {200}, (load.cut[:3], load.statuses)
     peak = max(q for _, q, *_ in scrapes)
     assert peak >= 3 * BATCH, f"the overload step queued at most {peak} requests"
-    over = [s for s in scrapes if s[1] + s[3] > s[4]]
+    over = [s for s in scrapes if s[1] + s[3] > s[4] + over_by]
     short = [s for s in scrapes if s[1] + s[3] < s[0] - 2 * BATCH]
     assert not over and len(short) <= short_share * len(scrapes), (over[:5], short[:5], len(scrapes))
     shortfalls = sorted(max(0.0, lo - (q + f)) for lo, q, _, f, hi in scrapes)
@@ -329,7 +329,9 @@ def test_torchserve_exporter_and_drained_stop_under_steady_load(own_torchserve: 
     stepped = Load(url, headers)
     try:  # 1 s of overload: what queues stays under TorchServe's job_queue_size (256)
         capacity, scrapes = step_load(stepped, lambda: scrape(exported, {}), stale_s=0.3, overload_s=1.0)
-        seen = check_step_load(stepped, scrapes)
+        # the exporter reads the frontend's pending count and the worker's in-flight gauge at different instants: a
+        # batch taken from the queue between the two reads counts twice (a CI run: 94 against 93 outstanding)
+        seen = check_step_load(stepped, scrapes, over_by=BATCH)
     except BaseException:
         http.shutdown()
         raise
