@@ -42,8 +42,10 @@ def release(growth: int = GROWTH_BYTES) -> bool:
     """After a pass: give the heap's free pages back when resident memory grew by more than `growth` bytes since
     the last trim; whether it trimmed."""
     global _after_trim
+    if _TRIM is None:
+        return False
     now = resident_bytes()
-    if _TRIM is None or now is None or now - _after_trim <= growth:
+    if now is None or now - _after_trim <= growth:
         return False
     _TRIM(0)
     _after_trim = resident_bytes() or now

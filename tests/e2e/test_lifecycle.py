@@ -21,6 +21,7 @@ import pytest
 
 from tsctl import Endpoints, TorchServe, free_ports, request
 from tsctl.exporter import Exporter
+from tsctl.served import ServedFolder
 from tsctl.standalone import Standalone
 
 pytestmark = pytest.mark.e2e
@@ -114,6 +115,34 @@ class Started:
     log_when_ready: str
 
 
+def readiness_while_starting(
+    server: ServedFolder, name: str, starting: threading.Thread, order: tuple[str, ...]
+) -> list[tuple[str, int]]:
+    """`/v2/health/ready` ("health") and `/v2/models/NAME/ready` ("model", with the key once the server wrote it),
+    asked in `order` every 20 ms from the server's first listening moment until health answers 200 (or the start's
+    thread ends with nothing listening): each (route, status) seen."""
+    paths = {"health": "/v2/health/ready", "model": f"/v2/models/{name}/ready"}
+    seen: list[tuple[str, int]] = []
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            keyed = server.headers() if server.key_file.exists() else {}
+            asked = [
+                (route, request(server.url + paths[route], headers=keyed if route == "model" else {}, timeout=5).status)
+                for route in order
+            ]
+        except ConnectionError:
+            if not starting.is_alive():  # the start failed (and stopped what it launched): nothing will listen
+                break
+            time.sleep(0.02)
+            continue
+        seen += asked
+        if ("health", 200) in asked:
+            break
+        time.sleep(0.02)
+    return seen
+
+
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory, model_store) -> Iterator[Started]:
     """A standalone server (1 worker, batch 8) whose readiness routes were asked from its first listening moment
@@ -126,24 +155,8 @@ def standalone(tmp_path_factory, model_store) -> Iterator[Started]:
     starting = threading.Thread(target=server.start, args=(source, extra), daemon=True)
     starting.start()
     try:
-        seen: list[tuple[str, int]] = []
-        log = ""
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            try:
-                keyed = server.headers() if server.key_file.exists() else {}  # the model's route needs the key
-                model = request(f"{server.url}/v2/models/{NAME}/ready", headers=keyed, timeout=5).status
-                health = request(f"{server.url}/v2/health/ready", timeout=5).status
-            except ConnectionError:
-                if not starting.is_alive():  # the start failed (and stopped what it launched): nothing will listen
-                    break
-                time.sleep(0.02)
-                continue
-            seen += [("model", model), ("health", health)]
-            if health == 200:
-                log = server.log.read_text(errors="replace")
-                break
-            time.sleep(0.02)
+        seen = readiness_while_starting(server, NAME, starting, ("model", "health"))
+        log = server.log.read_text(errors="replace") if seen and seen[-1] == ("health", 200) else ""
         starting.join(300)
         yield Started(server, seen, log)
     finally:  # also on an interrupt while it starts: the start's thread ends once its server has

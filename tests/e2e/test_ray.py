@@ -22,6 +22,7 @@ import yaml
 
 from bucketing.metrics import CAPACITY, QUEUE_GAUGES, signal_names
 from tests.e2e.test_hosts import BASE, CASES, JSON, NAME, Host, j, start_standalone, unique
+from tests.e2e.test_lifecycle import readiness_while_starting
 from tsctl import free_ports, request
 from tsctl.ray import CONFIG, RayServe
 
@@ -89,23 +90,8 @@ def ray_host(tmp_path_factory, model_store):
     starting = threading.Thread(target=start, daemon=True)
     starting.start()
     try:
-        seen: list[tuple[str, int]] = []
-        warmed = -1
-        while starting.is_alive() or not seen or seen[-1] != ("health", 200):
-            try:
-                keyed = server.headers() if server.key_file.exists() else {}
-                health = request(f"{server.url}/v2/health/ready", timeout=5).status
-                model = request(f"{server.url}/v2/models/{NAME}/ready", headers=keyed, timeout=5).status
-            except ConnectionError:
-                if not starting.is_alive():
-                    break
-                time.sleep(0.05)
-                continue
-            seen += [("health", health), ("model", model)]
-            if health == 200:
-                warmed = warmed_lines(server.temp_dir)
-                break
-            time.sleep(0.05)
+        seen = readiness_while_starting(server, NAME, starting, ("health", "model"))
+        warmed = warmed_lines(server.temp_dir) if ("health", 200) in seen else -1
         starting.join(600)
         if failed:
             raise failed[0]

@@ -16,7 +16,7 @@ import pytest
 
 from model_store.archives import detect_task, engine_model_dir, left_out, model_files
 from tests.bgem3_folder import FLAG_PYTHON, HIDDEN, build_bgem3, reference
-from tests.handler.test_handler import make_handler, mixed_texts, serve, serve_at
+from tests.handler.test_handler import count_forward_rows, make_handler, mixed_texts, serve, serve_at
 
 TOLERANCE = 1e-5
 MAX_LENGTH = 48
@@ -320,14 +320,7 @@ def test_colbert_vectors_their_tokens_show_too_large_run_no_pass(folders, tmp_pa
     from bucketing.kinds.bgem3.task import BgeM3Task
 
     handler, context = handler_for(folders["m3"], "torch", tmp_path, max_response_bytes=40000, max_texts_per_request=16)
-    ran: list[int] = []
-    forward = BgeM3Task.forward
-
-    def counted(self, rows):
-        ran.append(len(rows.ids))
-        return forward(self, rows)
-
-    monkeypatch.setattr(BgeM3Task, "forward", counted)
+    ran = count_forward_rows(monkeypatch, BgeM3Task)
     texts = ["x " * 40] * 16
     ((status, body),) = serve(handler, context, [{"body": {"texts": texts, "outputs": ["dense", "colbert"]}}])
     assert status == 413 and body["type"] == "ResponseTooLarge" and ran == [], body

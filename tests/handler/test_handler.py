@@ -37,6 +37,19 @@ def make_handler(model_dir, **section) -> tuple[BucketingHandler, LocalContext]:
     return handler, context
 
 
+def count_forward_rows(monkeypatch, task_class) -> list[int]:
+    """Each pass's row count from now on (`task_class.forward` wrapped), to check what a request ran."""
+    ran: list[int] = []
+    forward = task_class.forward
+
+    def counted(self, rows):
+        ran.append(len(rows.ids))
+        return forward(self, rows)
+
+    monkeypatch.setattr(task_class, "forward", counted)
+    return ran
+
+
 def serve(handler, context, rows, content_types=None):
     context.with_requests(content_types or ["application/json"] * len(rows))
     bodies = handler.handle(rows, context)

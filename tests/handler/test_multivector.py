@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from model_store.archives import engine_model_dir
-from tests.handler.test_handler import make_handler, mixed_texts, serve
+from tests.handler.test_handler import count_forward_rows, make_handler, mixed_texts, serve
 from tests.models import build_multi_vector_encoder
 
 np = pytest.importorskip("numpy")
@@ -220,14 +220,7 @@ def test_an_answer_its_tokens_show_too_large_runs_no_pass(folders, tmp_path, mon
     from bucketing.kinds.multivector.task import MultiVectorTask
 
     handler, context = handler_for(folders["colbert"], "torch", tmp_path, max_response_bytes=40000)
-    ran: list[int] = []
-    forward = MultiVectorTask.forward
-
-    def counted(self, rows):
-        ran.append(len(rows.ids))
-        return forward(self, rows)
-
-    monkeypatch.setattr(MultiVectorTask, "forward", counted)
+    ran = count_forward_rows(monkeypatch, MultiVectorTask)
     rows = [{"body": {"texts": ["x " * 80] * 40, "input_type": "document"}}, {"body": {"text": "short"}}]
     (s1, a), (s2, b) = serve(handler, context, rows)
     assert s1 == 413 and a["type"] == "ResponseTooLarge" and sum(ran) == 1  # one row: "short"
