@@ -136,12 +136,19 @@ class Worker:
 
 
 def open(  # `bucketing.worker.open`; shadows the builtin in this module only
-    config: HandlerConfig, model_dir: str, gpu_id: int | None = None, model_yaml_config: Any = None
+    config: HandlerConfig,
+    model_dir: str,
+    gpu_id: int | None = None,
+    model_yaml_config: Any = None,
+    cost: CostModel | None = None,
 ) -> Worker:
     """A worker of this config over the model folder (on the worker's GPU when it has one), ready to serve;
-    `model_yaml_config`: TorchServe's whole model-config, which continuous batching checks."""
+    `model_yaml_config`: TorchServe's whole model-config, which continuous batching checks; `cost`: the cost model
+    of a worker of the same config already opened in this process on the same cores (a host's sibling worker),
+    taken as is instead of calibrating again."""
     model = load(config, model_dir, gpu_id)
-    cost = cost_model(config, model)
+    if cost is None:
+        cost = cost_model(config, model)
     warm_ms = warm_up(model, config.max_length)  # before shadow checks start: not a served text
     shadow = model.task.engine.shadow  # shadow checks sample served texts only: from now on, not calibration's passes
     if shadow is not None:

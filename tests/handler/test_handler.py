@@ -210,6 +210,26 @@ def test_calibration_fits_a_cost_model(tiny_embedder_dir):
     assert handler.cost.per_token_us > 0 or handler.cost.per_token_sq_us > 0
 
 
+def test_a_worker_given_a_sibling_s_cost_model_runs_no_calibration(tiny_embedder_dir, monkeypatch):
+    """`worker.open(cost=...)` (a host's later workers of one model): the given cost model, no calibration passes,
+    and the same answers as the worker that calibrated."""
+    from bucketing import worker as worker_module
+    from bucketing.config import HandlerConfig
+    from bucketing.protocols.base import Meta
+
+    config = HandlerConfig.from_yaml({"handler": {"model_path": str(tiny_embedder_dir), "max_length": 64}})
+    first = worker_module.open(config, str(tiny_embedder_dir))
+    ran = count_forward_rows(monkeypatch, type(first.task))
+    monkeypatch.setattr(worker_module, "calibrated", lambda *a: pytest.fail("calibrated again"))
+    second = worker_module.open(config, str(tiny_embedder_dir), cost=first.cost)
+    assert second.cost is first.cost and second.pipeline.cost is first.cost
+    assert ran == [1]  # the warm-up pass alone
+    meta = [Meta(content_type="application/json", url_path="/predictions/tiny")]
+    a, _ = first.serve([{"body": {"text": "one text"}}], meta, None, "tiny")
+    b, _ = second.serve([{"body": {"text": "one text"}}], meta, None, "tiny")
+    assert a[0] is not None and b[0] is not None and a[0].body == b[0].body
+
+
 def test_kserve_v2_and_v1_in_one_batch_match_batch_of_one(tiny_embedder_dir):
     handler, context = make_handler(tiny_embedder_dir)
     texts = mixed_texts(5, seed=4)

@@ -258,7 +258,7 @@ KEYED = Settings(key="k")
 
 
 def app_with(worker: FakeWorker, settings: Settings = KEYED, **kw) -> App:
-    return App([spec(**kw)], settings, lambda s: worker)
+    return App([spec(**kw)], settings, lambda s, cost: worker)
 
 
 AUTH = {"Authorization": "Bearer k", "Content-Type": "application/json"}
@@ -381,7 +381,7 @@ def test_after_the_drain_newcomers_are_told_503_until_none_came_for_the_quiet_ti
 
 
 def test_a_model_that_fails_to_open_is_unhealthy():
-    def fail(spec: ModelSpec) -> Any:
+    def fail(spec: ModelSpec, cost: Any) -> Any:
         raise OSError("no such folder")
 
     async def run() -> None:
@@ -400,7 +400,7 @@ def test_not_ready_while_the_worker_opens_and_warms_up():
     a 503 with Retry-After; once it returns, they say yes."""
     opening = threading.Event()
 
-    def slow_open(s: ModelSpec) -> Any:
+    def slow_open(s: ModelSpec, cost: Any) -> Any:
         opening.wait(10)
         return FakeWorker()
 
@@ -420,6 +420,27 @@ def test_not_ready_while_the_worker_opens_and_warms_up():
         await app.stop()
 
     asyncio.run(run())
+
+
+def test_only_the_first_worker_of_a_model_calibrates_the_others_take_its_cost_model():
+    """Workers open one after another; the first is given no cost model (it calibrates one), each later one is
+    given the first's: one calibration per model, not one per worker, in the cold start."""
+    given: list[Any] = []
+
+    def opener(s: ModelSpec, cost: Any) -> Any:
+        given.append(cost)
+        worker = FakeWorker()
+        worker.cost = cost if cost is not None else ("fitted", len(given))  # type: ignore[attr-defined]
+        return worker
+
+    async def run() -> None:
+        app = App([spec(workers=3)], Settings(key=None), opener)
+        await app.start()
+        assert await app.loaded()
+        await app.stop()
+
+    asyncio.run(run())
+    assert given == [None, ("fitted", 1), ("fitted", 1)]
 
 
 def test_metrics_carry_the_queue_signals_while_requests_wait_and_run():

@@ -111,11 +111,11 @@ def spec_of(args: argparse.Namespace, unpack_dir: Path) -> models.ModelSpec:
     )
 
 
-def open_worker(spec: models.ModelSpec) -> Any:
-    """One worker of the spec (in the calling thread: the worker's own)."""
+def open_worker(spec: models.ModelSpec, cost: Any = None) -> Any:
+    """One worker of the spec (in the calling thread: the worker's own); `cost`: a sibling worker's cost model."""
     from bucketing import worker
 
-    return worker.open(spec.config, spec.model_dir, None, spec.model_yaml)
+    return worker.open(spec.config, spec.model_dir, None, spec.model_yaml, cost)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

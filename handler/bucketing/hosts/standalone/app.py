@@ -93,9 +93,11 @@ def serve_jobs(
 class App:
     """The ASGI app over the served models."""
 
-    def __init__(self, specs: Sequence[ModelSpec], settings: Settings, opener: Callable[[ModelSpec], Any]) -> None:
+    def __init__(self, specs: Sequence[ModelSpec], settings: Settings, opener: Callable[[ModelSpec, Any], Any]) -> None:
         self.settings = settings
-        self.opener = opener  # opens one worker of a spec (in the worker's own thread)
+        # opens one worker of a spec (in the worker's own thread), given the cost model of the model's first worker
+        # (None for the first, which calibrates one)
+        self.opener = opener
         self.registry = Registry()
         self.models: dict[str, Served] = {}
         self.failed: str | None = None  # why a model could not be opened
@@ -133,10 +135,14 @@ class App:
         try:
             for served in self.models.values():
                 # One after another, each in its own worker's thread: imports (transformers' lazy modules) are not
-                # thread-safe, and each worker's calibration times passes on cores the others are not using.
+                # thread-safe. The first calibrates the cost model (on cores no other worker is using); the others
+                # take it: the same config on the same cores, so a second calibration would fit the same model
+                # again and add about 2 s each to the cold start.
+                cost = None
                 for i in range(served.spec.workers):
                     executor = served.batcher.executor(i)
-                    served.workers[i] = await loop.run_in_executor(executor, self.opener, served.spec)
+                    served.workers[i] = await loop.run_in_executor(executor, self.opener, served.spec, cost)
+                    cost = getattr(served.workers[i], "cost", None)
                 logger.info("%s", served.workers[0].ready_line())  # logged before readiness says yes
                 logger.info(
                     "model %s READY: %d worker(s) x %d thread(s), batch %d, delay %g ms",
