@@ -28,6 +28,7 @@ from bench.hosts.host import HostRun
 from bench.hosts.own_server import OwnServerModel
 from bench.inputs.configuration import Configuration
 from bench.inputs.job import Job
+from bucketing.hosts.ray.args import fix_replicas
 from bucketing.hosts.ray.board import PUSH_S
 from tsctl import ServerError, free_ports
 from tsctl.identity import stat_fields
@@ -49,8 +50,7 @@ def application(config: Configuration, name: str) -> dict[str, Any]:
     )
     for deployment in app.get("deployments", []):
         if deployment.get("name") == shipped:
-            deployment.pop("autoscaling_config", None)
-            deployment["num_replicas"] = config.workers
+            fix_replicas(deployment, config.workers)
             deployment["max_ongoing_requests"] = 2 * config.batch_size  # one batch running, the next filling
     return base
 

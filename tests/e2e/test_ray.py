@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import yaml
 
+from bucketing.hosts.ray.args import fix_replicas
 from bucketing.metrics import CAPACITY, QUEUE_GAUGES, signal_names
 from tests.e2e.test_hosts import BASE, CASES, JSON, NAME, Host, j, start_standalone, unique
 from tests.e2e.test_lifecycle import readiness_while_starting
@@ -58,8 +59,7 @@ def shared_batching_config() -> dict:
     app["args"]["models"][0].update({"batch_size": 8, "max_batch_delay_ms": 100, "threads": 1})
     for deployment in app["deployments"]:
         if deployment["name"] == "minilm-bucketed":
-            deployment.pop("autoscaling_config")
-            deployment["num_replicas"] = 1
+            fix_replicas(deployment, 1)
     return base
 
 
@@ -71,6 +71,14 @@ def warmed_lines(temp_dir: Path) -> int:
             found += "warmed up (1 pass" in log.read_text(errors="replace") if log.is_file() else 0
         except OSError:
             continue
+    return found
+
+
+def scaled_lines(temp_dir: Path) -> list[str]:
+    """The Serve controller's log lines saying it scaled a deployment (Ray 2.60: "Upscaling ...", "Downscaling ...")."""
+    found = []
+    for log in temp_dir.glob("session_*/logs/serve/controller_*.log"):
+        found += [line for line in log.read_text(errors="replace").splitlines() if "scaling Deployment(" in line]
     return found
 
 
@@ -243,6 +251,8 @@ def test_ray_queue_gauge_follows_a_step_load(ray_host):
     seen = check_step_load(load, scrapes)
     final = scrape(ray_host.url, headers, NAME)
     assert final["bucket_queue_requests"] == 0 and final["bucket_inflight_requests"] == 0, final
+    # the config's fixed count held under 3x overload (`fix_replicas`: the code's autoscaling off)
+    assert not scaled_lines(ray_host.temp_dir), scaled_lines(ray_host.temp_dir)
     print(f"Ray step load: capacity {capacity:.1f} req/s (closed loop), {seen}")
 
 

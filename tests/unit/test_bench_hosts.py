@@ -145,7 +145,8 @@ def test_the_ray_cluster_gets_the_archive_and_workers_x_threads_as_replicas_x_th
     model = app["args"]["models"][0]
     assert (model["batch_size"], model["max_batch_delay_ms"], model["threads"]) == (8, 20, 2)
     (deployment,) = [d for d in app["deployments"] if d["name"] == model["name"]]
-    assert deployment["num_replicas"] == 3 and "autoscaling_config" not in deployment
+    # fixed: Ray keeps the app's code autoscaling beside a config's num_replicas unless the config says null
+    assert deployment["num_replicas"] == 3 and deployment["autoscaling_config"] is None
     assert deployment["max_ongoing_requests"] == 16
 
 

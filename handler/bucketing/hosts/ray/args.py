@@ -80,3 +80,13 @@ def read_spec(margs: ModelArgs, unpack_dir: Path) -> models.ModelSpec:
         max_batch_delay_ms=margs.max_batch_delay_ms,
         max_batch_tokens=margs.max_batch_tokens,
     )
+
+
+def fix_replicas(deployment: dict[str, Any], replicas: int) -> dict[str, Any]:
+    """A config's `deployments:` entry for a model set to exactly `replicas` replicas, in place: `num_replicas`, and
+    `autoscaling_config: null`. The app sets autoscaling in its code (`app.AUTOSCALING`), and Ray keeps a
+    deployment's code autoscaling beside a config's `num_replicas` (it then starts `min_replicas` and scales): only
+    an explicit null in the config turns it off."""
+    deployment["num_replicas"] = replicas
+    deployment["autoscaling_config"] = None
+    return deployment
