@@ -108,7 +108,7 @@ ray-test: mar
 	mkdir -p .tmp
 	RAY_CLUSTER_TEST=1 $(BIN)/python -m pytest -s -m ray_cluster tests/e2e/test_ray_cluster.py \
 		> .tmp/ray-test.out 2>&1; rc=$$?; \
-		grep -av -E ' -- (CALL |POST |GET )|Loading weights' .tmp/ray-test.out | sed 's#$(CURDIR)/##g' \
+		grep -av -E ' -- (CALL |POST |GET )|Loading weights' .tmp/ray-test.out | sed -e 's#$(CURDIR)/##g' -e 's#$(CURDIR)#.#g' \
 		> config/ray/sample/ray-test.txt; cat config/ray/sample/ray-test.txt; exit $$rc
 
 stop:
