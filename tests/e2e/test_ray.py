@@ -63,23 +63,26 @@ def shared_batching_config() -> dict:
     return base
 
 
-def warmed_lines(temp_dir: Path) -> int:
-    """How many of the cluster's logs hold a worker's ready line after its warm-up pass (a replica's constructor)."""
-    found = 0
-    for log in temp_dir.glob("session_*/logs/**/*"):
+def session_log_lines(temp_dir: Path, pattern: str, needle: str) -> list[tuple[Path, str]]:
+    """Each (log, line) holding `needle` in the cluster's session logs matching `pattern` (under `logs/`)."""
+    found = []
+    for log in temp_dir.glob(f"session_*/logs/{pattern}"):
         try:
-            found += "warmed up (1 pass" in log.read_text(errors="replace") if log.is_file() else 0
+            text = log.read_text(errors="replace") if log.is_file() else ""
         except OSError:
             continue
+        found += [(log, line) for line in text.splitlines() if needle in line]
     return found
+
+
+def warmed_lines(temp_dir: Path) -> int:
+    """How many of the cluster's logs hold a worker's ready line after its warm-up pass (a replica's constructor)."""
+    return len({log for log, _ in session_log_lines(temp_dir, "**/*", "warmed up (1 pass")})
 
 
 def scaled_lines(temp_dir: Path) -> list[str]:
     """The Serve controller's log lines saying it scaled a deployment (Ray 2.60: "Upscaling ...", "Downscaling ...")."""
-    found = []
-    for log in temp_dir.glob("session_*/logs/serve/controller_*.log"):
-        found += [line for line in log.read_text(errors="replace").splitlines() if "scaling Deployment(" in line]
-    return found
+    return [line for _, line in session_log_lines(temp_dir, "serve/controller_*.log", "scaling Deployment(")]
 
 
 @pytest.fixture(scope="module")
